@@ -1,0 +1,155 @@
+"""The wire records: collaboration events and device status in, trust scores and rankings out.
+
+Units are SI (bits, cycles/bit, Hz, W, m, s, J); times are integer milliseconds
+since the Unix epoch, UTC; device ids are strings. Probabilities and trust
+values lie in [0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.base import Record, flag, ident, integer, number, records
+from schemas.errors import ValidationError
+
+MAX_RANKED = 1000
+
+
+def _distinct(owner: str, collaborator: str) -> None:
+    if owner == collaborator:
+        raise ValidationError("collaborator", collaborator, "must differ from owner")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollaborationEvent(Record):
+    """One task an owner offloaded to a collaborator, and how it went.
+
+    The outcome is either the two flags (``tr_success``, ``com_success``; the
+    paper's p_tr and p_com of one task) or, for logs that grade the outcome,
+    ``reliability`` in [0, 1]. At least one form must be present; when both are,
+    the flags define T_col.
+    """
+
+    NAME = "collaboration_event"
+
+    event_id: str = ident("unique id of this collaboration; duplicates are dropped")
+    event_time_ms: int = integer("when the task was issued", unit="ms since epoch (UTC)", ge=0)
+    owner: str = ident("device that owns and offloads the task (i)")
+    collaborator: str = ident("device that executed the task (j)")
+    task_size_bits: float = number("task input size", unit="bit", gt=0, nullable=True)
+    density_cycles_per_bit: float = number("processing density", unit="cycle/bit", gt=0, nullable=True)
+    trust_threshold: float = number("the task's trust threshold theta", ge=0, le=1, nullable=True)
+    tr_success: bool = flag("transmission to the collaborator succeeded (p_tr)", nullable=True)
+    com_success: bool = flag("computation at the collaborator succeeded (p_com)", nullable=True)
+    reliability: float = number("graded outcome, for logs without the two flags", ge=0, le=1, nullable=True)
+    t_total_s: float = number("measured transmission + computation time", unit="s", ge=0, nullable=True)
+    e_total_j: float = number("measured transmission + computation energy", unit="J", ge=0, nullable=True)
+    t_local_s: float = number("owner's local execution time for the task", unit="s", ge=0, nullable=True)
+    e_local_j: float = number("owner's local execution energy for the task", unit="J", ge=0, nullable=True)
+    voc: float = number("achieved value of task completion V", ge=0, le=1, nullable=True)
+
+    def check_rules(self) -> None:
+        _distinct(self.owner, self.collaborator)
+        flags = (self.tr_success is None, self.com_success is None)
+        if flags[0] != flags[1]:
+            missing = "tr_success" if flags[0] else "com_success"
+            raise ValidationError(missing, None, "tr_success and com_success come together")
+        if flags[0] and self.reliability is None:
+            raise ValidationError(
+                "reliability", None, "an outcome is required: tr_success+com_success or reliability"
+            )
+        if self.com_success and not self.tr_success:
+            raise ValidationError("com_success", True, "computation cannot succeed without transmission")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceStatus(Record):
+    """A device's resources and willingness at a time: the inputs of T_res and of the physics."""
+
+    NAME = "device_status"
+
+    device: str = ident("the device reporting")
+    time_ms: int = integer("when the status was observed", unit="ms since epoch (UTC)", ge=0)
+    cpu_hz: float = number("CPU frequency f", unit="Hz", gt=0)
+    tx_w: float = number("transmit power p_tr", unit="W", ge=0)
+    rx_w: float = number("receive power p_rx", unit="W", ge=0)
+    x_m: float = number("position, x", unit="m")
+    y_m: float = number("position, y", unit="m")
+    willingness: float = number("willingness to collaborate, in [0, 1]", ge=0, le=1)
+    comm_ok: bool = flag("communication resources available")
+    comp_ok: bool = flag("computation resources available")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrustScore(Record):
+    """The rolling trust of one (owner, collaborator) pair after a slot: T = T_beh * T_res."""
+
+    NAME = "trust_score"
+
+    owner: str = ident("device that would offload (i)")
+    collaborator: str = ident("candidate collaborator (j)")
+    slot: int = integer("slot index k, covering [origin + k*len, origin + (k+1)*len)", ge=0)
+    slot_start_ms: int = integer("slot start", unit="ms since epoch (UTC)", ge=0)
+    slot_end_ms: int = integer("slot end (exclusive)", unit="ms since epoch (UTC)", ge=0)
+    t_beh: float = number("long-term behavioural trust T_beh", ge=0, le=1)
+    t_res: float = number("resource trust T_res", ge=0, le=1)
+    trust: float = number("overall trust T = T_beh * T_res", ge=0, le=1)
+    model_version: str = ident("version (content hash) of the model that scored")
+    is_update: bool = flag("re-publication of a slot after late events")
+
+    def check_rules(self) -> None:
+        _distinct(self.owner, self.collaborator)
+        if self.slot_end_ms <= self.slot_start_ms:
+            raise ValidationError("slot_end_ms", self.slot_end_ms, "must be after slot_start_ms")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankedCandidate(Record):
+    """One entry of a ranking."""
+
+    NAME = "ranked_candidate"
+
+    collaborator: str = ident("candidate collaborator (j)")
+    trust: float = number("overall trust T", ge=0, le=1)
+    voc: float = number("expected value of task completion V for the owner's task profile", ge=0, le=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollaboratorRanking(Record):
+    """An owner's top candidates after a slot: those with T >= threshold, best VoC first."""
+
+    NAME = "collaborator_ranking"
+
+    owner: str = ident("device that would offload (i)")
+    slot: int = integer("slot index k", ge=0)
+    slot_start_ms: int = integer("slot start", unit="ms since epoch (UTC)", ge=0)
+    slot_end_ms: int = integer("slot end (exclusive)", unit="ms since epoch (UTC)", ge=0)
+    threshold: float = number("trust threshold theta the candidates passed", ge=0, le=1)
+    model_version: str = ident("version (content hash) of the model that scored")
+    is_update: bool = flag("re-publication of a slot after late events")
+    candidates: tuple[RankedCandidate, ...] = records(
+        RankedCandidate, "candidates in selection order (first is chosen)", max_len=MAX_RANKED
+    )
+
+    def check_rules(self) -> None:
+        if self.slot_end_ms <= self.slot_start_ms:
+            raise ValidationError("slot_end_ms", self.slot_end_ms, "must be after slot_start_ms")
+        seen: set[str] = set()
+        for index, candidate in enumerate(self.candidates):
+            where = f"candidates.{index}"
+            _check_candidate(self.owner, self.threshold, candidate, where)
+            if candidate.collaborator in seen:
+                raise ValidationError(f"{where}.collaborator", candidate.collaborator, "listed twice")
+            seen.add(candidate.collaborator)
+            if index and candidate.voc > self.candidates[index - 1].voc:
+                raise ValidationError(f"{where}.voc", candidate.voc, "candidates must be in descending VoC")
+
+
+def _check_candidate(owner: str, threshold: float, candidate: RankedCandidate, where: str) -> None:
+    if candidate.collaborator == owner:
+        raise ValidationError(f"{where}.collaborator", candidate.collaborator, "must differ from owner")
+    if candidate.trust < threshold:
+        raise ValidationError(f"{where}.trust", candidate.trust, f"below the threshold {threshold}")
+
+
+WIRE_RECORDS: tuple[type[Record], ...] = (CollaborationEvent, DeviceStatus, TrustScore, CollaboratorRanking)
