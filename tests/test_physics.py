@@ -1,0 +1,102 @@
+"""The system model against values worked out by hand from the paper's equations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from model import physics
+from model.config import SlotClock, SystemParams, TrustWeights, dbm_to_w
+from model.trust import collaboration_weight
+
+P = SystemParams()
+SIZE, DENSITY = 4e7, 2339.0  # 5 MB, face recognition
+CYCLES = SIZE * DENSITY  # 9.356e10
+
+
+def test_paper_constants() -> None:
+    assert dbm_to_w(-80) == pytest.approx(1e-11)
+    assert dbm_to_w(20) == pytest.approx(0.1)
+    assert (P.bandwidth_hz, P.path_loss_exponent, P.xi_time, P.xi_energy) == (5e6, 4.0, 0.5, 0.5)
+
+
+def test_computation_by_hand() -> None:
+    cost = physics.computation(SIZE, DENSITY, 2e9, P)
+    assert cost.time_s == pytest.approx(CYCLES / 2e9) == pytest.approx(46.78)
+    # epsilon = 1e-11 with f in GHz: 1e-11 * 2**2 * 9.356e10 = 3.7424 J
+    assert cost.energy_j == pytest.approx(3.7424)
+
+
+def test_transmission_by_hand() -> None:
+    # d = 100 m: g = 1e-8, SNR = 0.1 * 1e-8 / 1e-11 = 100, gamma = 5e6 * log2(101)
+    gamma = 5e6 * math.log2(101)
+    assert physics.channel_gain(100.0, P) == pytest.approx(1e-8)
+    assert physics.transmission_rate(100.0, 0.1, P) == pytest.approx(gamma)
+    cost = physics.transmission(SIZE, 100.0, 0.1, 0.08, P)
+    assert cost.time_s == pytest.approx(SIZE / gamma)
+    assert cost.energy_j == pytest.approx(SIZE / gamma * 0.18)
+
+
+def test_distance_floor_keeps_rate_finite() -> None:
+    assert physics.transmission_rate(0.0, 0.1, P) == physics.transmission_rate(P.min_distance_m, 0.1, P)
+
+
+def test_offload_and_value_by_hand() -> None:
+    gamma = 5e6 * math.log2(101)
+    t_tot = SIZE / gamma + CYCLES / 4e9
+    e_tot = SIZE / gamma * 0.18 + 1e-29 * (4e9) ** 2 * CYCLES
+    offload = physics.offload(SIZE, DENSITY, 100.0, 0.1, 0.08, 4e9, P)
+    assert offload.time_s == pytest.approx(t_tot) and offload.energy_j == pytest.approx(e_tot)
+    local = physics.computation(SIZE, DENSITY, 2e9, P)
+    # time: offloading (24.6 s) beats local (46.8 s) -> 1; energy: local (3.74 J) is better -> exp(-|d|/local)
+    expected = 0.5 * 1.0 + 0.5 * math.exp(-(e_tot - 3.7424) / 3.7424)
+    assert physics.value_of_completion(offload, local, P) == pytest.approx(expected)
+    assert expected == pytest.approx(0.5234957, abs=1e-6)
+
+
+@pytest.mark.parametrize("offloaded, local, value", [(1.0, 2.0, 1.0), (2.0, 2.0, 1.0), (3.0, 2.0, math.exp(-0.5)),
+                                                     (6.0, 2.0, math.exp(-2.0))])
+def test_kano_rule(offloaded: float, local: float, value: float) -> None:
+    assert physics.kano_value(offloaded, local) == pytest.approx(value)
+
+
+def test_vectorized_numpy_and_torch_agree() -> None:
+    rng = np.random.default_rng(0)
+    d, f, f_local = rng.uniform(1, 500, 64), rng.choice([2e9, 4e9, 6e9], 64), rng.choice([2e9, 4e9, 6e9], 64)
+    args = (SIZE, DENSITY)
+    v_np = physics.value_of_completion(physics.offload(*args, d, 0.1, 0.08, f, P),
+                                       physics.computation(*args, f_local, P), P)
+    t = torch.from_numpy
+    v_torch = physics.value_of_completion(physics.offload(*args, t(d), 0.1, 0.08, t(f), P),
+                                          physics.computation(*args, t(f_local), P), P)
+    assert isinstance(v_torch, torch.Tensor) and v_np.shape == (64,)
+    np.testing.assert_allclose(v_torch.numpy(), v_np, rtol=1e-12)
+    scalar = [physics.value_of_completion(physics.offload(*args, d[i], 0.1, 0.08, f[i], P),
+                                          physics.computation(*args, f_local[i], P), P) for i in range(64)]
+    np.testing.assert_allclose(v_np, scalar, rtol=1e-12)
+    assert ((v_np > 0) & (v_np <= 1)).all()
+
+
+def test_collaboration_weight() -> None:
+    w = TrustWeights()
+    assert collaboration_weight(1, 0, w) == pytest.approx(0.6)
+    assert collaboration_weight(np.array([1, 1, 0]), np.array([1, 0, 0]), w).tolist() == pytest.approx([1, 0.6, 0])
+
+
+def test_slot_clock_bounds() -> None:
+    clock = SlotClock(origin_ms=1000, slot_ms=60)
+    assert clock.slot_of([999, 1000, 1059, 1060]).tolist() == [-1, 0, 0, 1]
+    assert (int(clock.start_ms(2)), int(clock.end_ms(2))) == (1120, 1180)
+
+
+@pytest.mark.parametrize("bad", [dict(bandwidth_hz=0), dict(noise_w=-1.0), dict(xi_time=0.7)])
+def test_params_reject_nonsense(bad) -> None:
+    with pytest.raises(ValueError, match="SystemParams"):
+        SystemParams(**bad)
+    with pytest.raises(ValueError, match="TrustWeights"):
+        TrustWeights(a_tr=0.5, a_com=0.6)
+    with pytest.raises(ValueError, match="slot_ms"):
+        SlotClock(slot_ms=0)
