@@ -1,0 +1,117 @@
+"""The simulator's settings; defaults are the paper's setting."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from model.config import SlotClock, SystemParams, TrustWeights
+
+
+class Behaviour(enum.IntEnum):
+    """Hidden long-term behaviour of a collaborator's computation reliability."""
+
+    STABLE_RELIABLE = 0
+    STABLE_UNRELIABLE = 1
+    DEGRADING = 2  # reliable, then declines to unreliable
+    RECOVERING = 3  # unreliable, then improves to reliable
+    INTERMITTENT = 4  # on-off attacker: good stretches to earn trust, then bad ones
+    PERIODIC = 5  # reliability follows a cycle
+    SELECTIVE = 6  # unreliable only toward a subset of owners
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+DEFAULT_MIX = {
+    Behaviour.STABLE_RELIABLE: 0.4,
+    Behaviour.STABLE_UNRELIABLE: 0.1,
+    Behaviour.DEGRADING: 0.1,
+    Behaviour.RECOVERING: 0.1,
+    Behaviour.INTERMITTENT: 0.1,
+    Behaviour.PERIODIC: 0.1,
+    Behaviour.SELECTIVE: 0.1,
+}
+
+
+class Policy(str, enum.Enum):
+    """How owners pick a collaborator for a task."""
+
+    RANDOM_IN_RANGE = "random-in-range"  # uniform among available devices within range_m
+    RANDOM = "random"  # uniform among all available devices
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulated run. Units SI; see :mod:`model.config`."""
+
+    devices: int = 500
+    tasks: int = 10_000
+    slots: int = 100
+    seed: int = 0
+    area_m: float = 1000.0  # devices lie uniformly in an area_m x area_m square
+    range_m: float = 300.0  # communication range for RANDOM_IN_RANGE
+    cpu_choices_hz: tuple[float, ...] = (2e9, 4e9, 6e9)
+    tx_w: float = 0.1  # 100 mW
+    rx_w: float = 0.08  # 80 mW
+    task_size_bits: float = 5e6 * 8  # 5 MB face-recognition task
+    density_cycles_per_bit: float = 2339.0
+    threshold_range: tuple[float, float] = (0.3, 0.7)  # each task's theta ~ U(lo, hi)
+    outage_snr_db: float = 0.0  # Rayleigh fading: P(tr) = exp(-snr_th / mean SNR)
+    deadline_factor: float = 2.0  # deadline = factor * the owner's local execution time
+    load_mean: float = 0.3  # background CPU load u in [0, load_max]; f_eff = f * (1 - u)
+    load_swing: float = 0.2
+    load_max: float = 0.95
+    overload: float = 0.85  # comp_ok is false above this load
+    radio_down: float = 0.02  # probability a device's radio is unavailable in a slot
+    willingness_range: tuple[float, float] = (0.6, 1.0)  # per-device willingness level
+    selective_targets: float = 0.3  # fraction of owners a SELECTIVE device misbehaves toward
+    mix: dict[Behaviour, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
+    policy: Policy = Policy.RANDOM_IN_RANGE
+    status_every: int = 1  # DeviceStatus rows every this many slots (all devices)
+    clock: SlotClock = field(default_factory=SlotClock)
+    system: SystemParams = field(default_factory=SystemParams)
+    weights: TrustWeights = field(default_factory=TrustWeights)
+
+    def __post_init__(self) -> None:
+        for name in ("devices", "slots", "status_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SimConfig.{name}: must be >= 1 (got {getattr(self, name)!r})")
+        if self.devices < 2:
+            raise ValueError(f"SimConfig.devices: need at least 2 devices (got {self.devices!r})")
+        if self.tasks < 0:
+            raise ValueError(f"SimConfig.tasks: must be >= 0 (got {self.tasks!r})")
+        for name in ("area_m", "range_m", "tx_w", "rx_w", "task_size_bits", "density_cycles_per_bit",
+                     "deadline_factor"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"SimConfig.{name}: must be > 0 (got {getattr(self, name)!r})")
+        if not self.cpu_choices_hz or min(self.cpu_choices_hz) <= 0:
+            raise ValueError(f"SimConfig.cpu_choices_hz: need positive frequencies (got {self.cpu_choices_hz!r})")
+        lo, hi = self.threshold_range
+        if not 0 <= lo <= hi <= 1:
+            raise ValueError(f"SimConfig.threshold_range: need 0 <= lo <= hi <= 1 (got {self.threshold_range!r})")
+        lo, hi = self.willingness_range
+        if not 0 <= lo <= hi <= 1:
+            raise ValueError(f"SimConfig.willingness_range: need 0 <= lo <= hi <= 1 (got {self.willingness_range!r})")
+        if not 0 <= self.load_mean - self.load_swing and self.load_mean + self.load_swing <= self.load_max < 1:
+            raise ValueError("SimConfig.load_*: need 0 <= load_mean - load_swing and "
+                             f"load_mean + load_swing <= load_max < 1 (got {self.load_mean}, "
+                             f"{self.load_swing}, {self.load_max})")
+        if any(share < 0 for share in self.mix.values()) or sum(self.mix.values()) <= 0:
+            raise ValueError(f"SimConfig.mix: shares must be >= 0 with a positive sum (got {self.mix!r})")
+
+
+def parse_mix(text: str) -> dict[Behaviour, float]:
+    """``"stable_reliable=0.5,selective=0.5"`` -> shares (normalized later)."""
+    mix: dict[Behaviour, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, share = part.partition("=")
+        try:
+            mix[Behaviour[name.strip().upper()]] = float(share)
+        except KeyError:
+            names = ", ".join(b.label for b in Behaviour)
+            raise ValueError(f"--mix: unknown behaviour {name.strip()!r} (known: {names})") from None
+        except ValueError:
+            raise ValueError(f"--mix: share of {name.strip()!r} is not a number ({share!r})") from None
+    return mix

@@ -1,0 +1,215 @@
+"""Generate a run slot by slot into sinks, in memory bounded by devices + one sub-batch of tasks.
+
+Tasks are executed sequentially: task k falls in slot k*S // M and tasks are
+evenly spaced within their slot. Each sub-batch of at most SUB_BATCH tasks
+draws from its own generator seeded by (seed, slot, sub-batch), so a run is
+fully determined by its config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm import tqdm
+
+from model import physics
+from schemas import CollaborationEvent, DeviceStatus, arrow_schema
+from simulator.config import Policy, SimConfig
+from simulator.world import World
+
+SUB_BATCH = 65_536
+MAX_DRAWS = 64  # rejection-sampling rounds before falling back to the nearest available device
+
+EVENTS_SCHEMA = arrow_schema(CollaborationEvent).append(
+    pa.field("slot", pa.int64(), nullable=False, metadata={"doc": "slot index under the run's SlotClock"})
+)
+STATUS_SCHEMA = arrow_schema(DeviceStatus)
+TRUTH_SCHEMA = pa.schema(
+    [
+        pa.field("owner", pa.string(), nullable=False),
+        pa.field("collaborator", pa.string(), nullable=False),
+        pa.field("slot", pa.int64(), nullable=False),
+        pa.field("reliability", pa.float64(), nullable=False,
+                 metadata={"doc": "a1*P(tr) + a2*P(com): the expectation of T_col"}),
+        pa.field("p_tr", pa.float64(), nullable=False),
+        pa.field("p_com", pa.float64(), nullable=False),
+        pa.field("tasks", pa.int64(), nullable=False),
+    ],
+    metadata={"doc": "hidden expected reliability per (owner, collaborator, slot) that collaborated"},
+)
+
+
+class Sink(Protocol):
+    def write(self, kind: str, table: pa.Table) -> None:
+        """Receive a table of ``kind`` in {devices, status, events, truth}."""
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Summary:
+    """Counts of a run, for the command line and the tests."""
+
+    devices: int = 0
+    slots: int = 0
+    events: int = 0
+    status: int = 0
+    truth_rows: int = 0
+    tr_success: int = 0
+    com_success: int = 0
+    fallbacks: int = 0  # tasks whose owner had no available device in range
+    voc_sum: float = 0.0
+    reliability_sum: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, float]:
+        n = max(self.events, 1)
+        return {
+            "devices": self.devices, "slots": self.slots, "events": self.events, "status": self.status,
+            "truth_rows": self.truth_rows, "tr_success_rate": self.tr_success / n,
+            "com_success_rate": self.com_success / n, "mean_voc": self.voc_sum / n,
+            "mean_true_reliability": self.reliability_sum / n, "fallbacks": self.fallbacks, **self.extra,
+        }
+
+
+class Simulator:
+    """Turns a :class:`SimConfig` into events, device status and hidden truth."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.world = World(config)
+
+    def slot_tasks(self, slot: int) -> range:
+        """Global indices of the tasks executed in a slot."""
+        m, s = self.config.tasks, self.config.slots
+        return range(-(-slot * m // s), -(-(slot + 1) * m // s))
+
+    def run(self, sinks: Sequence[Sink], progress: bool = False) -> Summary:
+        summary = Summary(devices=self.config.devices, slots=self.config.slots)
+        self._emit(sinks, "devices", self.world.devices_table())
+        for slot in tqdm(range(self.config.slots), desc="simulate", unit="slot", disable=not progress):
+            if slot % self.config.status_every == 0:
+                status = self.status_table(slot)
+                summary.status += status.num_rows
+                self._emit(sinks, "status", status)
+            tasks = self.slot_tasks(slot)
+            pairs = []
+            for sub, first in enumerate(range(tasks.start, tasks.stop, SUB_BATCH)):
+                batch = range(first, min(first + SUB_BATCH, tasks.stop))
+                events, keys = self.events_table(slot, sub, batch, tasks, summary)
+                pairs.append(keys)
+                self._emit(sinks, "events", events)
+            if pairs:
+                truth = self.truth_table(slot, np.concatenate(pairs))
+                summary.truth_rows += truth.num_rows
+                self._emit(sinks, "truth", truth)
+        for sink in sinks:
+            sink.close()
+        return summary
+
+    @staticmethod
+    def _emit(sinks: Sequence[Sink], kind: str, table: pa.Table) -> None:
+        if table.num_rows:
+            for sink in sinks:
+                sink.write(kind, table)
+
+    def status_table(self, slot: int) -> pa.Table:
+        w, n = self.world, self.config.devices
+        devices = np.arange(n)
+        columns = {
+            "device": w.ids,
+            "time_ms": np.full(n, int(self.config.clock.start_ms(slot)), dtype=np.int64),
+            "cpu_hz": w.cpu_hz, "tx_w": w.tx_w, "rx_w": w.rx_w, "x_m": w.x_m, "y_m": w.y_m,
+            "willingness": w.willingness,
+            "comm_ok": w.radio_up(devices, slot),
+            "comp_ok": w.load(devices, slot) < self.config.overload,
+        }
+        return pa.Table.from_pydict(columns, schema=STATUS_SCHEMA)
+
+    def choose(self, rng: np.random.Generator, owners: np.ndarray, slot: int) -> tuple[np.ndarray, int]:
+        """A collaborator per owner by the configured policy; returns (collaborators, fallbacks)."""
+        w, n = self.world, self.config.devices
+        chosen = np.full(len(owners), -1, dtype=np.int64)
+        pending = np.arange(len(owners))
+        for _ in range(MAX_DRAWS):
+            if not len(pending):
+                break
+            candidate = rng.integers(0, n, size=len(pending))
+            owner = owners[pending]
+            ok = (candidate != owner) & w.available(candidate, slot)
+            ok &= rng.random(len(pending)) < w.willingness[candidate]
+            if self.config.policy is Policy.RANDOM_IN_RANGE:
+                ok &= w.distance(owner, candidate) <= self.config.range_m
+            chosen[pending[ok]] = candidate[ok]
+            pending = pending[~ok]
+        for index in pending:  # isolated owners: the nearest available device, even out of range
+            others = np.flatnonzero(np.arange(n) != owners[index])
+            usable = others[w.available(others, slot)]
+            pool = usable if len(usable) else others
+            chosen[index] = pool[np.argmin(w.distance(np.full(len(pool), owners[index]), pool))]
+        return chosen, len(pending)
+
+    def events_table(
+        self, slot: int, sub: int, batch: range, tasks: range, summary: Summary
+    ) -> tuple[pa.Table, np.ndarray]:
+        """One sub-batch of a slot's tasks; also returns owner*N + collaborator keys."""
+        c, w = self.config, self.world
+        rng = np.random.default_rng([c.seed, 1, slot, sub])
+        m = len(batch)
+        owners = rng.integers(0, c.devices, size=m)
+        collabs, fallbacks = self.choose(rng, owners, slot)
+        expected = w.expected(owners, collabs, slot)
+        draws = rng.random((2, m))
+        tr = draws[0] < expected.p_tr
+        com = tr & (draws[1] < expected.p_com_given_tr)
+        voc = physics.value_of_completion(expected.offload, expected.local, c.system) * (tr & com)
+        index = np.arange(batch.start, batch.stop, dtype=np.int64)
+        offset_ms = ((index - tasks.start) * c.clock.slot_ms) // len(tasks)
+        reliability = expected.reliability(c.weights.a_tr, c.weights.a_com)
+        summary.events += m
+        summary.tr_success += int(tr.sum())
+        summary.com_success += int(com.sum())
+        summary.fallbacks += fallbacks
+        summary.voc_sum += float(voc.sum())
+        summary.reliability_sum += float(reliability.sum())
+        nulls = pa.nulls(m, pa.float64())
+        columns = {
+            "event_id": pc.binary_join_element_wise(f"sim{c.seed}-", pa.array(index).cast(pa.string()), ""),
+            "event_time_ms": int(c.clock.start_ms(slot)) + offset_ms,
+            "owner": w.ids.take(owners),
+            "collaborator": w.ids.take(collabs),
+            "task_size_bits": np.full(m, c.task_size_bits),
+            "density_cycles_per_bit": np.full(m, c.density_cycles_per_bit),
+            "trust_threshold": rng.uniform(*c.threshold_range, size=m),
+            "tr_success": tr,
+            "com_success": com,
+            "reliability": nulls,
+            "t_total_s": expected.offload.time_s,
+            "e_total_j": expected.offload.energy_j,
+            "t_local_s": expected.local.time_s,
+            "e_local_j": expected.local.energy_j,
+            "voc": voc,
+            "slot": np.full(m, slot, dtype=np.int64),
+        }
+        return pa.Table.from_pydict(columns, schema=EVENTS_SCHEMA), owners * c.devices + collabs
+
+    def truth_table(self, slot: int, keys: np.ndarray) -> pa.Table:
+        """The hidden expected reliability of each pair that collaborated in the slot."""
+        n, weights = self.config.devices, self.config.weights
+        unique, counts = np.unique(keys, return_counts=True)
+        owners, collabs = unique // n, unique % n
+        expected = self.world.expected(owners, collabs, slot)
+        columns = {
+            "owner": self.world.ids.take(owners),
+            "collaborator": self.world.ids.take(collabs),
+            "slot": np.full(len(unique), slot, dtype=np.int64),
+            "reliability": expected.reliability(weights.a_tr, weights.a_com),
+            "p_tr": expected.p_tr,
+            "p_com": expected.p_tr * expected.p_com_given_tr,
+            "tasks": counts.astype(np.int64),
+        }
+        return pa.Table.from_pydict(columns, schema=TRUTH_SCHEMA)

@@ -1,0 +1,143 @@
+"""The simulated world: devices, their hidden behaviour, and the expected outcome of any offload.
+
+Everything that varies over slots is a function of (seed, device, slot), drawn
+by :func:`hash_uniform`, so :meth:`World.expected` answers for any pair and
+slot in any order: the generator uses it to draw outcomes, and an oracle uses
+it to know the truth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from model import physics
+from model.physics import Cost
+from simulator.config import Behaviour, SimConfig
+from simulator.hashing import hash_uniform
+
+# hash streams
+_LOAD, _RADIO, _TARGET = 1, 2, 3
+
+DEVICES_SCHEMA = pa.schema(
+    [
+        pa.field("device", pa.string(), nullable=False),
+        pa.field("cpu_hz", pa.float64(), nullable=False),
+        pa.field("x_m", pa.float64(), nullable=False),
+        pa.field("y_m", pa.float64(), nullable=False),
+        pa.field("tx_w", pa.float64(), nullable=False),
+        pa.field("rx_w", pa.float64(), nullable=False),
+        pa.field("willingness", pa.float64(), nullable=False),
+        pa.field("behaviour", pa.string(), nullable=False),
+        pa.field("high", pa.float64(), nullable=False),
+        pa.field("low", pa.float64(), nullable=False),
+    ],
+    metadata={"doc": "simulated devices and their hidden behaviour parameters"},
+)
+
+
+def device_ids(count: int) -> pa.Array:
+    width = max(6, len(str(count - 1)))
+    return pa.array([f"dev-{index:0{width}d}" for index in range(count)], pa.string())
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What an offload from owners[i] to collabs[i] in a slot is expected to give."""
+
+    p_tr: np.ndarray  # P(transmission succeeds): Rayleigh outage at the mean SNR
+    p_com_given_tr: np.ndarray  # P(computation succeeds | transmitted): behaviour x deadline
+    offload: Cost  # t_tot, E_tot at the collaborator's effective CPU
+    local: Cost  # t, E of running the task at the owner
+
+    def reliability(self, a_tr: float, a_com: float) -> np.ndarray:
+        """E[a1 * tr + a2 * com], with com only possible after tr: the truth behind T_col."""
+        return a_tr * self.p_tr + a_com * self.p_tr * self.p_com_given_tr
+
+
+class World:
+    """Devices with positions, CPUs, willingness and a hidden behaviour over slots."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        n = config.devices
+        rng = np.random.default_rng([config.seed, 0])
+        self.ids = device_ids(n)
+        self.cpu_hz = rng.choice(np.asarray(config.cpu_choices_hz, dtype=np.float64), size=n)
+        self.x_m, self.y_m = rng.uniform(0.0, config.area_m, size=(2, n))
+        self.tx_w = np.full(n, config.tx_w)
+        self.rx_w = np.full(n, config.rx_w)
+        self.willingness = rng.uniform(*config.willingness_range, size=n)
+        kinds = np.array(sorted(config.mix), dtype=np.int8)
+        shares = np.array([config.mix[Behaviour(k)] for k in kinds], dtype=np.float64)
+        self.behaviour = rng.choice(kinds, size=n, p=shares / shares.sum())
+        self.high = rng.uniform(0.85, 0.99, size=n)
+        self.low = rng.uniform(0.05, 0.4, size=n)
+        slots = config.slots
+        self.start = rng.uniform(0.2, 0.6, size=n) * slots  # degrading/recovering: change begins
+        self.span = np.maximum(1.0, rng.uniform(0.1, 0.3, size=n) * slots)  # ... and lasts
+        self.on_len = rng.integers(6, 21, size=n)  # intermittent: good slots per cycle
+        self.off_len = rng.integers(2, 9, size=n)  # ... bad slots per cycle
+        self.offset = rng.integers(0, 1 << 20, size=n)
+        self.period = rng.uniform(8.0, 40.0, size=n)  # periodic reliability and load
+        self.phase = rng.uniform(0.0, 2 * np.pi, size=n)
+
+    def devices_table(self) -> pa.Table:
+        labels = np.array([b.label for b in Behaviour])
+        columns = [self.ids, self.cpu_hz, self.x_m, self.y_m, self.tx_w, self.rx_w, self.willingness,
+                   labels[self.behaviour], self.high, self.low]
+        return pa.Table.from_arrays([pa.array(c) for c in columns], schema=DEVICES_SCHEMA)
+
+    def load(self, devices: np.ndarray, slot: int) -> np.ndarray:
+        """Background CPU load u in [load_mean - swing, load_mean + swing]."""
+        c = self.config
+        cycle = np.sin(2 * np.pi * slot / self.period[devices] + self.phase[devices])
+        noise = 2 * hash_uniform(c.seed, _LOAD, devices, slot) - 1
+        return c.load_mean + c.load_swing * (0.6 * cycle + 0.4 * noise)
+
+    def radio_up(self, devices: np.ndarray, slot: int) -> np.ndarray:
+        return hash_uniform(self.config.seed, _RADIO, devices, slot) >= self.config.radio_down
+
+    def available(self, devices: np.ndarray, slot: int) -> np.ndarray:
+        """Radio up and not overloaded: the device can take a task this slot (if willing)."""
+        return self.radio_up(devices, slot) & (self.load(devices, slot) < self.config.overload)
+
+    def behaviour_reliability(self, collabs: np.ndarray, owners: np.ndarray, slot: int) -> np.ndarray:
+        """Hidden probability that a collaborator computes honestly for an owner in a slot."""
+        hi, lo, kind = self.high[collabs], self.low[collabs], self.behaviour[collabs]
+        ramp = np.clip((slot - self.start[collabs]) / self.span[collabs], 0.0, 1.0)
+        cycle = self.on_len[collabs] + self.off_len[collabs]
+        on = (slot + self.offset[collabs]) % cycle < self.on_len[collabs]
+        wave = 0.5 + 0.5 * np.cos(2 * np.pi * slot / self.period[collabs] + self.phase[collabs])
+        targeted = hash_uniform(self.config.seed, _TARGET, collabs, owners) < self.config.selective_targets
+        choices = {
+            Behaviour.STABLE_RELIABLE: hi,
+            Behaviour.STABLE_UNRELIABLE: lo,
+            Behaviour.DEGRADING: hi - (hi - lo) * ramp,
+            Behaviour.RECOVERING: lo + (hi - lo) * ramp,
+            Behaviour.INTERMITTENT: np.where(on, hi, lo),
+            Behaviour.PERIODIC: lo + (hi - lo) * wave,
+            Behaviour.SELECTIVE: np.where(targeted, lo, hi),
+        }
+        return np.select([kind == b for b in choices], list(choices.values()))
+
+    def distance(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.hypot(self.x_m[a] - self.x_m[b], self.y_m[a] - self.y_m[b])
+
+    def expected(self, owners: np.ndarray, collabs: np.ndarray, slot: int) -> Expected:
+        """Outcome probabilities and costs of offloading the configured task, pairwise."""
+        c, params = self.config, self.config.system
+        distance = self.distance(owners, collabs)
+        snr_threshold = 10.0 ** (c.outage_snr_db / 10.0)
+        p_tr = np.exp(-snr_threshold / physics.snr(distance, self.tx_w[owners], params))
+        effective_hz = self.cpu_hz[collabs] * (1.0 - self.load(collabs, slot))
+        size, density = c.task_size_bits, c.density_cycles_per_bit
+        offload = physics.offload(size, density, distance, self.tx_w[owners], self.rx_w[collabs],
+                                  effective_hz, params)
+        local = physics.computation(size, density, self.cpu_hz[owners], params)
+        deadline = c.deadline_factor * local.time_s
+        on_time = np.exp(-np.maximum(0.0, offload.time_s - deadline) / deadline)
+        p_com = self.behaviour_reliability(collabs, owners, slot) * on_time
+        return Expected(p_tr, p_com, offload, local)
