@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 from kafka import KafkaProducer
+from kafka.errors import KafkaError, KafkaTimeoutError
 
 from schemas import CollaborationEvent, DeviceStatus, Record, to_json
 from trustbeam.kafka import KafkaSettings, Topics, make_producer
@@ -50,8 +51,12 @@ class KafkaPublisher:
             record = cls.from_dict(row)
             self._pace(kind)
             headers = [("schema_version", str(cls.SCHEMA_VERSION).encode()), ("record", cls.NAME.encode())]
-            future = self.producer.send(self.topics[kind], key=getattr(record, key_field).encode(),
-                                        value=to_json(record), headers=headers)
+            try:
+                future = self.producer.send(self.topics[kind], key=getattr(record, key_field).encode(),
+                                            value=to_json(record), headers=headers)
+            except KafkaError as error:  # metadata unavailable within max_block_ms, buffer full, ...
+                self._on_error(error)
+                raise RuntimeError(f"cannot publish to {self.topics[kind]!r}: {error}") from error
             future.add_errback(self._on_error)
             self.sent[kind] += 1
 
@@ -69,8 +74,16 @@ class KafkaPublisher:
             log.error("Kafka delivery failed: %s", error)
 
     def close(self) -> None:
-        self.producer.flush()
-        self.producer.close()
+        timeout_s = self.producer.config["delivery_timeout_ms"] / 1000 + 5
+        try:
+            self.producer.flush(timeout=timeout_s)
+        except KafkaTimeoutError:
+            raise RuntimeError(f"messages still undelivered after {timeout_s:.0f} s; broker unreachable?") from None
+        finally:
+            try:
+                self.producer.close(timeout=5)
+            except KafkaError as error:
+                log.warning("Kafka producer did not close cleanly: %s", error)
         if self.failed:
             raise RuntimeError(f"{self.failed} messages were not delivered; first error: {self._first_error}")
 

@@ -1,0 +1,1 @@
+"""The local Kafka-protocol broker used for local runs and the tests."""

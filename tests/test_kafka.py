@@ -1,0 +1,124 @@
+"""Against the real local broker: start/stop, topics, and a simulated run published and read back."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from kafka import KafkaConsumer
+
+from deploy.local.broker import LocalBroker
+from schemas import CollaborationEvent, DeviceStatus, from_json
+from simulator.config import SimConfig
+from simulator.engine import Simulator
+from simulator.publish import KafkaPublisher
+from tests.conftest import free_port
+from trustbeam.cli import main
+from trustbeam.kafka import LOCAL_BOOTSTRAP, KafkaSettings, Topics, ensure_topics, make_producer, read_to_end
+
+pytestmark = pytest.mark.kafka
+
+
+def test_settings_resolution_and_secrets_stay_out_of_repr() -> None:
+    env = {"KAFKA_BOOTSTRAP": "k1:9092,k2:9092", "KAFKA_SASL_PASSWORD": "hunter2", "KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}
+    settings = KafkaSettings.resolve(env=env)
+    assert settings.client_args() == {"bootstrap_servers": ["k1:9092", "k2:9092"],
+                                      "sasl_plain_password": "hunter2", "security_protocol": "SASL_SSL"}
+    assert "hunter2" not in repr(settings) and "hunter2" not in str(settings)
+    assert KafkaSettings.resolve("b:1", env=env).bootstrap == "b:1"
+    assert KafkaSettings.resolve(env={}).bootstrap == LOCAL_BOOTSTRAP
+
+
+def test_topics_are_created_with_their_partitions(broker: LocalBroker) -> None:
+    topics = Topics(events="t-events", status="t-status", scores="t-scores", rankings="t-rankings",
+                    dead_letter="t-dead")
+    created = ensure_topics(broker.settings, topics.partitions())
+    assert sorted(created) == sorted(topics.partitions())
+    assert ensure_topics(broker.settings, topics.partitions()) == []
+    consumer = KafkaConsumer(**broker.settings.client_args())
+    try:
+        assert {name: len(consumer.partitions_for_topic(name)) for name in topics.partitions()} == topics.partitions()
+    finally:
+        consumer.close()
+
+
+def test_simulated_run_is_published_complete_and_valid(broker: LocalBroker) -> None:
+    topics = Topics(events="sim-events", status="sim-status")
+    ensure_topics(broker.settings, topics.partitions())
+    config = SimConfig(devices=60, tasks=1500, slots=10, seed=11, status_every=5)
+
+    class Expect:
+        events: list = []
+
+        def write(self, kind, table):
+            if kind == "events":
+                self.events.extend(table.to_pylist())
+
+        def close(self):
+            pass
+
+    expect = Expect()
+    publisher = KafkaPublisher(broker.settings, topics)
+    Simulator(config).run([publisher, expect])
+    assert publisher.counts() == {"events_published": 1500, "status_published": 120, "delivery_failures": 0}
+
+    records = read_to_end(broker.settings, topics.events)
+    events = [from_json(CollaborationEvent, r.value) for r in records]
+    assert sorted(e.event_id for e in events) == sorted(e["event_id"] for e in expect.events)
+    assert all(r.key.decode() == e.collaborator for r, e in zip(records, events))
+    assert all(dict(r.headers) == {"schema_version": b"1", "record": b"collaboration_event"} for r in records)
+    by_id = {e["event_id"]: e for e in expect.events}
+    assert all(by_id[e.event_id]["tr_success"] == e.tr_success and by_id[e.event_id]["voc"] == e.voc for e in events)
+    # one collaborator's events land on one partition, in event-time order
+    for partition in {r.partition for r in records}:
+        times: dict[str, list[int]] = {}
+        for r, e in zip(records, events):
+            if r.partition == partition:
+                times.setdefault(e.collaborator, []).append(e.event_time_ms)
+        assert all(t == sorted(t) for t in times.values())
+    status = [from_json(DeviceStatus, r.value) for r in read_to_end(broker.settings, topics.status)]
+    assert len(status) == 120 and {s.device for s in status} == {f"dev-{i:06d}" for i in range(60)}
+
+
+def test_broker_lifecycle_start_status_stop(tmp_path) -> None:
+    broker = LocalBroker(port=free_port(), state_dir=tmp_path)
+    assert broker.status().pid is None
+    started = broker.start()
+    assert started.answering and started.pid and broker.pid_file.exists()
+    assert broker.start().pid == started.pid  # idempotent: a running broker is reused
+    # a second handle (as a new CLI process would have) sees and stops it by PID
+    other = LocalBroker(port=broker.port, state_dir=tmp_path)
+    assert other.status().answering
+    assert other.stop() is True
+    assert other.status().pid is None and not broker.pid_file.exists()
+    assert other.stop() is False
+
+
+def test_cli_broker_and_publish(tmp_path, capsys, monkeypatch) -> None:
+    port = free_port()
+    monkeypatch.setenv("TRUSTBEAM_STATE_DIR", str(tmp_path))
+    try:
+        assert main(["broker", "start", "--port", str(port)]) == 0
+        assert "topics created: collab-events" in capsys.readouterr().out
+        assert main(["broker", "status", "--port", str(port)]) == 0
+        assert main(["simulate", "--devices", "20", "--tasks", "100", "--slots", "4", "--publish",
+                     "--bootstrap", f"127.0.0.1:{port}"]) == 0
+        assert '"events_published": 100' in capsys.readouterr().out
+        assert len(read_to_end(KafkaSettings(f"127.0.0.1:{port}"), "collab-events")) == 100
+    finally:
+        assert main(["broker", "stop", "--port", str(port)]) == 0
+    assert main(["broker", "status", "--port", str(port)]) == 3
+
+
+def test_delivery_failures_are_raised_not_swallowed(tmp_path) -> None:
+    broker = LocalBroker(port=free_port(), state_dir=tmp_path)
+    broker.start()
+    ensure_topics(broker.settings, Topics().partitions())
+    producer = make_producer(broker.settings, delivery_timeout_ms=3000, request_timeout_ms=1000,
+                             retries=1, max_block_ms=2000)
+    publisher = KafkaPublisher(broker.settings, producer=producer)
+    os.kill(broker.pid(), signal.SIGKILL)
+    with pytest.raises(RuntimeError, match="not delivered|undelivered|cannot publish"):
+        Simulator(SimConfig(devices=10, tasks=20, slots=1)).run([publisher])
+    broker.stop()

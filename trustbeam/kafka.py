@@ -1,0 +1,167 @@
+"""Kafka connection settings, topic names, topic creation and the producer every part uses.
+
+Brokers come from an explicit ``--bootstrap``, else ``KAFKA_BOOTSTRAP``, else
+the local broker. Security settings (SASL, TLS) come only from the environment
+(``KAFKA_SECURITY_PROTOCOL``, ``KAFKA_SASL_MECHANISM``, ``KAFKA_SASL_USERNAME``,
+``KAFKA_SASL_PASSWORD``, ``KAFKA_SSL_CAFILE``, ``KAFKA_SSL_CERTFILE``,
+``KAFKA_SSL_KEYFILE``), never from arguments that land in logs, and the
+settings' repr hides them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+LOCAL_BOOTSTRAP = "127.0.0.1:19092"
+
+_SECURITY_ENV = {
+    "KAFKA_SECURITY_PROTOCOL": "security_protocol",
+    "KAFKA_SASL_MECHANISM": "sasl_mechanism",
+    "KAFKA_SASL_USERNAME": "sasl_plain_username",
+    "KAFKA_SASL_PASSWORD": "sasl_plain_password",
+    "KAFKA_SSL_CAFILE": "ssl_cafile",
+    "KAFKA_SSL_CERTFILE": "ssl_certfile",
+    "KAFKA_SSL_KEYFILE": "ssl_keyfile",
+}
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The topic names trustbeam reads and writes."""
+
+    events: str = "collab-events"
+    status: str = "device-status"
+    scores: str = "trust-scores"
+    rankings: str = "collaborator-rankings"
+    dead_letter: str = "dead-letter"
+
+    def partitions(self) -> dict[str, int]:
+        """Default partition counts: events and outputs spread by key, dead letters in one."""
+        return {self.events: 8, self.status: 4, self.scores: 8, self.rankings: 8, self.dead_letter: 1}
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap: str
+    security: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def resolve(cls, bootstrap: str | None = None, env: Mapping[str, str] = os.environ) -> "KafkaSettings":
+        chosen = bootstrap or env.get("KAFKA_BOOTSTRAP") or LOCAL_BOOTSTRAP
+        security = {key: env[name] for name, key in _SECURITY_ENV.items() if env.get(name)}
+        return cls(chosen, security)
+
+    @property
+    def is_local(self) -> bool:
+        return self.bootstrap == LOCAL_BOOTSTRAP
+
+    def client_args(self) -> dict[str, Any]:
+        """Keyword arguments for any kafka-python client."""
+        return {"bootstrap_servers": self.bootstrap.split(","), **self.security}
+
+    def __repr__(self) -> str:
+        return f"KafkaSettings(bootstrap={self.bootstrap!r}, security={sorted(self.security)!r})"
+
+
+def admin(settings: KafkaSettings, timeout_s: float = 10.0) -> KafkaAdminClient:
+    return KafkaAdminClient(**settings.client_args(), request_timeout_ms=int(timeout_s * 1000))
+
+
+def wait_until_answering(settings: KafkaSettings, timeout_s: float = 10.0) -> None:
+    """Block until the brokers answer a metadata request, or raise TimeoutError."""
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if not _accepts_connections(settings.bootstrap):
+            time.sleep(0.05)
+            continue
+        try:
+            client = admin(settings, timeout_s=2.0)
+            try:
+                client.list_topics()
+                return
+            finally:
+                client.close()
+        except (KafkaError, OSError) as error:
+            last = error
+            time.sleep(0.1)
+    raise TimeoutError(f"Kafka at {settings.bootstrap} did not answer within {timeout_s} s: {last}")
+
+
+def _accepts_connections(bootstrap: str) -> bool:
+    """Whether any bootstrap address accepts a TCP connection (checked before a Kafka client logs errors)."""
+    for address in bootstrap.split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=0.5):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def ensure_topics(settings: KafkaSettings, partitions: Mapping[str, int]) -> list[str]:
+    """Create the topics that do not exist yet; returns the names created."""
+    from kafka.admin import NewTopic
+
+    client = admin(settings)
+    try:
+        existing = set(client.list_topics())
+        missing = [name for name in partitions if name not in existing]
+        for name in missing:
+            try:
+                client.create_topics([NewTopic(name, partitions[name], 1)])
+            except TopicAlreadyExistsError:
+                pass
+        return missing
+    finally:
+        client.close()
+
+
+def make_producer(settings: KafkaSettings, **overrides: Any) -> KafkaProducer:
+    """An idempotent producer with acks=all and bounded retries."""
+    config: dict[str, Any] = dict(
+        acks="all",
+        enable_idempotence=True,
+        retries=5,
+        linger_ms=20,
+        batch_size=262_144,
+        max_in_flight_requests_per_connection=5,
+        request_timeout_ms=15_000,
+        delivery_timeout_ms=60_000,
+        compression_type=None,
+    )
+    config.update(overrides)
+    return KafkaProducer(**settings.client_args(), **config)
+
+
+def read_to_end(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) -> list[Any]:
+    """Every record of a topic, from the beginning to the end offsets seen at the call, in partition order."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(**settings.client_args(), enable_auto_commit=False, consumer_timeout_ms=1000)
+    try:
+        partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            raise KeyError(f"topic {topic!r} does not exist at {settings.bootstrap}")
+        assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(assigned)
+        consumer.seek_to_beginning(*assigned)
+        ends = consumer.end_offsets(assigned)
+        records: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < ends[tp] for tp in assigned):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic!r}: {len(records)} records after {timeout_s} s, not at the end")
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(batch)
+        return records
+    finally:
+        consumer.close()
