@@ -1,0 +1,33 @@
+# Two entry points a new machine needs: `make demo` (the main job) and `make test` (the suite).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-slow bench schemas clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/trustbeam demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(PY) -m bench.simulator_bench
+
+schemas: $(STAMP)
+	$(PY) -m schemas.jsonschema
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .hypothesis *.egg-info

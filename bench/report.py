@@ -1,0 +1,25 @@
+"""Print benchmark figures as JSON and as an aligned table."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    cells = [[_cell(row.get(c, "")) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in cells]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    return f"{value:,.3f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def emit(name: str, rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> None:
+    print(json.dumps({"benchmark": name, **meta, "rows": list(rows)}, indent=2))
+    print()
+    print(table(rows))

