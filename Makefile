@@ -21,6 +21,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 test-slow: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,ns3]'
 	$(PY) -m pytest -q -m slow
 
 bench: $(STAMP)

@@ -35,6 +35,13 @@ DEFAULT_MIX = {
 }
 
 
+class ChannelModel(str, enum.Enum):
+    """How transmission success is decided (see :mod:`simulator.channel`)."""
+
+    RAYLEIGH = "rayleigh"  # closed-form Rayleigh-fading outage
+    NS3 = "ns3"  # ns-3's propagation-loss models, sampled and cached (the ns3 extra)
+
+
 class Policy(str, enum.Enum):
     """How owners pick a collaborator for a task."""
 
@@ -69,6 +76,7 @@ class SimConfig:
     selective_targets: float = 0.3  # fraction of owners a SELECTIVE device misbehaves toward
     mix: dict[Behaviour, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
     policy: Policy = Policy.RANDOM_IN_RANGE
+    channel: ChannelModel = ChannelModel.RAYLEIGH
     status_every: int = 1  # DeviceStatus rows every this many slots (all devices)
     clock: SlotClock = field(default_factory=SlotClock)
     system: SystemParams = field(default_factory=SystemParams)

@@ -15,7 +15,8 @@ import pyarrow as pa
 
 from model import physics
 from model.physics import Cost
-from simulator.config import Behaviour, SimConfig
+from simulator.channel import Channel, Ns3Channel, RayleighChannel
+from simulator.config import Behaviour, ChannelModel, SimConfig
 from simulator.hashing import hash_uniform
 
 # hash streams
@@ -36,6 +37,12 @@ DEVICES_SCHEMA = pa.schema(
     ],
     metadata={"doc": "simulated devices and their hidden behaviour parameters"},
 )
+
+
+def make_channel(config: SimConfig) -> Channel:
+    if config.channel is ChannelModel.NS3:
+        return Ns3Channel(config.system, config.outage_snr_db, config.tx_w, max_distance_m=config.area_m * 2**0.5)
+    return RayleighChannel(config.system, config.outage_snr_db)
 
 
 def device_ids(count: int) -> pa.Array:
@@ -83,6 +90,7 @@ class World:
         self.offset = rng.integers(0, 1 << 20, size=n)
         self.period = rng.uniform(8.0, 40.0, size=n)  # periodic reliability and load
         self.phase = rng.uniform(0.0, 2 * np.pi, size=n)
+        self.channel = make_channel(config)
 
     def devices_table(self) -> pa.Table:
         labels = np.array([b.label for b in Behaviour])
@@ -130,8 +138,7 @@ class World:
         """Outcome probabilities and costs of offloading the configured task, pairwise."""
         c, params = self.config, self.config.system
         distance = self.distance(owners, collabs)
-        snr_threshold = 10.0 ** (c.outage_snr_db / 10.0)
-        p_tr = np.exp(-snr_threshold / physics.snr(distance, self.tx_w[owners], params))
+        p_tr = self.channel.p_tr(distance, self.tx_w[owners])
         effective_hz = self.cpu_hz[collabs] * (1.0 - self.load(collabs, slot))
         size, density = c.task_size_bits, c.density_cycles_per_bit
         offload = physics.offload(size, density, distance, self.tx_w[owners], self.rx_w[collabs],

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from simulator.config import Policy, SimConfig, parse_mix
+from simulator.config import ChannelModel, Policy, SimConfig, parse_mix
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -25,6 +25,8 @@ def _add_sim_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--range", type=float, default=defaults.range_m, dest="range_m",
                         help="communication range for the random-in-range policy, m")
     parser.add_argument("--policy", choices=[p.value for p in Policy], default=defaults.policy.value)
+    parser.add_argument("--channel", choices=[c.value for c in ChannelModel], default=defaults.channel.value,
+                        help="transmission success model; ns3 needs the ns3 extra")
     parser.add_argument("--mix", default=None,
                         help="behaviour shares, e.g. stable_reliable=0.5,intermittent=0.5")
     parser.add_argument("--status-every", type=int, default=defaults.status_every,
@@ -34,7 +36,8 @@ def _add_sim_options(parser: argparse.ArgumentParser) -> None:
 def sim_config(args: argparse.Namespace) -> SimConfig:
     extra = {"mix": parse_mix(args.mix)} if args.mix else {}
     return SimConfig(devices=args.devices, tasks=args.tasks, slots=args.slots, seed=args.seed, area_m=args.area,
-                     range_m=args.range_m, policy=Policy(args.policy), status_every=args.status_every, **extra)
+                     range_m=args.range_m, policy=Policy(args.policy), channel=ChannelModel(args.channel),
+                     status_every=args.status_every, **extra)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
