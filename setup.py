@@ -22,10 +22,12 @@ setup(
         "pyarrow>=14,<26",
         "kafka-python>=2.2,<4",
         "tqdm>=4.66,<5",
+        "torch-geometric>=2.6,<2.9",
     ],
     extras_require={
         "gpu": ["mamba-ssm>=2.2,<3", "causal-conv1d>=1.4,<2", "onnxruntime-gpu>=1.20,<2"],
         "ns3": ["ns3==3.44.post0"],
+        "bench": ["mambapy==1.2.0"],
         "dev": ["pytest>=8,<10", "pandas>=2.1,<4", "pytest-timeout>=2.3,<3", "hypothesis>=6.100,<7", "jsonschema>=4.20,<5"],
     },
     entry_points={"console_scripts": ["trustbeam=trustbeam.cli:main"]},
