@@ -1,0 +1,146 @@
+"""BM checkpoints: weights + JSON config + node2vec table + device index, sealed by a content hash.
+
+A checkpoint is a directory::
+
+    config.json     format, BMConfig, device ids, metadata, sha256 of each file, content hash
+    weights.pt      the state dict (tensors only; loaded with torch.load(weights_only=True))
+    node2vec.npy    the (devices, dim) node2vec table (loaded with allow_pickle=False)
+
+The content hash covers the config, the device ids and both files; loading
+recomputes it and refuses any mismatch, so ``model_version`` (``bm-`` + 12 hex
+digits of it) names exactly what scored. Writes go to a temporary directory
+renamed into place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import numpy as np
+import torch
+
+from model.bm import BM, BMConfig
+from model.graphs import DeviceIndex
+
+FORMAT = "trustbeam-bm/1"
+_DERIVED = ("features", "level_values")  # stored elsewhere or recomputed
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, altered, or does not fit what the caller expects."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _content_hash(config: dict[str, Any], ids: list[str], files: dict[str, str]) -> str:
+    body = json.dumps({"config": config, "ids": ids, "files": files}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def model_version(content_hash: str) -> str:
+    return f"bm-{content_hash[:12]}"
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def config_from_dict(cls: type, data: dict[str, Any], where: str = "config") -> Any:
+    """Rebuild a (nested) frozen dataclass from JSON, refusing unknown or missing fields."""
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{where}: expected an object (got {data!r})")
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(data) - set(fields)
+    if unknown:
+        raise CheckpointError(f"{where}: unknown fields {sorted(unknown)}")
+    values = {}
+    for name, value in data.items():
+        kind = hints[name]
+        if dataclasses.is_dataclass(kind):
+            values[name] = config_from_dict(kind, value, f"{where}.{name}")
+        elif isinstance(value, list):
+            values[name] = tuple(value)
+        else:
+            values[name] = value
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{where}: {error}") from None
+
+
+def save(model: BM, index: DeviceIndex, directory: str | os.PathLike[str], metadata: dict[str, Any] | None = None
+         ) -> str:
+    """Write a checkpoint; returns its content hash."""
+    target = Path(directory)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        weights = {k: v for k, v in model.state_dict().items() if k not in _DERIVED}
+        torch.save(weights, staging / "weights.pt")
+        np.save(staging / "node2vec.npy", model.features.numpy(), allow_pickle=False)
+        files = {name: _sha256(staging / name) for name in ("weights.pt", "node2vec.npy")}
+        config = config_to_dict(model.config)
+        content = _content_hash(config, list(index.ids), files)
+        manifest = {"format": FORMAT, "config": config, "ids": list(index.ids), "files": files,
+                    "content_hash": content, "model_version": model_version(content), "metadata": metadata or {}}
+        (staging / "config.json").write_text(json.dumps(manifest, indent=1))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return content
+
+
+def load(directory: str | os.PathLike[str], expect: dict[str, Any] | None = None
+         ) -> tuple[BM, DeviceIndex, dict[str, Any]]:
+    """Load and verify a checkpoint. ``expect`` maps config fields (e.g. ``clock``) to required values."""
+    root = Path(directory)
+    try:
+        manifest = json.loads((root / "config.json").read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{root}: not a checkpoint (no config.json)") from None
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{root}/config.json: not JSON ({error})") from None
+    if manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{root}: format {manifest.get('format')!r} is not {FORMAT!r}")
+    files = {name: _sha256(root / name) for name in ("weights.pt", "node2vec.npy") if (root / name).exists()}
+    if files != manifest.get("files"):
+        raise CheckpointError(f"{root}: file hashes do not match the manifest (altered or incomplete)")
+    if _content_hash(manifest["config"], manifest["ids"], files) != manifest.get("content_hash"):
+        raise CheckpointError(f"{root}: content hash does not match the config and files")
+    config = config_from_dict(BMConfig, manifest["config"])
+    for name, wanted in (expect or {}).items():
+        if getattr(config, name) != wanted:
+            raise CheckpointError(f"{root}: config.{name} is {getattr(config, name)!r}, expected {wanted!r}")
+    features = np.load(root / "node2vec.npy", allow_pickle=False)
+    index = DeviceIndex(tuple(manifest["ids"]))
+    if features.shape != (len(index), config.node2vec.dim):
+        raise CheckpointError(f"{root}: node2vec table {features.shape} does not fit {len(index)} devices")
+    model = BM(config, features)
+    state = torch.load(root / "weights.pt", weights_only=True)
+    expected = set(model.state_dict()) - set(_DERIVED)
+    if set(state) != expected:
+        raise CheckpointError(f"{root}: weights do not fit the config (missing {sorted(expected - set(state))[:3]}, "
+                              f"unexpected {sorted(set(state) - expected)[:3]})")
+    try:
+        model.load_state_dict(state, strict=False)
+    except RuntimeError as error:
+        raise CheckpointError(f"{root}: weights do not fit the config: {error}") from None
+    model.eval()
+    return model, index, manifest
