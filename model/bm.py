@@ -1,5 +1,8 @@
 """BM: slot GNN -> bidirectional Mamba over each device's slot history -> pair head -> T_beh.
 
+The LSTM, Transformer and GNN-only baselines are the same model with another
+``sequence`` encoder (:mod:`model.sequence`).
+
 Glossary: ``t_beh`` is the paper's T_beh, the long-term behavioural trust of
 collaborator j for owner i, read from the pair head ``MLP(Y_i (+) Y_j)``.
 The head predicts a distribution over ``levels`` evenly spaced reliability
@@ -20,11 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.bimamba import BiMambaEncoder, MambaConfig
+from model.bimamba import MambaConfig
 from model.config import SlotClock, TrustWeights
 from model.gnn import GNNConfig, SlotEncoder
 from model.history import History
 from model.node2vec import Node2VecConfig
+from model.sequence import SequenceKind, sequence_encoder
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class BMConfig:
     head_hidden: int = 64
     dropout: float = 0.0
     readout: Literal["expected", "max"] = "expected"
+    sequence: SequenceKind = "bimamba"  # the learned baselines swap this encoder (see model.sequence)
 
     def __post_init__(self) -> None:
         if self.mamba.d_model != self.gnn.out_dim:
@@ -59,7 +64,7 @@ class BM(nn.Module):
         self.register_buffer("features", torch.as_tensor(features, dtype=torch.float32))
         self.register_buffer("level_values", torch.linspace(0, 1, config.levels))
         self.slot_encoder = SlotEncoder(config.gnn)
-        self.sequence_encoder = BiMambaEncoder(config.mamba)
+        self.sequence_encoder = sequence_encoder(config.sequence, config.mamba, config.window)
         d = config.gnn.out_dim
         self.head = nn.Sequential(nn.Linear(2 * d, config.head_hidden), nn.ReLU(), nn.Dropout(config.dropout),
                                   nn.Linear(config.head_hidden, config.levels))

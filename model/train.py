@@ -64,8 +64,8 @@ def blocked_folds(slots: Sequence[int], folds: int) -> list[list[int]]:
 
 
 def targets(history: History, slots: Iterable[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(src, dst, end slot, T_col) of every edge in the given target slots; end = slot - 1."""
-    graphs = [(t, history.graphs[t]) for t in slots if history.graphs[t] is not None]
+    """(src, dst, end slot, T_col) of every edge of the target slots, in slot order; end = slot - 1."""
+    graphs = [(t, history.graphs[t]) for t in sorted(set(slots)) if history.graphs[t] is not None]
     if not graphs:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty, np.zeros(0)

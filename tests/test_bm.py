@@ -108,3 +108,22 @@ def test_training_beats_the_constant_and_checkpoints_round_trip(history: History
         load(tmp_path / "ckpt2")
     with pytest.raises(CheckpointError, match="not a checkpoint"):
         load(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("kind", ["lstm", "transformer", "last"])
+def test_learned_baselines_share_the_pipeline_and_ignore_padding(kind, history: History) -> None:
+    from dataclasses import replace
+
+    from model.sequence import sequence_encoder
+
+    encoder = sequence_encoder(kind, SMALL.mamba, SMALL.window).eval()
+    x = torch.randn(2, 6, 8)
+    junk = x.clone()
+    junk[0, 3:] = 99.0
+    lengths = torch.tensor([3, 6])
+    with torch.no_grad():
+        torch.testing.assert_close(encoder(x, lengths), encoder(junk, lengths))
+    model = BM(replace(SMALL, sequence=kind), np.zeros((len(history.index), 8), dtype=np.float32))
+    graph = history.graphs[5]
+    logits = model.pair_logits(history, graph.src, graph.dst, np.full(len(graph.src), 4))
+    assert logits.shape == (len(graph.src), SMALL.levels)
