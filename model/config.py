@@ -64,6 +64,17 @@ class SlotClock:
         if self.origin_ms < 0:
             raise ValueError(f"SlotClock.origin_ms: must be >= 0 (got {self.origin_ms!r})")
 
+    def metadata(self) -> dict[bytes, bytes]:
+        """Arrow schema metadata recording this clock, so a file carries its slots' definition."""
+        return {b"slot_origin_ms": str(self.origin_ms).encode(), b"slot_ms": str(self.slot_ms).encode()}
+
+    @classmethod
+    def from_metadata(cls, metadata: dict[bytes, bytes] | None) -> "SlotClock | None":
+        """The clock recorded by :meth:`metadata`, or None when the file has none."""
+        if not metadata or b"slot_ms" not in metadata:
+            return None
+        return cls(origin_ms=int(metadata[b"slot_origin_ms"]), slot_ms=int(metadata[b"slot_ms"]))
+
     def slot_of(self, time_ms: np.ndarray | int) -> np.ndarray:
         """Slot index of each event time (negative before the origin)."""
         return (np.asarray(time_ms, dtype=np.int64) - self.origin_ms) // self.slot_ms

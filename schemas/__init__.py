@@ -6,7 +6,7 @@
 True
 """
 
-from schemas.arrow import arrow_schema, from_arrow, to_arrow
+from schemas.arrow import arrow_schema, events_file_schema, from_arrow, to_arrow
 from schemas.base import Record
 from schemas.codec import MAX_MESSAGE_BYTES, from_json, to_json
 from schemas.errors import ValidationError
@@ -30,6 +30,7 @@ __all__ = [
     "TrustScore",
     "ValidationError",
     "arrow_schema",
+    "events_file_schema",
     "from_arrow",
     "from_json",
     "to_arrow",

@@ -32,6 +32,15 @@ def arrow_schema(cls: type[Record]) -> pa.Schema:
     return pa.schema(fields, metadata=meta)
 
 
+def events_file_schema(extra_metadata: dict[bytes, bytes] | None = None) -> pa.Schema:
+    """``events.parquet``: the CollaborationEvent columns plus ``slot`` (under the clock in the metadata)."""
+    from schemas.records import CollaborationEvent
+
+    base = arrow_schema(CollaborationEvent)
+    slot = pa.field("slot", pa.int64(), nullable=False, metadata={"doc": "slot index under the file's clock"})
+    return base.append(slot).with_metadata({**base.metadata, **(extra_metadata or {})})
+
+
 def to_arrow(cls: type[R], rows: Iterable[R]) -> pa.Table:
     """A table of records (all of class ``cls``)."""
     return pa.Table.from_pylist([row.to_dict() for row in rows], schema=arrow_schema(cls))

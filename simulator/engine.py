@@ -17,16 +17,13 @@ import pyarrow.compute as pc
 from tqdm import tqdm
 
 from model import physics
-from schemas import CollaborationEvent, DeviceStatus, arrow_schema
+from schemas import DeviceStatus, arrow_schema, events_file_schema
 from simulator.config import Policy, SimConfig
 from simulator.world import World
 
 SUB_BATCH = 65_536
 MAX_DRAWS = 64  # rejection-sampling rounds before falling back to the nearest available device
 
-EVENTS_SCHEMA = arrow_schema(CollaborationEvent).append(
-    pa.field("slot", pa.int64(), nullable=False, metadata={"doc": "slot index under the run's SlotClock"})
-)
 STATUS_SCHEMA = arrow_schema(DeviceStatus)
 TRUTH_SCHEMA = pa.schema(
     [
@@ -195,7 +192,8 @@ class Simulator:
             "voc": voc,
             "slot": np.full(m, slot, dtype=np.int64),
         }
-        return pa.Table.from_pydict(columns, schema=EVENTS_SCHEMA), owners * c.devices + collabs
+        schema = events_file_schema(c.clock.metadata())
+        return pa.Table.from_pydict(columns, schema=schema), owners * c.devices + collabs
 
     def truth_table(self, slot: int, keys: np.ndarray) -> pa.Table:
         """The hidden expected reliability of each pair that collaborated in the slot."""

@@ -127,3 +127,16 @@ def test_learned_baselines_share_the_pipeline_and_ignore_padding(kind, history: 
     graph = history.graphs[5]
     logits = model.pair_logits(history, graph.src, graph.dst, np.full(len(graph.src), 4))
     assert logits.shape == (len(graph.src), SMALL.levels)
+
+
+def test_cli_train_writes_a_loadable_checkpoint(tmp_path, capsys) -> None:
+    from trustbeam.cli import main
+
+    assert main(["simulate", "--devices", "30", "--tasks", "600", "--slots", "12", "--out", str(tmp_path / "sim")]) == 0
+    capsys.readouterr()
+    assert main(["train", "--events", str(tmp_path / "sim" / "events.parquet"), "--out", str(tmp_path / "ckpt"),
+                 "--epochs", "2", "--window", "4"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["model_version"].startswith("bm-") and len(report["val_rmse"]) <= 2
+    model, index, manifest = load(tmp_path / "ckpt")
+    assert len(index) == report["devices"] and manifest["metadata"]["test_rmse"] == report["test_rmse"]

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from model.config import SlotClock
 from simulator.config import ChannelModel, Policy, SimConfig, parse_mix
 
 Handler = Callable[[argparse.Namespace], int]
@@ -120,6 +121,62 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if len(records) == summary.events and not invalid else 1
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train BM (or a learned baseline) on an events file and write a checkpoint."""
+    from dataclasses import asdict, replace
+
+    import pyarrow.parquet as pq
+
+    from model.bm import BMConfig
+    from model.checkpoint import model_version, save
+    from model.history import History
+    from model.train import PAPER_GRID, TrainConfig, train_bm
+
+    events = pq.read_table(args.events)
+    clock = SlotClock.from_metadata(events.schema.metadata) or SlotClock()
+    if args.slot_seconds is not None or args.origin_ms is not None:
+        clock = SlotClock(origin_ms=clock.origin_ms if args.origin_ms is None else args.origin_ms,
+                          slot_ms=clock.slot_ms if args.slot_seconds is None else int(args.slot_seconds * 1000))
+    config = replace(BMConfig(), clock=clock, window=args.window, sequence=args.sequence)
+    history = History.from_events(events, config.clock, config.weights)
+    train = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout, epochs=args.epochs,
+                        patience=args.patience, seed=args.seed, grid=PAPER_GRID if args.grid == "paper" else {})
+    started = time.perf_counter()
+    model, _, report = train_bm(history, config, train, progress=args.progress or sys.stderr.isatty())
+    seconds = time.perf_counter() - started
+    summary = {"setting": report.setting, "best_epoch": report.fit.best_epoch, "val_rmse": report.fit.val_rmse,
+               "train_loss": report.fit.train_losses, "test_rmse": report.test_rmse, "test_mae": report.test_mae,
+               "train_slots": len(report.train_slots), "test_slots": len(report.test_slots),
+               "devices": len(history.index), "search": report.search, "train_seconds": round(seconds, 1)}
+    content = save(model, history.index, args.out, metadata={"events": str(Path(args.events).resolve()),
+                                                             "train": asdict(train), **summary})
+    print(json.dumps({"checkpoint": str(Path(args.out).resolve()), "model_version": model_version(content),
+                      **summary}, indent=2))
+    return 0
+
+
+def cmd_import_log(args: argparse.Namespace) -> int:
+    """Turn an interaction log into events.parquet (graded outcomes), counting what was left out."""
+    import pyarrow.parquet as pq
+
+    from model.logs import LogMapping, import_log
+
+    mapping = LogMapping(owner=args.owner_col, collaborator=args.collaborator_col, time=args.time_col,
+                         outcome=args.outcome_col, outcome_range=tuple(args.outcome_range),
+                         time_unit=args.time_unit, header=not args.no_header)
+    events, dropped = import_log(args.csv, mapping, args.slot_days)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    partial = out / ".events.parquet.partial"
+    pq.write_table(events, partial, compression="zstd")
+    partial.replace(out / "events.parquet")
+    slots = events["slot"].to_numpy()
+    print(json.dumps({"events": events.num_rows, "left_out": dropped, "slots": int(slots.max() + 1) if len(slots) else 0,
+                      "devices": len(set(events["owner"].to_pylist()) | set(events["collaborator"].to_pylist())),
+                      "out": str((out / "events.parquet").resolve())}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trustbeam", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -138,6 +195,38 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("action", choices=["start", "stop", "status"])
     broker.add_argument("--port", type=int, default=19092)
     broker.set_defaults(handler=cmd_broker)
+
+    train = sub.add_parser("train", help="train BM on an events file (time split, early stopping) to a checkpoint")
+    train.add_argument("--events", required=True, help="events.parquet (simulate or import-log output)")
+    train.add_argument("--out", required=True, help="checkpoint directory")
+    train.add_argument("--slot-seconds", type=float, default=None,
+                       help="slot length, s (default: the clock recorded in the events file, else 60)")
+    train.add_argument("--origin-ms", type=int, default=None, help="slot origin, ms since epoch (default: the file's)")
+    train.add_argument("--window", type=int, default=32, help="slots of history per device (S)")
+    train.add_argument("--sequence", choices=["bimamba", "lstm", "transformer", "last"], default="bimamba")
+    train.add_argument("--lr", type=float, default=1e-3)
+    train.add_argument("--weight-decay", type=float, default=1e-5)
+    train.add_argument("--dropout", type=float, default=0.0)
+    train.add_argument("--epochs", type=int, default=40)
+    train.add_argument("--patience", type=int, default=5)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--grid", choices=["none", "paper"], default="none",
+                       help="paper: blocked 5-fold CV over the paper's lr x L2 x dropout grid")
+    train.add_argument("--progress", action="store_true")
+    train.set_defaults(handler=cmd_train)
+
+    log = sub.add_parser("import-log", help="turn an interaction log (CSV/Parquet) into events.parquet")
+    log.add_argument("--csv", required=True, help="the log (.csv, or .parquet)")
+    log.add_argument("--owner-col", required=True, help="rater column (name, or 0-based position with --no-header)")
+    log.add_argument("--collaborator-col", required=True, help="rated device column")
+    log.add_argument("--time-col", required=True)
+    log.add_argument("--outcome-col", required=True)
+    log.add_argument("--outcome-range", type=float, nargs=2, required=True, metavar=("LO", "HI"))
+    log.add_argument("--time-unit", choices=["s", "ms"], default="s")
+    log.add_argument("--no-header", action="store_true")
+    log.add_argument("--slot-days", type=float, default=14.0)
+    log.add_argument("--out", required=True)
+    log.set_defaults(handler=cmd_import_log)
 
     demo = sub.add_parser("demo", help="the main job on embedded defaults: local broker, simulated events")
     _add_sim_options(demo)
