@@ -1,0 +1,47 @@
+"""Evaluation: metrics against hand-computed values, truth alignment, and the quick report end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from model.evaluate import scores, summarize, truth_for
+from model.graphs import DeviceIndex, SlotGraph
+from model.history import History
+from trustbeam.cli import main
+
+
+def test_scores_by_hand() -> None:
+    s = scores(np.array([0.5, 1.0, 0.0]), np.array([1.0, 1.0, 0.5]))
+    assert s.rmse == pytest.approx(math.sqrt((0.25 + 0 + 0.25) / 3))
+    assert s.mae == pytest.approx(1 / 3)
+
+
+def test_summary_mean_and_std() -> None:
+    runs = [{"bm": {"rmse": 0.2, "mae": 0.1}}, {"bm": {"rmse": 0.4, "mae": 0.3}}]
+    assert summarize(runs) == {"bm": {"rmse": {"mean": pytest.approx(0.3), "std": pytest.approx(0.1)},
+                                      "mae": {"mean": pytest.approx(0.2), "std": pytest.approx(0.1)}}}
+
+
+def test_truth_is_aligned_with_test_targets() -> None:
+    graphs = (None, SlotGraph(1, np.array([0, 1]), np.array([1, 0]), np.array([1.0, 0.0]), np.zeros(2)))
+    history = History(DeviceIndex(("a", "b")), 10, graphs, np.array([1, 1]))
+    truth = pa.table({"owner": ["b", "a"], "collaborator": ["a", "b"], "slot": [11, 11], "reliability": [0.2, 0.9]})
+    assert truth_for(history, [1], truth).tolist() == [0.9, 0.2]
+    with pytest.raises(ValueError, match="no truth row"):
+        truth_for(history, [1], truth.slice(0, 1))
+
+
+def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
+    assert main(["evaluate", "--quick", "--runs", "1", "--epochs", "2", "--quiet", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    for method in ("bm", "lstm", "transformer", "gnn", "beta", "qs_trust", "oracle"):
+        assert set(report[method]["rmse"]) == {"mean", "std"} and 0 <= report[method]["rmse"]["mean"] <= 1
+    assert report["oracle"]["rmse_truth"]["mean"] == 0.0
+    # the hidden truth is the expectation of T_col, so no method's error to T_col beats the oracle by much
+    assert all(report[m]["rmse"]["mean"] > report["oracle"]["rmse"]["mean"] - 0.05 for m in ("beta", "qs_trust"))
+    assert "| bm |" in (tmp_path / "report.md").read_text()
