@@ -1,0 +1,1 @@
+"""The streaming job (Apache Beam): Kafka in, slot windows, BiMamba scoring, rankings out."""

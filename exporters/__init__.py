@@ -1,0 +1,1 @@
+"""Outputs of trustbeam: ONNX models for serving, Parquet and Kafka sinks, the schedulers' client."""
