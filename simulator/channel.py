@@ -22,6 +22,7 @@ import numpy as np
 
 from model import physics
 from model.config import SystemParams
+from trustbeam.state import state_dir
 
 
 class Channel(Protocol):
@@ -56,8 +57,7 @@ class Ns3Channel:
         self.samples, self.seed = samples, seed
         key = json.dumps([params.path_loss_exponent, params.noise_w, params.min_distance_m, outage_snr_db, tx_w,
                           self.edges.tolist(), samples, seed])
-        state = Path(os.environ.get("TRUSTBEAM_STATE_DIR") or Path.home() / ".local" / "state" / "trustbeam")
-        self.cache = (cache_dir or state / "ns3") / f"p_tr-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+        self.cache = (cache_dir or state_dir() / "ns3") / f"p_tr-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
         self.table = self._load_or_measure()
 
     def _load_or_measure(self) -> np.ndarray:

@@ -12,12 +12,12 @@ from model.bimamba import MambaConfig
 from model.bm import BM, BMConfig, soft_labels
 from model.checkpoint import CheckpointError, load, save
 from model.config import SlotClock
+from model.evaluate import simulated_log
 from model.gnn import GNNConfig
 from model.history import History
 from model.node2vec import Node2VecConfig
 from model.train import TrainConfig, blocked_folds, predict, time_split, train_bm
 from simulator.config import SimConfig
-from simulator.engine import Simulator
 
 SMALL = BMConfig(gnn=GNNConfig(node_dim=8, psi_dim=4, time_dim=4, widths=(8, 16, 8)),
                  mamba=MambaConfig(d_model=8, d_state=4, n_layers=1),
@@ -25,26 +25,11 @@ SMALL = BMConfig(gnn=GNNConfig(node_dim=8, psi_dim=4, time_dim=4, widths=(8, 16,
                  window=6, levels=5, head_hidden=8)
 
 
-class Collect:
-    def __init__(self) -> None:
-        self.events = []
-
-    def write(self, kind, table) -> None:
-        if kind == "events":
-            self.events.append(table)
-
-    def close(self) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def history() -> History:
-    import pyarrow as pa
-
-    sink = Collect()
     config = SimConfig(devices=40, tasks=1200, slots=24, seed=4)
-    Simulator(config).run([sink])
-    return History.from_events(pa.concat_tables(sink.events), config.clock, SMALL.weights)
+    events, _ = simulated_log(config)
+    return History.from_events(events, config.clock, SMALL.weights)
 
 
 def test_windows_start_at_first_appearance_and_are_right_padded(history: History) -> None:

@@ -16,13 +16,9 @@ from importlib import resources
 from pathlib import Path
 
 from trustbeam.kafka import KafkaSettings, wait_until_answering
+from trustbeam.state import state_dir as trustbeam_state_dir
 
 DEFAULT_PORT = 19092
-
-
-def default_state_dir() -> Path:
-    base = os.environ.get("TRUSTBEAM_STATE_DIR") or Path.home() / ".local" / "state" / "trustbeam"
-    return Path(base)
 
 
 def tansu_binary() -> Path:
@@ -49,7 +45,7 @@ class LocalBroker:
 
     def __init__(self, port: int = DEFAULT_PORT, state_dir: Path | None = None) -> None:
         self.port = port
-        self.state_dir = state_dir or default_state_dir()
+        self.state_dir = state_dir or trustbeam_state_dir()
         self.pid_file = self.state_dir / f"tansu-{port}.pid"
         self.log_file = self.state_dir / f"tansu-{port}.log"
         self._process: subprocess.Popen[bytes] | None = None
