@@ -4,7 +4,8 @@ Per run, each method predicts T_col of every test edge (slot t's edges from
 slots before t); RMSE and MAE are taken against the observed T_col and, on
 simulated data, against the hidden truth (the expectation of T_col that the
 simulator knows). ``oracle`` predicts the truth itself: its error against the
-observed T_col is the noise floor no method can beat. Runs differ by seed (the
+observed T_col is the noise floor no method can beat. On simulated data each
+method's T_beh also drives the selection experiment (:mod:`model.voc`). Runs differ by seed (the
 simulation's and the training's); the report gives mean and std over runs.
 """
 
@@ -19,13 +20,17 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from model.baselines import beta_reputation, qs_trust
+import torch
+
+from model.baselines import BetaReputation, OnlineScorer, QSTrust, predict_edges
 from model.bm import BMConfig
+from model.graphs import DeviceIndex
 from model.history import History
 from model.train import TrainConfig, predict, targets, time_split, train_bm
+from model.voc import THETAS, Scorer, voc_curves
 
 LEARNED = {"bm": "bimamba", "lstm": "lstm", "transformer": "transformer", "gnn": "last"}
-RULES: dict[str, Callable[[History, list[int]], np.ndarray]] = {"beta": beta_reputation, "qs_trust": qs_trust}
+RULES: dict[str, Callable[[int], OnlineScorer]] = {"beta": BetaReputation, "qs_trust": QSTrust}
 
 
 @dataclass(frozen=True)
@@ -53,51 +58,99 @@ def truth_for(history: History, slots: list[int], truth: pa.Table) -> np.ndarray
     return np.array([lookup[k] for k in keys])
 
 
+@dataclass(frozen=True)
+class Simulated:
+    """What only a simulated log has: the hidden truth, and the world for the selection experiment."""
+
+    truth: pa.Table
+    world: object  # simulator.world.World
+    events: pa.Table
+
+
+def learned_scorer(model, history: History) -> Scorer:
+    def score(src: np.ndarray, dst: np.ndarray, end: int) -> np.ndarray:
+        model.eval()
+        with torch.no_grad():
+            return model.t_beh(model.pair_logits(history, src, dst, np.full(len(src), end))).numpy()
+
+    return score
+
+
+def online_scorer(scorer: OnlineScorer, history: History) -> Scorer:
+    """A rule scorer advanced lazily through the history (ends must not decrease)."""
+    read = 0
+
+    def score(src: np.ndarray, dst: np.ndarray, end: int) -> np.ndarray:
+        nonlocal read
+        while read <= end:
+            scorer.advance(history.graphs[read])
+            read += 1
+        return scorer.score(src, dst)
+
+    return score
+
+
 def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods: list[str],
-                 truth: pa.Table | None = None) -> dict[str, dict[str, float]]:
-    """One run: every method's scores on the test period, and its training seconds."""
+                 simulated: Simulated | None = None) -> dict[str, dict]:
+    """One run: every method's scores on the test period, its seconds, and (simulated) its VoC curve."""
     train_slots, test_slots = time_split(history, train.test_fraction)
     observed = targets(history, test_slots)[3]
-    hidden = truth_for(history, test_slots, truth) if truth is not None else None
-    out: dict[str, dict[str, float]] = {}
+    hidden = truth_for(history, test_slots, simulated.truth) if simulated else None
+    out: dict[str, dict] = {}
+    scorers: dict[str, Scorer] = {}
     for method in methods:
         started = time.perf_counter()
         if method in LEARNED:
             model, _, _ = train_bm(history, replace(config, sequence=LEARNED[method]), train)
             prediction = predict(model, history, test_slots)[0]
+            scorers[method] = learned_scorer(model, history)
         elif method in RULES:
-            prediction = RULES[method](history, test_slots)
+            prediction = predict_edges(RULES[method](len(history.index)), history, test_slots)
+            scorers[method] = online_scorer(RULES[method](len(history.index)), history)
         elif method == "oracle" and hidden is not None:
             prediction = hidden
         else:
             continue
-        row = {"seconds": time.perf_counter() - started}
+        row: dict = {"seconds": time.perf_counter() - started}
         s = scores(prediction, observed)
         row.update(rmse=s.rmse, mae=s.mae)
         if hidden is not None:
             s = scores(prediction, hidden)
             row.update(rmse_truth=s.rmse, mae_truth=s.mae)
         out[method] = row
+    if simulated is not None:
+        curves = voc_curves(simulated.world, simulated.events, history.first_slot, test_slots, scorers,
+                            seed=train.seed)
+        for method, curve in curves.items():
+            out.setdefault(method, {})["voc"] = curve
     return out
 
 
-def summarize(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
-    """{method: {metric: {"mean": x, "std": y}}} over runs."""
-    summary: dict[str, dict[str, dict[str, float]]] = {}
+def summarize(runs: list[dict[str, dict]]) -> dict[str, dict[str, dict]]:
+    """{method: {metric: {"mean": x, "std": y}}} over runs; curves (lists) get per-point mean and std."""
+    summary: dict[str, dict[str, dict]] = {}
     for method in runs[0]:
-        metrics = runs[0][method].keys()
-        summary[method] = {m: {"mean": float(np.mean([r[method][m] for r in runs])),
-                               "std": float(np.std([r[method][m] for r in runs]))} for m in metrics}
+        summary[method] = {}
+        for metric in runs[0][method]:
+            values = np.array([r[method][metric] for r in runs], dtype=np.float64)
+            mean, std = values.mean(axis=0), values.std(axis=0)
+            summary[method][metric] = {"mean": mean.tolist(), "std": std.tolist()}
     return summary
 
 
-def markdown(title: str, summary: dict[str, dict[str, dict[str, float]]], notes: list[str]) -> str:
-    metrics = [m for m in ("rmse", "mae", "rmse_truth", "mae_truth", "seconds") if m in next(iter(summary.values()))]
+def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str]) -> str:
+    metrics = [m for m in ("rmse", "mae", "rmse_truth", "mae_truth", "seconds")
+               if any(m in row for row in summary.values())]
     lines = [f"# {title}", "", "| method | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
     for method, row in summary.items():
-        cells = [f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}" if m != "seconds" else f"{row[m]['mean']:.1f}"
-                 for m in metrics]
+        cells = [("" if m not in row else f"{row[m]['mean']:.1f}" if m == "seconds"
+                  else f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}") for m in metrics]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    curves = {method: row["voc"] for method, row in summary.items() if "voc" in row}
+    if curves:
+        lines += ["", "Achieved VoC per task versus the trust threshold theta (mean over runs):", "",
+                  "| method | " + " | ".join(f"θ={t}" for t in THETAS) + " |", "|---" * (len(THETAS) + 1) + "|"]
+        lines += [f"| {m} | " + " | ".join(f"{v:.3f}" for v in c["mean"]) + " |" for m, c in curves.items()]
     return "\n".join(lines + [""] + [f"- {note}" for note in notes]) + "\n"
 
 
@@ -129,13 +182,20 @@ def simulated_log(sim_config) -> tuple[pa.Table, pa.Table]:
 
 
 def evaluate_simulated(sim_config, config: BMConfig, train: TrainConfig, runs: int, methods: list[str],
-                       progress: Callable[[str], None] = lambda _: None) -> list[dict[str, dict[str, float]]]:
+                       progress: Callable[[str], None] = lambda _: None) -> list[dict[str, dict]]:
+    from simulator.world import World
+
     results = []
     for run in range(runs):
-        events, truth = simulated_log(replace(sim_config, seed=sim_config.seed + run))
-        history = History.from_events(events, replace(config, clock=sim_config.clock).clock, config.weights)
+        run_config = replace(sim_config, seed=sim_config.seed + run)
+        events, truth = simulated_log(run_config)
+        world = World(run_config)
+        # every simulated device has a row (in the world's order), and slot 0 is the clock's first slot
+        history = History.from_events(events, sim_config.clock, config.weights,
+                                      index=DeviceIndex(tuple(world.ids.to_pylist())), first_slot=0)
         results.append(evaluate_run(history, replace(config, clock=sim_config.clock),
-                                    replace(train, seed=train.seed + run), methods, truth))
+                                    replace(train, seed=train.seed + run), methods,
+                                    Simulated(truth, world, events)))
         progress(f"run {run + 1}/{runs} done")
     return results
 

@@ -1,8 +1,10 @@
-"""Trust arithmetic of the paper: the per-task collaboration weight behind T_col."""
+"""Trust arithmetic of the paper: the weight behind T_col, T_res, and collaborator selection."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from model.config import TrustWeights
 
@@ -15,3 +17,19 @@ def collaboration_weight(p_tr: Array, p_com: Array, weights: TrustWeights) -> Ar
     T_col(i, j) of a slot is the mean of this over the slot's tasks from i to j.
     """
     return weights.a_tr * p_tr + weights.a_com * p_com
+
+
+def resource_trust(willingness: Array, comm_ok: Array, comp_ok: Array) -> Array:
+    """T_res = willingness * communication-ok * computation-ok."""
+    return willingness * comm_ok * comp_ok
+
+
+def select(trust: np.ndarray, voc: np.ndarray, valid: np.ndarray, threshold: float) -> np.ndarray:
+    """The paper's rule, per task (row): among valid candidates with T >= theta, the one with the highest VoC.
+
+    trust, voc, valid: (tasks, candidates). Returns the chosen column per task, -1 where none qualifies.
+    """
+    eligible = valid & (trust >= threshold)
+    score = np.where(eligible, voc, -np.inf)
+    choice = score.argmax(axis=1)
+    return np.where(eligible.any(axis=1), choice, -1)

@@ -45,3 +45,18 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     # the hidden truth is the expectation of T_col, so no method's error to T_col beats the oracle by much
     assert all(report[m]["rmse"]["mean"] > report["oracle"]["rmse"]["mean"] - 0.05 for m in ("beta", "qs_trust"))
     assert "| bm |" in (tmp_path / "report.md").read_text()
+    curves = {m: report[m]["voc"]["mean"] for m in ("bm", "beta", "qs_trust", "oracle", "random")}
+    assert all(len(c) == 9 and all(0 <= v <= 1 for v in c) for c in curves.values())
+    assert max(curves["oracle"]) > curves["random"][0]  # trusting the truth beats picking at random
+    assert curves["oracle"][-1] <= curves["oracle"][0] + 0.05  # a strict threshold leaves tasks unserved
+    assert "Achieved VoC" in (tmp_path / "report.md").read_text()
+
+
+def test_selection_rule_by_hand() -> None:
+    from model.trust import select
+
+    trust = np.array([[0.9, 0.4, 0.8], [0.1, 0.2, 0.3]])
+    voc = np.array([[0.5, 0.9, 0.7], [0.9, 0.9, 0.9]])
+    valid = np.array([[True, True, True], [True, True, False]])
+    assert select(trust, voc, valid, 0.5).tolist() == [2, -1]  # highest VoC among T >= theta; none qualifies
+    assert select(trust, voc, valid, 0.1).tolist() == [1, 0]
