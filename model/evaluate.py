@@ -44,6 +44,12 @@ def scores(prediction: np.ndarray, target: np.ndarray) -> Scores:
     return Scores(float(np.sqrt(np.mean(error**2))), float(np.mean(np.abs(error))))
 
 
+def per_slot_rmse(prediction: np.ndarray, target: np.ndarray, slot: np.ndarray, slots: list[int]) -> list[float]:
+    """RMSE within each test slot (the long-term curve); NaN for a slot without edges."""
+    return [scores(prediction[slot == t], target[slot == t]).rmse if (slot == t).any() else float("nan")
+            for t in slots]
+
+
 def truth_for(history: History, slots: list[int], truth: pa.Table) -> np.ndarray:
     """The hidden reliability of each test edge, in :func:`targets` order."""
     src, dst, end, _ = targets(history, slots)
@@ -94,7 +100,8 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
                  simulated: Simulated | None = None) -> dict[str, dict]:
     """One run: every method's scores on the test period, its seconds, and (simulated) its VoC curve."""
     train_slots, test_slots = time_split(history, train.test_fraction)
-    observed = targets(history, test_slots)[3]
+    _, _, end, observed = targets(history, test_slots)
+    edge_slot = end + 1
     hidden = truth_for(history, test_slots, simulated.truth) if simulated else None
     out: dict[str, dict] = {}
     scorers: dict[str, Scorer] = {}
@@ -113,7 +120,7 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             continue
         row: dict = {"seconds": time.perf_counter() - started}
         s = scores(prediction, observed)
-        row.update(rmse=s.rmse, mae=s.mae)
+        row.update(rmse=s.rmse, mae=s.mae, rmse_per_slot=per_slot_rmse(prediction, observed, edge_slot, test_slots))
         if hidden is not None:
             s = scores(prediction, hidden)
             row.update(rmse_truth=s.rmse, mae_truth=s.mae)

@@ -42,6 +42,8 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     for method in ("bm", "lstm", "transformer", "gnn", "beta", "qs_trust", "oracle"):
         assert set(report[method]["rmse"]) == {"mean", "std"} and 0 <= report[method]["rmse"]["mean"] <= 1
     assert report["oracle"]["rmse_truth"]["mean"] == 0.0
+    per_slot = report["bm"]["rmse_per_slot"]["mean"]
+    assert len(per_slot) == len(report["runs"][0]["bm"]["rmse_per_slot"]) >= 5
     # the hidden truth is the expectation of T_col, so no method's error to T_col beats the oracle by much
     assert all(report[m]["rmse"]["mean"] > report["oracle"]["rmse"]["mean"] - 0.05 for m in ("beta", "qs_trust"))
     assert "| bm |" in (tmp_path / "report.md").read_text()
