@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from model.config import SlotClock, TrustWeights
+from model.trust import collaboration_weight
 
 EDGES_SCHEMA = pa.schema([
     pa.field("slot", pa.int64(), nullable=False),
@@ -27,12 +28,14 @@ EDGES_SCHEMA = pa.schema([
 ])
 
 
-def task_weight(events: pa.Table, weights: TrustWeights) -> pa.Array:
+def task_weight(events: pa.Table, weights: TrustWeights) -> np.ndarray:
     """a1 * tr + a2 * com per event, or the graded reliability where the flags are null."""
-    tr = pc.cast(events["tr_success"], pa.float64())
-    com = pc.cast(events["com_success"], pa.float64())
-    flags = pc.add(pc.multiply(tr, weights.a_tr), pc.multiply(com, weights.a_com))
-    return pc.coalesce(flags, events["reliability"]).combine_chunks()
+
+    def floats(name: str) -> np.ndarray:
+        return pc.cast(events[name], pa.float64()).to_numpy(zero_copy_only=False)  # nulls -> NaN
+
+    flags = collaboration_weight(floats("tr_success"), floats("com_success"), weights)
+    return np.where(np.isnan(flags), floats("reliability"), flags)
 
 
 def slot_edges(events: pa.Table, clock: SlotClock, weights: TrustWeights) -> pa.Table:

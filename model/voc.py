@@ -58,7 +58,7 @@ def voc_curves(world, events: pa.Table, first_slot: int, test_slots: list[int], 
         achieved[rows, cols] = value * success
         voc = np.full(valid.shape, -np.inf)
         voc[rows, cols] = value
-        oracle = expected.reliability(config.weights.a_tr, config.weights.a_com)
+        oracle = expected.reliability(config.weights)
         beliefs = {name: scorer(src, dst, t - 1) for name, scorer in scorers.items()}
         beliefs["oracle"] = oracle
         for name, t_beh in beliefs.items():

@@ -166,7 +166,7 @@ class Simulator:
         voc = physics.value_of_completion(expected.offload, expected.local, c.system) * (tr & com)
         index = np.arange(batch.start, batch.stop, dtype=np.int64)
         offset_ms = ((index - tasks.start) * c.clock.slot_ms) // len(tasks)
-        reliability = expected.reliability(c.weights.a_tr, c.weights.a_com)
+        reliability = expected.reliability(c.weights)
         summary.events += m
         summary.tr_success += int(tr.sum())
         summary.com_success += int(com.sum())
@@ -205,7 +205,7 @@ class Simulator:
             "owner": self.world.ids.take(owners),
             "collaborator": self.world.ids.take(collabs),
             "slot": np.full(len(unique), slot, dtype=np.int64),
-            "reliability": expected.reliability(weights.a_tr, weights.a_com),
+            "reliability": expected.reliability(weights),
             "p_tr": expected.p_tr,
             "p_com": expected.p_tr * expected.p_com_given_tr,
             "tasks": counts.astype(np.int64),

@@ -14,7 +14,9 @@ import numpy as np
 import pyarrow as pa
 
 from model import physics
+from model.config import TrustWeights
 from model.physics import Cost
+from model.trust import collaboration_weight
 from simulator.channel import Channel, Ns3Channel, RayleighChannel
 from simulator.config import Behaviour, ChannelModel, SimConfig
 from simulator.hashing import hash_uniform
@@ -59,9 +61,9 @@ class Expected:
     offload: Cost  # t_tot, E_tot at the collaborator's effective CPU
     local: Cost  # t, E of running the task at the owner
 
-    def reliability(self, a_tr: float, a_com: float) -> np.ndarray:
+    def reliability(self, weights: TrustWeights) -> np.ndarray:
         """E[a1 * tr + a2 * com], with com only possible after tr: the truth behind T_col."""
-        return a_tr * self.p_tr + a_com * self.p_tr * self.p_com_given_tr
+        return collaboration_weight(self.p_tr, self.p_tr * self.p_com_given_tr, weights)
 
 
 class World:

@@ -296,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # kafka-python warns about its own event loop under load; errors still show
+        logging.getLogger("kafka").setLevel(logging.ERROR)
     try:
         return args.handler(args)
     except (ValueError, RuntimeError, TimeoutError, FileNotFoundError) as error:
