@@ -25,7 +25,9 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.simulator_bench
+	$(PY) -m bench.scan_bench
 
 schemas: $(STAMP)
 	$(PY) -m schemas.jsonschema

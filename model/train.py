@@ -12,11 +12,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -154,9 +155,29 @@ class TrainReport:
     test_mae: float
 
 
+@contextlib.contextmanager
+def deterministic() -> Iterator[None]:
+    """torch's deterministic algorithms for the duration (scatter reductions otherwise vary in the last bit)."""
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous)
+
+
 def train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool = False
              ) -> tuple[BM, np.ndarray, TrainReport]:
-    """Select a setting by blocked CV on the training period, refit it, and score the test period once."""
+    """Select a setting by blocked CV on the training period, refit it, and score the test period once.
+
+    Runs are deterministic on the CPU for a given seed (a test checks bit-identical predictions).
+    """
+    with deterministic():
+        return _train_bm(history, config, train, progress)
+
+
+def _train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool
+              ) -> tuple[BM, np.ndarray, TrainReport]:
     train_slots, test_slots = time_split(history, train.test_fraction)
     if len(train_slots) < 2:
         raise ValueError(f"events: need at least 2 training slots with edges (got {len(train_slots)})")

@@ -125,3 +125,11 @@ def test_cli_train_writes_a_loadable_checkpoint(tmp_path, capsys) -> None:
     assert report["model_version"].startswith("bm-") and len(report["val_rmse"]) <= 2
     model, index, manifest = load(tmp_path / "ckpt")
     assert len(index) == report["devices"] and manifest["metadata"]["test_rmse"] == report["test_rmse"]
+
+
+def test_training_is_deterministic_for_a_seed(history: History) -> None:
+    train = TrainConfig(epochs=2, patience=2, lr=1e-2, chunk_slots=4, seed=3)
+    first, _, report = train_bm(history, SMALL, train)
+    second, _, _ = train_bm(history, SMALL, train)
+    np.testing.assert_array_equal(predict(first, history, report.test_slots)[0],
+                                  predict(second, history, report.test_slots)[0])
