@@ -23,6 +23,7 @@ setup(
         "kafka-python>=2.2,<4",
         "tqdm>=4.66,<5",
         "torch-geometric>=2.6,<2.9",
+        "matplotlib>=3.8,<4",
     ],
     extras_require={
         "gpu": ["mamba-ssm>=2.2,<3", "causal-conv1d>=1.4,<2", "onnxruntime-gpu>=1.20,<2"],

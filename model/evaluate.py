@@ -26,6 +26,7 @@ from model.baselines import BetaReputation, OnlineScorer, QSTrust, predict_edges
 from model.bm import BMConfig
 from model.graphs import DeviceIndex
 from model.history import History
+from model.plots import plot_curves
 from model.train import TrainConfig, predict, targets, time_split, train_bm
 from model.voc import THETAS, Scorer, voc_curves
 
@@ -161,12 +162,24 @@ def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str]) 
     return "\n".join(lines + [""] + [f"- {note}" for note in notes]) + "\n"
 
 
-def write_report(out: Path, title: str, runs: list[dict[str, dict[str, float]]], setup: dict, notes: list[str]) -> dict:
+def write_report(out: Path, title: str, runs: list[dict[str, dict]], setup: dict, notes: list[str]) -> dict:
+    """report.json (every figure), report.md (tables) and the PNG plots."""
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(runs)
     report = {"title": title, "setup": setup, **summary, "runs": runs}
     (out / "report.json").write_text(json.dumps(report, indent=2))
-    (out / "report.md").write_text(markdown(title, summary, notes))
+    figures = []
+    voc = {m: row["voc"] for m, row in summary.items() if "voc" in row}
+    if voc:
+        figures.append(plot_curves(out / "voc_vs_theta.png", list(THETAS), voc, "trust threshold θ",
+                                   "achieved VoC per task", "Selection: achieved VoC vs θ"))
+    per_slot = {m: row["rmse_per_slot"] for m, row in summary.items() if "rmse_per_slot" in row}
+    if per_slot:
+        slots = list(range(len(next(iter(per_slot.values()))["mean"])))
+        figures.append(plot_curves(out / "rmse_per_slot.png", slots, per_slot, "test slot",
+                                   "RMSE vs next-slot T_col", "Long-term accuracy per slot"))
+    text = markdown(title, summary, notes) + "".join(f"\n![{p.stem}]({p.name})\n" for p in figures)
+    (out / "report.md").write_text(text)
     return report
 
 

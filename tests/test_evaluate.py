@@ -52,6 +52,8 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     assert max(curves["oracle"]) > curves["random"][0]  # trusting the truth beats picking at random
     assert curves["oracle"][-1] <= curves["oracle"][0] + 0.05  # a strict threshold leaves tasks unserved
     assert "Achieved VoC" in (tmp_path / "report.md").read_text()
+    for png in ("voc_vs_theta.png", "rmse_per_slot.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({png})" in (tmp_path / "report.md").read_text()
 
 
 def test_selection_rule_by_hand() -> None:
