@@ -8,7 +8,7 @@ fully determined by its config.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -61,7 +61,6 @@ class Summary:
     fallbacks: int = 0  # tasks whose owner had no available device in range
     voc_sum: float = 0.0
     reliability_sum: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float]:
         n = max(self.events, 1)
@@ -69,7 +68,7 @@ class Summary:
             "devices": self.devices, "slots": self.slots, "events": self.events, "status": self.status,
             "truth_rows": self.truth_rows, "tr_success_rate": self.tr_success / n,
             "com_success_rate": self.com_success / n, "mean_voc": self.voc_sum / n,
-            "mean_true_reliability": self.reliability_sum / n, "fallbacks": self.fallbacks, **self.extra,
+            "mean_true_reliability": self.reliability_sum / n, "fallbacks": self.fallbacks,
         }
 
 
