@@ -217,8 +217,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
              "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots},
              "seconds": round(time.perf_counter() - started, 1)}
     report = write_report(Path(args.out), title, results, setup, notes)
-    print(json.dumps({m: {k: v for k, v in report[m].items() if k in ("rmse", "mae", "rmse_truth")}
-                      for m in results[0]}, indent=2))
+    print(json.dumps({m: {k: report[m][k]["mean"] for k in ("rmse", "mae", "rmse_truth") if k in report[m]}
+                      for m in results[0] if "rmse" in report[m]}, indent=2))
     return 0
 
 
