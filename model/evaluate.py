@@ -26,6 +26,7 @@ from model.baselines import BetaReputation, OnlineScorer, QSTrust, predict_edges
 from model.bm import BMConfig
 from model.graphs import DeviceIndex
 from model.history import History
+from model.metrics import mae, rmse
 from model.plots import plot_curves
 from model.train import TrainConfig, predict, targets, time_split, train_bm
 from model.voc import THETAS, Scorer, voc_curves
@@ -41,8 +42,7 @@ class Scores:
 
 
 def scores(prediction: np.ndarray, target: np.ndarray) -> Scores:
-    error = prediction - target
-    return Scores(float(np.sqrt(np.mean(error**2))), float(np.mean(np.abs(error))))
+    return Scores(rmse(prediction, target), mae(prediction, target))
 
 
 def per_slot_rmse(prediction: np.ndarray, target: np.ndarray, slot: np.ndarray, slots: list[int]) -> list[float]:

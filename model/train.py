@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from model.bm import BM, BMConfig
 from model.history import History
+from model.metrics import mae, rmse
 from model.node2vec import Graph, node2vec_embeddings
 
 PAPER_GRID = {"lr": (1e-1, 1e-2, 1e-3, 1e-4), "weight_decay": (1e-5, 1e-4), "dropout": (0.0, 0.1, 0.3, 0.5, 0.8)}
@@ -85,10 +86,6 @@ def predict(model: BM, history: History, slots: Iterable[int]) -> tuple[np.ndarr
     with torch.no_grad():
         t_beh = model.t_beh(model.pair_logits(history, src, dst, end)).numpy()
     return t_beh, t_col
-
-
-def rmse(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.sqrt(np.mean((a - b) ** 2))) if len(a) else float("nan")
 
 
 def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequence[int], config: TrainConfig,
@@ -201,6 +198,5 @@ def _train_bm(history: History, config: BMConfig, train: TrainConfig, progress: 
     result = fit(model, history, refit_slots, folds[-1], chosen, progress)
     t_beh, t_col = predict(model, history, test_slots)
     report = TrainReport({"lr": chosen.lr, "weight_decay": chosen.weight_decay, "dropout": chosen.dropout},
-                         search, result, train_slots, test_slots, rmse(t_beh, t_col),
-                         float(np.mean(np.abs(t_beh - t_col))) if len(t_col) else float("nan"))
+                         search, result, train_slots, test_slots, rmse(t_beh, t_col), mae(t_beh, t_col))
     return model, features, report
