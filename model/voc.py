@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from model import physics
 from model.trust import resource_trust, select
@@ -35,12 +36,11 @@ def voc_curves(world, events: pa.Table, first_slot: int, test_slots: list[int], 
     rng = np.random.default_rng([seed, 7])
     totals = {name: np.zeros(len(thetas)) for name in [*scorers, "oracle", "random"]}
     tasks = 0
-    owner_rows = world.ids.to_pylist()
-    position = {name: k for k, name in enumerate(owner_rows)}
-    slot_column = events["slot"].to_numpy()
+    owner_of_event = pc.index_in(events["owner"], value_set=world.ids).to_numpy()  # world rows, once
+    slot_of_event = events["slot"].to_numpy()
     for t in test_slots:
         absolute = first_slot + t
-        owners = np.array([position[o] for o in events.filter(pa.array(slot_column == absolute))["owner"].to_pylist()])
+        owners = owner_of_event[slot_of_event == absolute].astype(np.int64)
         if not len(owners):
             continue
         everyone = np.arange(config.devices)
