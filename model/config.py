@@ -84,3 +84,29 @@ class SlotClock:
 
     def end_ms(self, slot: np.ndarray | int) -> np.ndarray:
         return self.start_ms(slot) + self.slot_ms
+
+
+@dataclass(frozen=True)
+class RankingConfig:
+    """What a slot's scoring publishes; the same offline (``trustbeam score``) and streaming.
+
+    Per slot, every owner with a task in the last ``owner_slots`` slots is scored against the
+    candidates with a known status within ``range_m`` (all when None). It gets one ranking of at most
+    ``top_k`` candidates (T >= its task's theta, best VoC first) and trust scores for its
+    ``scores_per_owner`` most trusted candidates: at most owners * (1 + scores_per_owner) records.
+    """
+
+    owner_slots: int = 1
+    range_m: float | None = 300.0
+    top_k: int = 10
+    scores_per_owner: int = 20
+    default_threshold: float = 0.5  # theta for an owner whose tasks carry none
+
+    def __post_init__(self) -> None:
+        for name in ("owner_slots", "top_k", "scores_per_owner"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RankingConfig.{name}: must be >= 1 (got {getattr(self, name)!r})")
+        if self.range_m is not None and not self.range_m > 0:
+            raise ValueError(f"RankingConfig.range_m: must be > 0 or None (got {self.range_m!r})")
+        if not 0 <= self.default_threshold <= 1:
+            raise ValueError(f"RankingConfig.default_threshold: must lie in [0, 1] (got {self.default_threshold!r})")

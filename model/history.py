@@ -1,8 +1,11 @@
-"""A collaboration log as BM sees it: devices, per-slot graphs, and each device's first slot.
+"""A collaboration log as BM sees it: devices and per-slot graphs.
 
-Positions are relative slots ``0 .. T-1`` counted from ``first_slot`` under the
-model's :class:`SlotClock`. A device's history starts at its first appearance:
-windows before it are padding, never data.
+Positions are relative slots ``0 .. T-1`` counted from ``first_slot`` (absolute
+slot 0, the clock's origin, unless given) under the model's :class:`SlotClock`.
+A device's window is the last S slots, idle slots included (its explicit idle
+embedding); only slots before the history's start are padding, never data.
+This depends on no per-device registry, so the streaming job rebuilds the same
+windows from the last S slots of the log.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ class History:
     index: DeviceIndex
     first_slot: int  # absolute slot index of relative position 0
     graphs: tuple[SlotGraph | None, ...]  # per relative slot; None where no edge
-    first_seen: np.ndarray  # (n,) relative slot of each device's first edge (T if never)
 
     @classmethod
     def from_events(cls, events: pa.Table, clock: SlotClock, weights: TrustWeights,
@@ -35,14 +37,12 @@ class History:
             raise ValueError("events: no collaboration in the log")
         index = index or DeviceIndex.from_edges(edges)
         by_slot = slot_graphs(edges, index)
-        start = min(by_slot) if first_slot is None else first_slot
-        length = max(by_slot) - start + 1
-        graphs = tuple(by_slot.get(start + k) for k in range(length))
-        first_seen = np.full(len(index), length, dtype=np.int64)
-        for k in range(length - 1, -1, -1):
-            if graphs[k] is not None:
-                first_seen[graphs[k].active] = k
-        return cls(index, start, graphs, first_seen)
+        start = 0 if first_slot is None else first_slot
+        if min(by_slot) < start:
+            raise ValueError(f"events: slot {min(by_slot)} lies before the history's first slot {start} "
+                             "(events before the clock's origin?)")
+        graphs = tuple(by_slot.get(start + k) for k in range(max(by_slot) - start + 1))
+        return cls(index, start, graphs)
 
     @property
     def slots(self) -> int:
@@ -51,10 +51,10 @@ class History:
     def windows(self, devices: np.ndarray, end: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
         """Relative slots of each device's history window ending at ``end`` (inclusive), right-padded.
 
-        Returns (slots (P, window) with padding repeating the last slot, lengths (P,)). A device not
-        seen by ``end`` gets a one-slot window at ``end`` (its idle embedding).
+        Returns (slots (P, window) with padding repeating the last slot, lengths (P,)): the last
+        ``window`` slots, or all since the history's start when fewer.
         """
-        start = np.maximum(end - window + 1, np.minimum(self.first_seen[devices], end))
+        start = np.maximum(end - window + 1, 0)
         lengths = end - start + 1
         slots = np.minimum(start[:, None] + np.arange(window), end[:, None])
         return slots, lengths

@@ -16,7 +16,7 @@ def tiny() -> History:
         return SlotGraph(t, np.array(src), np.array(dst), np.array(t_col, dtype=float), np.zeros(len(src)))
 
     graphs = (g(0, [0, 1], [2, 2], [1.0, 0.0]), None, g(2, [0], [2], [0.5]), g(3, [0, 1, 0], [2, 2, 1], [0.2, 0.4, 0.9]))
-    return History(DeviceIndex(("a", "b", "c")), 0, graphs, np.array([0, 0, 0]))
+    return History(DeviceIndex(("a", "b", "c")), 0, graphs)
 
 
 def test_beta_reputation_by_hand() -> None:
@@ -44,7 +44,7 @@ def test_qs_trust_by_hand() -> None:
 def test_rules_track_a_degrading_collaborator() -> None:
     graphs = tuple(SlotGraph(t, np.array([0]), np.array([1]), np.array([1.0 if t < 10 else 0.0]), np.zeros(1))
                    for t in range(20))
-    history = History(DeviceIndex(("a", "b")), 0, graphs, np.array([0, 0]))
+    history = History(DeviceIndex(("a", "b")), 0, graphs)
     for predict in (beta_reputation, qs_trust):
         out = predict(history, range(1, 20))
         assert out[8] > 0.8 and out[-1] < out[8] - 0.5

@@ -32,11 +32,10 @@ def history() -> History:
     return History.from_events(events, config.clock, SMALL.weights)
 
 
-def test_windows_start_at_first_appearance_and_are_right_padded(history: History) -> None:
-    h = History(history.index, 0, history.graphs, np.array([0, 5, 30] + [0] * (len(history.index) - 3)))
-    slots, lengths = h.windows(np.array([0, 1, 2, 0]), np.array([10, 7, 10, 2]), window=4)
-    assert lengths.tolist() == [4, 3, 1, 3]
-    assert slots.tolist() == [[7, 8, 9, 10], [5, 6, 7, 7], [10, 10, 10, 10], [0, 1, 2, 2]]
+def test_windows_cover_the_last_slots_and_are_right_padded_only_at_the_start(history: History) -> None:
+    slots, lengths = history.windows(np.array([0, 1, 2, 0]), np.array([10, 7, 0, 2]), window=4)
+    assert lengths.tolist() == [4, 4, 1, 3]
+    assert slots.tolist() == [[7, 8, 9, 10], [4, 5, 6, 7], [0, 0, 0, 0], [0, 1, 2, 2]]
 
 
 def test_soft_labels_have_the_target_as_mean() -> None:

@@ -29,7 +29,7 @@ def test_summary_mean_and_std() -> None:
 
 def test_truth_is_aligned_with_test_targets() -> None:
     graphs = (None, SlotGraph(1, np.array([0, 1]), np.array([1, 0]), np.array([1.0, 0.0]), np.zeros(2)))
-    history = History(DeviceIndex(("a", "b")), 10, graphs, np.array([1, 1]))
+    history = History(DeviceIndex(("a", "b")), 10, graphs)
     truth = pa.table({"owner": ["b", "a"], "collaborator": ["a", "b"], "slot": [11, 11], "reliability": [0.2, 0.9]})
     assert truth_for(history, [1], truth).tolist() == [0.9, 0.2]
     with pytest.raises(ValueError, match="no truth row"):
