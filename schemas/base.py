@@ -13,7 +13,9 @@ import dataclasses
 import enum
 import math
 import functools
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
+
+import numpy as np
 
 from schemas.errors import ValidationError
 
@@ -164,12 +166,37 @@ def records(item: type["Record"], doc: str, *, max_len: int) -> Any:
     return _field(Spec(Kind.RECORDS, doc, item=item, max_len=max_len))
 
 
+def absent(value: Any) -> Any:
+    """True where a nullable field is null: ``None`` for one record, NaN in a batch's float column."""
+    return np.isnan(value) if isinstance(value, np.ndarray) else value is None
+
+
+def true(value: Any) -> Any:
+    """True where a nullable flag is set (null counts as not set), for one record or a batch column."""
+    return value == 1 if isinstance(value, np.ndarray) else bool(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A rule across fields, declared once and evaluated on one record or on a whole batch.
+
+    ``violated`` reads fields as attributes: Python values of one record, or numpy columns of a
+    batch (strings as object arrays, floats and flags as float64 with NaN for null); it must use
+    only operations valid for both (``==``, ``np.logical_*``, :func:`absent`, :func:`true`).
+    """
+
+    field: str  # the field an error names
+    rule: str
+    violated: Callable[[Any], Any]
+
+
 class Record:
     """Base of every wire record. Subclasses are ``@dataclass(frozen=True, kw_only=True)``."""
 
     NAME: ClassVar[str]
     SCHEMA_VERSION: ClassVar[int] = 1
     DOC: ClassVar[str] = ""
+    RULES: ClassVar[tuple[Rule, ...]] = ()  # checked in order; the first violated one is reported
 
     def __post_init__(self) -> None:
         for name, spec in specs(type(self)):
@@ -177,7 +204,10 @@ class Record:
         self.check_rules()
 
     def check_rules(self) -> None:
-        """Rules across fields; raise ValidationError. Overridden by records that have them."""
+        """Rules across fields (:attr:`RULES`, then any a record adds); raise ValidationError."""
+        for rule in self.RULES:
+            if rule.violated(self):
+                raise ValidationError(rule.field, getattr(self, rule.field), rule.rule)
 
     @classmethod
     def from_dict(cls, obj: Any) -> "Record":

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.base import Record, flag, ident, integer, number, records
+import numpy as np
+
+from schemas.base import Record, Rule, absent, flag, ident, integer, number, records, true
 from schemas.errors import ValidationError
 
 MAX_RANKED = 1000
@@ -48,18 +50,17 @@ class CollaborationEvent(Record):
     e_local_j: float = number("owner's local execution energy for the task", unit="J", ge=0, nullable=True)
     voc: float = number("achieved value of task completion V", ge=0, le=1, nullable=True)
 
-    def check_rules(self) -> None:
-        _distinct(self.owner, self.collaborator)
-        flags = (self.tr_success is None, self.com_success is None)
-        if flags[0] != flags[1]:
-            missing = "tr_success" if flags[0] else "com_success"
-            raise ValidationError(missing, None, "tr_success and com_success come together")
-        if flags[0] and self.reliability is None:
-            raise ValidationError(
-                "reliability", None, "an outcome is required: tr_success+com_success or reliability"
-            )
-        if self.com_success and not self.tr_success:
-            raise ValidationError("com_success", True, "computation cannot succeed without transmission")
+    RULES = (
+        Rule("collaborator", "must differ from owner", lambda r: r.owner == r.collaborator),
+        Rule("com_success", "tr_success and com_success come together",
+             lambda r: np.logical_and(np.logical_not(absent(r.tr_success)), absent(r.com_success))),
+        Rule("tr_success", "tr_success and com_success come together",
+             lambda r: np.logical_and(absent(r.tr_success), np.logical_not(absent(r.com_success)))),
+        Rule("reliability", "an outcome is required: tr_success+com_success or reliability",
+             lambda r: np.logical_and(absent(r.tr_success), absent(r.reliability))),
+        Rule("com_success", "computation cannot succeed without transmission",
+             lambda r: np.logical_and(true(r.com_success), np.logical_not(true(r.tr_success)))),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

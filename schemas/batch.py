@@ -1,0 +1,107 @@
+"""Decode a batch of JSON messages into one Arrow table, vectorized, with the codec's exact verdicts.
+
+The fast path parses the whole batch with pyarrow's JSON reader against the
+record's Arrow schema and screens the columns with the field specs and the
+record's :attr:`~schemas.base.Record.RULES`, all vectorized. The screen is
+conservative: any message it cannot clear (parse failure, null, non-ASCII id,
+huge integer, ...) is re-decoded alone by :func:`schemas.codec.from_json`, which
+gives the verdict and the exact error. So a batch accepts exactly the messages
+``from_json`` accepts (a property test holds the two together), at a few
+microseconds per message instead of tens.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from schemas.arrow import arrow_schema, to_arrow
+from schemas.base import MAX_ID_CHARS, Kind, Record, specs
+from schemas.codec import MAX_MESSAGE_BYTES, VERSION_FIELD, from_json
+from schemas.errors import ValidationError
+
+_EXACT_FLOAT = 2.0**53
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    """The valid records as a table in input order, and each invalid message's position and error."""
+
+    table: pa.Table  # arrow_schema(cls)
+    positions: np.ndarray  # (rows,) position in the input of each table row
+    errors: list[tuple[int, ValidationError]]
+
+
+def decode_batch(cls: type[Record], messages: Sequence[bytes]) -> DecodedBatch:
+    """Decode and validate ``messages`` as ``cls`` records (see the module docstring)."""
+    schema = arrow_schema(cls)
+    parsed = _parse(schema, messages)
+    cleared = np.zeros(len(messages), dtype=bool) if parsed is None else _screen(cls, parsed)
+    table = parsed.filter(pa.array(cleared)).select(schema.names).cast(schema) if parsed is not None else None
+    records, errors, exact = [], [], np.flatnonzero(~cleared)
+    for position in exact.tolist():
+        try:
+            records.append(from_json(cls, messages[position]))
+        except ValidationError as error:
+            errors.append((position, error))
+    valid_exact = np.array(sorted(set(exact.tolist()) - {p for p, _ in errors}), dtype=np.int64)
+    parts = [t for t in (table, to_arrow(cls, records) if records else None) if t is not None]
+    joined = pa.concat_tables(parts) if parts else schema.empty_table()
+    positions = np.concatenate([np.flatnonzero(cleared), valid_exact])
+    order = np.argsort(positions, kind="stable")
+    return DecodedBatch(joined.take(order), positions[order], errors)
+
+
+def _parse(schema: pa.Schema, messages: Sequence[bytes]) -> pa.Table | None:
+    """The batch as one table (one row per message), or None when it cannot be read as such."""
+    if not messages or any(len(m) > MAX_MESSAGE_BYTES or b"\n" in m or b"\r" in m for m in messages):
+        return None
+    explicit = schema.append(pa.field(VERSION_FIELD, pa.int64()))
+    options = pj.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="error")
+    try:
+        table = pj.read_json(io.BytesIO(b"\n".join(messages)), parse_options=options,
+                             read_options=pj.ReadOptions(use_threads=False, block_size=1 << 26))
+    except (pa.ArrowInvalid, UnicodeDecodeError, ValueError):
+        return None
+    return table if table.num_rows == len(messages) else None
+
+
+def _screen(cls: type[Record], table: pa.Table) -> np.ndarray:
+    """Rows the vectorized checks clear; everything else goes to the exact decoder."""
+    ok = pc.fill_null(pc.equal(table[VERSION_FIELD], cls.SCHEMA_VERSION), False).to_numpy(zero_copy_only=False)
+    columns = {}
+    for name, spec in specs(cls):
+        column = table[name]
+        if not spec.nullable:
+            ok &= ~column.is_null().to_numpy(zero_copy_only=False)
+        if spec.kind is Kind.ID:
+            ok &= _clean_ids(column, spec.max_len or MAX_ID_CHARS)
+            columns[name] = column.to_numpy(zero_copy_only=False)
+            continue
+        if spec.kind is Kind.FLOAT:
+            magnitude = pc.fill_null(pc.abs(column), 0.0).to_numpy(zero_copy_only=False)
+            ok &= np.isfinite(magnitude) & (magnitude < _EXACT_FLOAT)
+        for bound, holds in ((spec.ge, pc.greater_equal), (spec.gt, pc.greater), (spec.le, pc.less_equal)):
+            if bound is not None:  # compared in the column's own type (int64 stays exact)
+                ok &= pc.fill_null(holds(column, bound), True).to_numpy(zero_copy_only=False)
+        columns[name] = pc.cast(column, pa.float64(), safe=False).to_numpy(zero_copy_only=False)  # null -> NaN
+    row = SimpleNamespace(**columns)
+    for rule in cls.RULES:
+        ok &= ~np.asarray(rule.violated(row), dtype=bool)
+    return ok
+
+
+def _clean_ids(column: pa.ChunkedArray, limit: int) -> np.ndarray:
+    """Ids that are non-empty, within the length limit, printable ASCII and not space-padded."""
+    values = pc.fill_null(column, "")
+    length = pc.utf8_length(values).to_numpy(zero_copy_only=False)
+    printable = pc.and_(pc.string_is_ascii(values), pc.ascii_is_printable(values))
+    trimmed = pc.equal(pc.utf8_trim_whitespace(values), values)
+    return (length > 0) & (length <= limit) & pc.and_(printable, trimmed).to_numpy(zero_copy_only=False)
