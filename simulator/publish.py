@@ -1,7 +1,8 @@
 """Publish a simulated run to Kafka: events keyed by collaborator, device status keyed by device.
 
 Each message is the record's JSON wire form (validated on the way) with
-``schema_version`` and ``record`` headers. ``rate`` paces events per second;
+``schema_version`` and ``record`` headers, stamped with the record's event time
+(the pipeline's source reports watermarks from these stamps). ``rate`` paces events per second;
 None sends as fast as the producer allows. Delivery failures are counted and
 raised on close, never swallowed.
 """
@@ -21,9 +22,9 @@ from trustbeam.kafka import KafkaSettings, Topics, make_producer
 
 log = logging.getLogger(__name__)
 
-_ROUTES: dict[str, tuple[type[Record], str]] = {
-    "events": (CollaborationEvent, "collaborator"),
-    "status": (DeviceStatus, "device"),
+_ROUTES: dict[str, tuple[type[Record], str, str]] = {  # record, key field, event-time field
+    "events": (CollaborationEvent, "collaborator", "event_time_ms"),
+    "status": (DeviceStatus, "device", "time_ms"),
 }
 
 
@@ -45,7 +46,7 @@ class KafkaPublisher:
     def write(self, kind: str, table: pa.Table) -> None:
         if kind not in _ROUTES:
             return  # devices and truth are files, not wire records
-        cls, key_field = _ROUTES[kind]
+        cls, key_field, time_field = _ROUTES[kind]
         names = [name for name in table.column_names if name != "slot"]
         for row in table.select(names).to_pylist():
             record = cls.from_dict(row)
@@ -53,7 +54,8 @@ class KafkaPublisher:
             headers = [("schema_version", str(cls.SCHEMA_VERSION).encode()), ("record", cls.NAME.encode())]
             try:
                 future = self.producer.send(self.topics[kind], key=getattr(record, key_field).encode(),
-                                            value=to_json(record), headers=headers)
+                                            value=to_json(record), headers=headers,
+                                            timestamp_ms=getattr(record, time_field))
             except KafkaError as error:  # metadata unavailable within max_block_ms, buffer full, ...
                 self._on_error(error)
                 raise RuntimeError(f"cannot publish to {self.topics[kind]!r}: {error}") from error

@@ -222,6 +222,57 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _job_config(beam_args: list[str]):
+    """JobConfig from the Beam-style options (--checkpoint, --shards, ...; see beam_pipeline.options)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_pipeline.options import JobConfig
+
+    return JobConfig.from_options(PipelineOptions(beam_args))
+
+
+def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
+    """Offline scoring of an events file: the same slot scorer the pipeline runs, to JSON-lines files."""
+    import pyarrow.parquet as pq
+
+    from model.scoring import score_log
+    from schemas import to_json
+
+    config = _job_config(beam_args)
+    model, index, version = config.model()
+    events = pq.read_table(args.events)
+    status = pq.read_table(args.status) if args.status else None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {"slots": 0, "trust_scores": 0, "rankings": 0}
+    with open(out / "trust-scores.jsonl", "wb") as scores, open(out / "collaborator-rankings.jsonl", "wb") as ranks:
+        for result in score_log(model, index, events, status, config.ranking, config.params, version):
+            scores.writelines(to_json(r) + b"\n" for r in result.scores)
+            ranks.writelines(to_json(r) + b"\n" for r in result.rankings)
+            counts["slots"] += 1
+            counts["trust_scores"] += len(result.scores)
+            counts["rankings"] += len(result.rankings)
+    print(json.dumps({**counts, "model_version": version, "out": str(out.resolve())}, indent=2))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, beam_args: list[str]) -> int:
+    """The streaming job over Kafka on a local runner (see beam_pipeline.run for the cycle semantics)."""
+    from beam_pipeline.run import run
+    from trustbeam.kafka import KafkaSettings, wait_until_answering
+
+    config = _job_config(beam_args)
+    settings = KafkaSettings.resolve(args.bootstrap)
+    wait_until_answering(settings)
+    for report in run(settings, config, args.group, follow=args.follow, poll_s=args.poll_seconds,
+                      max_cycles=args.max_cycles, runner=args.runner, beam_args=beam_args):
+        print(json.dumps({"published_slots": report.published_slots[:3] + (["..."] if len(report.published_slots) > 3
+                                                                            else []),
+                          "slots": len(report.published_slots), "records_published": report.records_published,
+                          "seconds": report.seconds, "counters": report.counters}), flush=True)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trustbeam", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -284,6 +335,26 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--quiet", action="store_true")
     evaluate.set_defaults(handler=cmd_evaluate)
 
+    score = sub.add_parser("score", help="score an events file offline with a checkpoint (the pipeline's scorer)",
+                           epilog="Model and ranking options as for run: --checkpoint DIR, --range_m, --top_k, ...")
+    score.add_argument("--events", required=True)
+    score.add_argument("--status", default=None, help="status.parquet (T_res and positions)")
+    score.add_argument("--out", required=True, help="directory for trust-scores.jsonl and collaborator-rankings.jsonl")
+    score.set_defaults(handler=cmd_score, beam_options=True)
+
+    job = sub.add_parser("run", help="the streaming job: Kafka in, trust scores and rankings out",
+                         epilog="Pipeline options (--checkpoint DIR, --shards, --lateness_slots, --top_k, --range_m, "
+                                "...) pass through to beam_pipeline.options.TrustbeamOptions.")
+    mode = job.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--until-end", action="store_true", help="process the topics to their current end, then exit")
+    mode.add_argument("--follow", action="store_true", help="keep publishing as events arrive (catch-up cycles)")
+    job.add_argument("--bootstrap", default=None)
+    job.add_argument("--group", default="trustbeam-run", help="name of the run's ledger (resume point)")
+    job.add_argument("--runner", default="FnApiRunner", help="Beam runner (named explicitly)")
+    job.add_argument("--poll-seconds", type=float, default=5.0)
+    job.add_argument("--max-cycles", type=int, default=None, help="stop --follow after this many cycles")
+    job.set_defaults(handler=cmd_run, beam_options=True)
+
     demo = sub.add_parser("demo", help="the main job on embedded defaults: local broker, simulated events")
     _add_sim_options(demo)
     demo.add_argument("--bootstrap", default=None)
@@ -293,13 +364,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and not getattr(args, "beam_options", False):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # kafka-python warns about its own event loop under load; errors still show
         logging.getLogger("kafka").setLevel(logging.ERROR)
     try:
-        return args.handler(args)
+        return args.handler(args, rest) if getattr(args, "beam_options", False) else args.handler(args)
     except (ValueError, RuntimeError, TimeoutError, FileNotFoundError) as error:
         print(f"trustbeam {args.command}: error: {error}", file=sys.stderr)
         return 2

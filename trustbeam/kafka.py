@@ -152,16 +152,44 @@ def read_to_end(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) ->
         if not partitions:
             raise KeyError(f"topic {topic!r} does not exist at {settings.bootstrap}")
         assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
+        ends = end_offsets(consumer, assigned)
         consumer.assign(assigned)
         consumer.seek_to_beginning(*assigned)
-        ends = consumer.end_offsets(assigned)
         records: list[Any] = []
         deadline = time.monotonic() + timeout_s
         while any(consumer.position(tp) < ends[tp] for tp in assigned):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic!r}: {len(records)} records after {timeout_s} s, not at the end")
-            for batch in consumer.poll(timeout_ms=500).values():
-                records.extend(batch)
+            for tp, batch in consumer.poll(timeout_ms=500).items():
+                records.extend(r for r in batch if r.offset < ends[tp])
         return records
     finally:
         consumer.close()
+
+
+def end_offsets(consumer: Any, partitions: list[Any], settle_s: float = 1.0) -> dict[Any, int]:
+    """The offset after each partition's last record.
+
+    Tansu 0.6 answers ListOffsets(latest) with the base offset of the last record batch, not the
+    high watermark; so read from the reported ends and take the last offset found + 1. On Apache
+    Kafka nothing lies beyond and the reported ends stand after ``settle_s``. Changes the
+    consumer's assignment.
+    """
+    reported = consumer.end_offsets(partitions)
+    ends = dict(reported)
+    pending = {tp for tp in partitions if reported[tp]}
+    if not pending:
+        return ends
+    consumer.assign(sorted(pending))
+    for tp in pending:
+        consumer.seek(tp, reported[tp])
+    seen: set[Any] = set()
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline:
+        fetched = consumer.poll(timeout_ms=100, max_records=1_000_000)
+        for tp, records in fetched.items():
+            ends[tp] = max(ends[tp], records[-1].offset + 1)
+            seen.add(tp)
+        if not fetched and seen >= pending:
+            break
+    return ends

@@ -1,0 +1,83 @@
+"""The job's options: Beam pipeline options on the command line, one typed :class:`JobConfig` inside."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from model.bm import BM
+from model.checkpoint import load
+from model.config import RankingConfig, SystemParams
+from model.graphs import DeviceIndex
+from trustbeam.kafka import Topics
+
+
+class TrustbeamOptions(PipelineOptions):
+    """trustbeam's pipeline options (Beam's own, such as ``--runner``, come beside them)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:
+        parser.add_argument("--checkpoint", help="model checkpoint directory (trustbeam train --out)")
+        parser.add_argument("--shards", type=int, default=4, help="device shards holding slot sequences in state")
+        parser.add_argument("--lateness_slots", type=int, default=1,
+                            help="allowed lateness, in slots: later events for a slot go to dead-letter")
+        parser.add_argument("--kafka_io", choices=("python", "xlang"), default="python",
+                            help="python: kafka-python source (local runners); xlang: Beam's Java KafkaIO")
+        parser.add_argument("--owner_slots", type=int, default=RankingConfig.owner_slots,
+                            help="owners with a task in this many recent slots are ranked")
+        parser.add_argument("--range_m", type=float, default=RankingConfig.range_m,
+                            help="candidate range in metres (0: every device with a status)")
+        parser.add_argument("--top_k", type=int, default=RankingConfig.top_k, help="candidates per ranking")
+        parser.add_argument("--scores_per_owner", type=int, default=RankingConfig.scores_per_owner,
+                            help="trust-scores records per owner (its most trusted candidates)")
+        parser.add_argument("--default_threshold", type=float, default=RankingConfig.default_threshold,
+                            help="theta for owners whose tasks carry none")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Everything the transforms need, validated before the pipeline is built."""
+
+    checkpoint: str
+    shards: int = 4
+    lateness_slots: int = 1
+    ranking: RankingConfig = field(default_factory=RankingConfig)
+    params: SystemParams = field(default_factory=SystemParams)
+    topics: Topics = field(default_factory=Topics)
+
+    def __post_init__(self) -> None:
+        if not (Path(self.checkpoint) / "config.json").is_file():
+            raise ValueError(f"--checkpoint: {self.checkpoint!r} is not a checkpoint directory (no config.json)")
+        if not 1 <= self.shards <= 4096:
+            raise ValueError(f"--shards: must lie in 1..4096 (got {self.shards!r})")
+        if self.lateness_slots < 0:
+            raise ValueError(f"--lateness_slots: must be >= 0 (got {self.lateness_slots!r})")
+
+    @classmethod
+    def from_options(cls, options: PipelineOptions, topics: Topics = Topics()) -> "JobConfig":
+        o = options.view_as(TrustbeamOptions)
+        if not o.checkpoint:
+            raise ValueError("--checkpoint: required (a directory written by `trustbeam train`)")
+        ranking = RankingConfig(owner_slots=o.owner_slots, range_m=o.range_m or None, top_k=o.top_k,
+                                scores_per_owner=o.scores_per_owner, default_threshold=o.default_threshold)
+        return cls(o.checkpoint, o.shards, o.lateness_slots, ranking, topics=topics)
+
+    def model(self) -> tuple[BM, DeviceIndex, str]:
+        """The checkpoint's model, device index and model version (loaded once per process)."""
+        return _load(str(Path(self.checkpoint).resolve()))
+
+    def shard_rows(self, index: DeviceIndex) -> list[np.ndarray]:
+        """Device rows of each shard: crc32 of the device id modulo the shard count."""
+        shard = np.array([zlib.crc32(i.encode()) % self.shards for i in index.ids], dtype=np.int64)
+        return [np.flatnonzero(shard == k) for k in range(self.shards)]
+
+
+@lru_cache(maxsize=4)
+def _load(checkpoint: str) -> tuple[BM, DeviceIndex, str]:
+    model, index, manifest = load(checkpoint)
+    return model, index, manifest["model_version"]

@@ -1,0 +1,217 @@
+"""``trustbeam run``: the job over Kafka on a local runner, as bounded catch-up cycles.
+
+The pure-Python runners cannot run an endless source as a live stream, so a run is made of cycles.
+Each cycle is one bounded Beam pipeline over the topics, from the replay offsets kept in a ledger
+to the end offsets seen at its launch:
+
+* ``--until-end``: one cycle; every slot in the data is closed and published, then it exits.
+* ``--follow``: cycles repeat every ``--poll-seconds``. A slot is published once the newest event
+  time seen is the allowed lateness past the slot's end; events arriving later for it go to
+  dead-letter as late. Each cycle replays the last S slots of events (the log is the source of
+  truth) to rebuild the shards' state, and the whole status topic (statuses are one row per report).
+
+The ledger (``$TRUSTBEAM_STATE_DIR/run/<group>.json``) holds, per partition, the offset the next
+cycle replays from and the offset below which records were already read, and the last published
+slot. Semantics: at-least-once reading, and publication made idempotent by the ledger plus a check
+of the output topics' tails at launch, so a crash between publishing and saving the ledger re-sends
+nothing already on the topic.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from kafka import TopicPartition
+from kafka.partitioner.default import murmur2
+
+from beam_pipeline.kafka_io import ProduceRecords, ReadKafka, consumer, plan
+from beam_pipeline.options import JobConfig
+from beam_pipeline.transforms import ScoreSlots, wire_records
+from trustbeam.kafka import KafkaSettings, end_offsets
+from trustbeam.state import state_dir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Ledger:
+    """Where the next cycle starts. Keys are ``topic/partition``."""
+
+    replay_from: dict[str, int] = field(default_factory=dict)
+    read_to: dict[str, int] = field(default_factory=dict)
+    published_through: int = -1
+
+    @staticmethod
+    def path(group: str) -> Path:
+        return state_dir() / "run" / f"{group}.json"
+
+    @classmethod
+    def load(cls, group: str) -> "Ledger":
+        path = cls.path(group)
+        return cls(**json.loads(path.read_text())) if path.exists() else cls()
+
+    def save(self, group: str) -> None:
+        path = self.path(group)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps(asdict(self), indent=1))
+        os.replace(partial, path)
+
+    def offsets(self, which: dict[str, int]) -> dict[tuple[str, int], int]:
+        return {(k.rsplit("/", 1)[0], int(k.rsplit("/", 1)[1])): v for k, v in which.items()}
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    published_slots: list[int]
+    records_published: int
+    counters: dict[str, int]
+    seconds: float
+
+
+def tail_marks(settings: KafkaSettings, topics: list[str]) -> dict[tuple[str, int], tuple]:
+    """The (slot, owner, collaborator) of the last record in each output partition."""
+    client = consumer(settings)
+    marks = {}
+    try:
+        for topic in topics:
+            tps = [TopicPartition(topic, p) for p in sorted(client.partitions_for_topic(topic) or [])]
+            ends = end_offsets(client, tps)
+            for tp in tps:
+                if not ends[tp]:
+                    continue
+                client.assign([tp])
+                client.seek(tp, ends[tp] - 1)
+                records = []
+                for _ in range(20):
+                    records = client.poll(timeout_ms=500).get(tp, [])
+                    if records:
+                        break
+                if records:
+                    marks[(topic, tp.partition)] = _identity(json.loads(records[-1].value))
+    finally:
+        client.close()
+    return marks
+
+
+def _identity(body: dict[str, Any]) -> tuple:
+    return body["slot"], body["owner"], body.get("collaborator", "")
+
+
+class PublishClosed(beam.DoFn):
+    """All SlotScores of a cycle -> the wire records of the closed, unpublished slots, in slot order."""
+
+    def __init__(self, config: JobConfig, published_through: int, final: bool, partitions: dict[str, int],
+                 marks: dict[tuple[str, int], tuple], out_dir: str) -> None:
+        self.config, self.published_through, self.final = config, published_through, final
+        self.partitions, self.marks, self.out_dir = partitions, marks, out_dir
+
+    def process(self, results: list, newest_ms: int) -> Iterator[Any]:
+        clock = self.config.model()[0].config.clock
+        lateness_ms = self.config.lateness_slots * clock.slot_ms
+        published = []
+        for result in sorted(results, key=lambda r: r.slot):
+            closed = self.final or int(clock.end_ms(result.slot)) + lateness_ms <= newest_ms
+            if result.slot <= self.published_through or not closed:
+                continue
+            published.append(result.slot)
+            for record in wire_records(result, self.config.topics):
+                topic, key = record[0], record[1]
+                partition = (murmur2(key) & 0x7FFFFFFF) % self.partitions[topic]
+                mark = self.marks.get((topic, partition))
+                if mark is not None and _identity(json.loads(record[2])) <= mark:
+                    continue  # already on the topic: sent by a cycle that died before saving its ledger
+                yield record
+        Path(self.out_dir, "published.json").write_text(json.dumps(published))
+
+
+class WriteJson(beam.DoFn):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def process(self, items: list) -> None:
+        Path(self.path).write_text(json.dumps(items))
+
+
+def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final: bool,
+              runner: str = "FnApiRunner", beam_args: list[str] | None = None) -> tuple[Ledger, CycleReport]:
+    """One bounded pass over the topics; returns the next ledger (not yet saved) and what was done."""
+    started = time.perf_counter()
+    topics = config.topics
+    ranges = plan(settings, [topics.events, topics.status], ledger.offsets(ledger.replay_from),
+                  ledger.offsets(ledger.read_to))
+    partitions = _partition_counts(settings, [topics.scores, topics.rankings])
+    marks = tail_marks(settings, [topics.scores, topics.rankings])
+    work = tempfile.mkdtemp(prefix="trustbeam-cycle-")
+    options = PipelineOptions(beam_args or [], runner=runner)
+    p = beam.Pipeline(options=options)
+    raw_events = p | "ReadEvents" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.events])
+    raw_status = p | "ReadStatus" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.status])
+    out = (raw_events, raw_status) | "Score" >> ScoreSlots(config, ledger.published_through)
+    newest = out["newest"] | "Newest" >> beam.CombineGlobally(max).without_defaults()
+    records = (out["scores"] | "AllSlots" >> beam.combiners.ToList()
+               | "Closed" >> beam.ParDo(PublishClosed(config, ledger.published_through, final, partitions,
+                                                      marks, work),
+                                        newest_ms=beam.pvalue.AsSingleton(newest, default_value=-1)))
+    records | "Publish" >> beam.ParDo(ProduceRecords(settings, "published"))
+    out["dead"] | "DeadLetter" >> beam.ParDo(ProduceRecords(settings, "dead_letters"))
+    (out["offsets"] | "MinOffset" >> beam.CombinePerKey(min) | "Offsets" >> beam.combiners.ToList()
+     | "WriteOffsets" >> beam.ParDo(WriteJson(str(Path(work, "offsets.json")))))
+    result = p.run()
+    result.wait_until_finish()
+    counters = {m.key.metric.name: m.committed for m in result.metrics().query()["counters"]}
+    published = json.loads(Path(work, "published.json").read_text()) if Path(work, "published.json").exists() else []
+    offsets = json.loads(Path(work, "offsets.json").read_text()) if Path(work, "offsets.json").exists() else []
+    model = config.model()[0]
+    through = max([ledger.published_through, *published])
+    keep_from = through + 1 - max(model.config.window, config.ranking.owner_slots)
+    replay: dict[str, int] = {}
+    for (topic, partition, slot), offset in offsets:
+        if slot >= keep_from:
+            name = f"{topic}/{partition}"
+            replay[name] = min(offset, replay.get(name, offset))
+    read_to = {f"{r.topic}/{r.partition}": r.stop for r in ranges}
+    for r in ranges:
+        if r.topic == topics.events:
+            replay.setdefault(f"{r.topic}/{r.partition}", r.stop)
+    next_ledger = Ledger(replay, read_to, through)
+    report = CycleReport(published, counters.get("published", 0), counters, round(time.perf_counter() - started, 3))
+    return next_ledger, report
+
+
+def _partition_counts(settings: KafkaSettings, topics: list[str]) -> dict[str, int]:
+    client = consumer(settings)
+    try:
+        counts = {t: len(client.partitions_for_topic(t) or ()) for t in topics}
+    finally:
+        client.close()
+    missing = [t for t, n in counts.items() if not n]
+    if missing:
+        raise KeyError(f"output topics {missing} do not exist at {settings.bootstrap} (trustbeam broker start "
+                       "creates them)")
+    return counts
+
+
+def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, poll_s: float = 5.0,
+        max_cycles: int | None = None, runner: str = "FnApiRunner", beam_args: list[str] | None = None
+        ) -> Iterator[CycleReport]:
+    """Cycles until the end (one) or forever (``follow``), saving the ledger after each."""
+    ledger = Ledger.load(group)
+    cycles = 0
+    while True:
+        ledger, report = run_cycle(settings, config, ledger, final=not follow, runner=runner, beam_args=beam_args)
+        ledger.save(group)
+        cycles += 1
+        yield report
+        if not follow or (max_cycles is not None and cycles >= max_cycles):
+            return
+        time.sleep(poll_s)

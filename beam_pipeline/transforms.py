@@ -1,0 +1,341 @@
+"""The job's transforms: thin Beam adapters that key, hold state and call :mod:`model.scoring`.
+
+    RawBatch ─ ParseEvents ─► (slot, events table) ─ CloseSlot ─► (shard, slot part) ─┐
+    RawBatch ─ ParseStatus ─► (shard, statuses) ──────────────────────────────────────┴─ ShardState
+        ─► (slot, shard frame) ─ GatherSlot ─► SlotScores
+
+Everything invalid leaves through the ``dead`` output as a dead-letter record (original bytes,
+source topic/partition/offset, reason); counters in the ``trustbeam`` namespace say how many.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Tuple
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from apache_beam.coders import PickleCoder
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.utils.timestamp import Timestamp
+
+from beam_pipeline.kafka_io import RawBatch
+from beam_pipeline.options import JobConfig
+from model.scoring import DeviceFrame, DeviceHistory, score_slot, slot_part, status_arrays
+from schemas import CollaborationEvent, DeviceStatus, Record, from_arrow, to_json
+from schemas.batch import decode_batch
+
+DEAD = "dead"
+NEWEST = "newest"
+OFFSETS = "offsets"
+
+
+def millis(ms: int) -> Timestamp:
+    return Timestamp(micros=int(ms) * 1000)
+
+
+def _counter(name: str) -> Any:
+    return Metrics.counter("trustbeam", name)
+
+
+def dead_letter(topic: str, source: str, partition: int, offset: int, value: bytes, reason: str
+                ) -> tuple[str, bytes, bytes, list[tuple[str, bytes]]]:
+    """A record for the dead-letter topic: the original bytes, where they came from, and why."""
+    headers = [("reason", reason.encode()[:1000]), ("source_topic", source.encode()),
+               ("source_partition", str(partition).encode()), ("source_offset", str(offset).encode())]
+    return topic, f"{source}/{partition}/{offset}".encode(), value, headers
+
+
+class _Parse(beam.DoFn):
+    """Shared by the event and status parsers: decode a RawBatch, dead-letter what fails, count."""
+
+    RECORD: type[Record]
+    KIND: str
+    DEVICE_FIELDS: tuple[str, ...]
+
+    def __init__(self, config: JobConfig, published_through: int = -1) -> None:
+        self.config = config
+        self.published_through = published_through  # slots at or below were published by an earlier run
+        self.counters = {name: _counter(f"{self.KIND}_{name}")
+                         for name in ("read", "valid", "invalid", "unknown_device", "late", "replayed")}
+
+    def setup(self) -> None:
+        self.model, self.index, _ = self.config.model()
+        self.clock = self.model.config.clock
+
+    def decode(self, batch: RawBatch) -> tuple[pa.Table, np.ndarray, list]:
+        """(valid known-device rows, their positions in the batch, dead letters of the new records)."""
+        new = batch.offsets >= batch.new_from
+        self.counters["read"].inc(int(new.sum()))
+        self.counters["replayed"].inc(int((~new).sum()))
+        decoded = decode_batch(self.RECORD, batch.values)
+        dead = [(p, str(e)) for p, e in decoded.errors]
+        self.counters["invalid"].inc(sum(int(new[p]) for p, _ in dead))
+        known = np.ones(decoded.table.num_rows, dtype=bool)
+        for name in self.DEVICE_FIELDS:
+            known &= self.index.lookup(decoded.table[name]) >= 0
+        for p in decoded.positions[~known]:
+            dead.append((int(p), "unknown device: not in the model's device index"))
+        self.counters["unknown_device"].inc(int(new[decoded.positions[~known]].sum()))
+        letters = [dead_letter(self.config.topics.dead_letter, batch.topic, batch.partition,
+                               int(batch.offsets[p]), batch.values[p], f"{self.RECORD.NAME}: {reason}")
+                   for p, reason in dead if new[p]]
+        return decoded.table.filter(pa.array(known)), decoded.positions[known], letters
+
+
+class ParseEvents(_Parse):
+    """RawBatch -> (slot, events table) per slot, timestamped at the slot start; dead letters out of ``dead``."""
+
+    RECORD, KIND, DEVICE_FIELDS = CollaborationEvent, "events", ("owner", "collaborator")
+
+    def process(self, batch: RawBatch) -> Iterator[Any]:
+        table, positions, letters = self.decode(batch)
+        slots = self.clock.slot_of(table["event_time_ms"].to_numpy())
+        new = batch.offsets[positions] >= batch.new_from
+        late = (slots < 0) | (new & (slots <= self.published_through))
+        for p, s in zip(positions[late], slots[late]):
+            reason = "before the clock's origin" if s < 0 else f"late: slot {s} was already published"
+            letters.append(dead_letter(self.config.topics.dead_letter, batch.topic, batch.partition,
+                                       int(batch.offsets[p]), batch.values[p], f"{self.RECORD.NAME}: {reason}"))
+        self.counters["late"].inc(int(late.sum()))
+        self.counters["valid"].inc(int((new & ~late).sum()))
+        for letter in letters:
+            yield beam.pvalue.TaggedOutput(DEAD, letter)
+        keep = ~late & ((slots > self.published_through) | ~new)
+        table, slots, offsets = table.filter(pa.array(keep)), slots[keep], batch.offsets[positions][keep]
+        if table.num_rows:
+            yield beam.pvalue.TaggedOutput(NEWEST, int(pc.max(table["event_time_ms"]).as_py()))
+        for slot in np.unique(slots).tolist():
+            mine = slots == slot
+            yield beam.pvalue.TaggedOutput(OFFSETS, ((batch.topic, batch.partition, slot), int(offsets[mine].min())))
+            yield beam.window.TimestampedValue((slot, table.filter(pa.array(mine))),
+                                               millis(self.clock.start_ms(slot)))
+
+
+class ParseStatus(_Parse):
+    """RawBatch -> (shard, ("status", rows, times, values)) for each shard with statuses."""
+
+    RECORD, KIND, DEVICE_FIELDS = DeviceStatus, "status", ("device",)
+
+    def setup(self) -> None:
+        super().setup()
+        self.shard_of = np.zeros(len(self.index), dtype=np.int64)
+        for k, rows in enumerate(self.config.shard_rows(self.index)):
+            self.shard_of[rows] = k
+
+    def process(self, batch: RawBatch) -> Iterator[Any]:
+        table, positions, letters = self.decode(batch)
+        self.counters["valid"].inc(int((batch.offsets[positions] >= batch.new_from).sum()))
+        for letter in letters:
+            yield beam.pvalue.TaggedOutput(DEAD, letter)
+        if not table.num_rows:
+            return
+        rows, times, values = status_arrays(self.index, table)
+        for shard in np.unique(self.shard_of[rows]).tolist():
+            mine = self.shard_of[rows] == shard
+            yield beam.window.TimestampedValue((shard, ("status", rows[mine], times[mine], values[mine])),
+                                               millis(times[mine].min()))
+
+
+@beam.typehints.with_input_types(Tuple[int, Any])
+class CloseSlot(beam.DoFn):
+    """Keyed by slot: gathers the slot's events, deduplicated, and closes the slot when the watermark passes.
+
+    On close it sends every shard its devices' part of the slot (embeddings, owner profiles). Events
+    within the allowed lateness re-close the slot, sent as the next version (an update). After the
+    lateness the slot expires: its state is dropped and any later event goes to dead-letter as late.
+    """
+
+    EVENTS = BagStateSpec("events", PickleCoder())  # pa.Table pieces of the slot
+    SEEN = ReadModifyWriteStateSpec("seen", PickleCoder())  # set of event ids: the dedup horizon
+    VERSION = ReadModifyWriteStateSpec("version", PickleCoder())  # closes done so far
+    DIRTY = ReadModifyWriteStateSpec("dirty", PickleCoder())  # events added since the last close
+    EXPIRED = ReadModifyWriteStateSpec("expired", PickleCoder())
+    CLOSE = TimerSpec("close", TimeDomain.WATERMARK)  # at the slot's end
+    EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)  # at the end of the allowed lateness
+
+    def __init__(self, config: JobConfig) -> None:
+        self.config = config
+        self.duplicates, self.late = _counter("events_duplicate"), _counter("events_late")
+        self.closed, self.updates = _counter("slots_closed"), _counter("slots_updated")
+
+    def setup(self) -> None:
+        self.model, self.index, _ = self.config.model()
+        self.clock = self.model.config.clock
+        self.shards = self.config.shard_rows(self.index)
+
+    def process(self, element: tuple[int, pa.Table], events=beam.DoFn.StateParam(EVENTS),
+                seen=beam.DoFn.StateParam(SEEN), expired=beam.DoFn.StateParam(EXPIRED),
+                dirty=beam.DoFn.StateParam(DIRTY), close=beam.DoFn.TimerParam(CLOSE),
+                expire=beam.DoFn.TimerParam(EXPIRE)) -> Iterator[Any]:
+        slot, table = element
+        if expired.read():
+            self.late.inc(table.num_rows)
+            for record in from_arrow(CollaborationEvent, table):
+                yield beam.pvalue.TaggedOutput(DEAD, dead_letter(
+                    self.config.topics.dead_letter, self.config.topics.events, -1, -1, to_json(record),
+                    f"{CollaborationEvent.NAME}: late: slot {slot} expired (allowed lateness passed)"))
+            return
+        ids = table["event_id"].to_numpy(zero_copy_only=False)
+        known = seen.read() or set()
+        _, first = np.unique(ids, return_index=True)
+        fresh = np.zeros(len(ids), dtype=bool)
+        fresh[first] = True
+        fresh &= np.array([i not in known for i in ids], dtype=bool)
+        self.duplicates.inc(int((~fresh).sum()))
+        if not fresh.any():
+            return
+        seen.write(known | set(ids[fresh].tolist()))
+        events.add(table.filter(pa.array(fresh)))
+        dirty.write(True)
+        end = int(self.clock.end_ms(slot))
+        close.set(millis(end))
+        expire.set(millis(end + self.config.lateness_slots * self.clock.slot_ms + 1))
+
+    @on_timer(CLOSE)
+    def on_close(self, key=beam.DoFn.KeyParam, events=beam.DoFn.StateParam(EVENTS),
+                 version=beam.DoFn.StateParam(VERSION), dirty=beam.DoFn.StateParam(DIRTY)) -> Iterator[Any]:
+        yield from self.close(key, events, version, dirty)
+
+    @on_timer(EXPIRE)
+    def on_expire(self, key=beam.DoFn.KeyParam, events=beam.DoFn.StateParam(EVENTS),
+                  version=beam.DoFn.StateParam(VERSION), dirty=beam.DoFn.StateParam(DIRTY),
+                  seen=beam.DoFn.StateParam(SEEN), expired=beam.DoFn.StateParam(EXPIRED)) -> Iterator[Any]:
+        yield from self.close(key, events, version, dirty)  # runners may fire both timers in one go
+        events.clear()
+        seen.clear()
+        expired.write(True)
+
+    def close(self, slot: int, events: Any, version: Any, dirty: Any) -> Iterator[Any]:
+        """Send each shard its part of the slot, once per batch of new events."""
+        if not dirty.read():
+            return
+        done = version.read() or 0
+        part = slot_part(self.model, self.index, pa.concat_tables(list(events.read())), slot)
+        (self.updates if done else self.closed).inc()
+        version.write(done + 1)
+        dirty.write(False)
+        for shard, rows in enumerate(self.shards):
+            yield shard, ("part", part.select(rows), done)
+
+
+@beam.typehints.with_input_types(Tuple[int, Any])
+class ShardState(beam.DoFn):
+    """Keyed by shard: its devices' history in state; at each closed slot, their frame for scoring.
+
+    A slot's frame is computed when the watermark passes the slot's end, so the shard has every
+    earlier slot's part and every status before it. Memory: devices x S slot embeddings at most.
+    """
+
+    HISTORY = ReadModifyWriteStateSpec("history", PickleCoder())  # DeviceHistory
+    PENDING = ReadModifyWriteStateSpec("pending", PickleCoder())  # {slot: version} awaiting the watermark
+    EMIT = TimerSpec("emit", TimeDomain.WATERMARK)  # at the earliest pending slot's end
+
+    def __init__(self, config: JobConfig) -> None:
+        self.config = config
+
+    def setup(self) -> None:
+        self.model, self.index, _ = self.config.model()
+        self.clock = self.model.config.clock
+        self.shards = self.config.shard_rows(self.index)
+
+    def process(self, element: tuple[int, tuple], history=beam.DoFn.StateParam(HISTORY),
+                pending=beam.DoFn.StateParam(PENDING), emit=beam.DoFn.TimerParam(EMIT)) -> None:
+        shard, payload = element
+        state = history.read() or DeviceHistory(self.shards[shard])
+        if payload[0] == "status":
+            state.add_status(*payload[1:])
+        else:
+            part, version = payload[1], payload[2]
+            state.add_part(part)
+            waiting = pending.read() or {}
+            waiting[part.slot] = max(version, waiting.get(part.slot, version))
+            pending.write(waiting)
+            emit.set(millis(self.clock.end_ms(min(waiting))))
+        history.write(state)
+
+    @on_timer(EMIT)
+    def on_emit(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
+                history=beam.DoFn.StateParam(HISTORY), pending=beam.DoFn.StateParam(PENDING),
+                emit=beam.DoFn.TimerParam(EMIT)) -> Iterator[Any]:
+        state, waiting = history.read(), pending.read() or {}
+        ready = sorted(s for s in waiting if millis(self.clock.end_ms(s)) <= fired)
+        for slot in ready:
+            yield slot, (key, waiting.pop(slot), state.frame(self.model, slot, self.clock, self.config.ranking))
+        if ready:
+            keep = max(self.model.config.window, self.config.ranking.owner_slots) + self.config.lateness_slots
+            state.prune(ready[-1] - keep + 1, int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))
+            history.write(state)
+        pending.write(waiting)
+        if waiting:
+            emit.set(millis(self.clock.end_ms(min(waiting))))
+
+
+@beam.typehints.with_input_types(Tuple[int, Any])
+class GatherSlot(beam.DoFn):
+    """Keyed by slot: once every shard's frame of a version is in, score the slot (an update if version > 0)."""
+
+    FRAMES = ReadModifyWriteStateSpec("frames", PickleCoder())  # {shard: (version, DeviceFrame)}
+    DONE = ReadModifyWriteStateSpec("done", PickleCoder())  # last version scored
+
+    def __init__(self, config: JobConfig) -> None:
+        self.config = config
+        self.scored = _counter("slots_scored")
+        self.pairs = _counter("records_scored")
+
+    def setup(self) -> None:
+        self.model, self.index, self.version = self.config.model()
+
+    def process(self, element: tuple[int, tuple[int, int, DeviceFrame]], frames=beam.DoFn.StateParam(FRAMES),
+                done=beam.DoFn.StateParam(DONE)) -> Iterator[Any]:
+        slot, (shard, version, frame) = element
+        have = frames.read() or {}
+        if shard not in have or have[shard][0] <= version:
+            have[shard] = (version, frame)
+        newest = max(v for v, _ in have.values())
+        last = done.read()
+        if len(have) < self.config.shards or any(v != newest for v, _ in have.values()) or \
+                (last is not None and newest <= last):
+            frames.write(have)
+            return
+        joined = DeviceFrame.concat([f for _, f in have.values()])
+        result = score_slot(self.model, self.index, joined, slot, self.config.ranking, self.config.params,
+                            self.version, is_update=newest > 0)
+        frames.clear()
+        done.write(newest)
+        self.scored.inc()
+        self.pairs.inc(len(result.scores) + len(result.rankings))
+        yield result
+
+
+class ScoreSlots(beam.PTransform):
+    """(events RawBatches, status RawBatches) -> SlotScores, plus the dead, newest and offsets outputs."""
+
+    def __init__(self, config: JobConfig, published_through: int = -1) -> None:
+        super().__init__()
+        self.config, self.published_through = config, published_through
+
+    def expand(self, inputs: tuple[beam.PCollection, beam.PCollection]) -> dict[str, beam.PCollection]:
+        raw_events, raw_status = inputs
+        events = raw_events | "ParseEvents" >> beam.ParDo(
+            ParseEvents(self.config, self.published_through)).with_outputs(DEAD, NEWEST, OFFSETS, main="slots")
+        status = raw_status | "ParseStatus" >> beam.ParDo(
+            ParseStatus(self.config, self.published_through)).with_outputs(DEAD, main="status")
+        closed = (events.slots | "CloseSlot" >> beam.ParDo(CloseSlot(self.config)).with_outputs(DEAD, main="parts"))
+        frames = ((closed.parts, status.status) | "ToShards" >> beam.Flatten()
+                  | "ShardState" >> beam.ParDo(ShardState(self.config)))
+        scored = frames | "GatherSlot" >> beam.ParDo(GatherSlot(self.config))
+        dead = (events[DEAD], status[DEAD], closed[DEAD]) | "Dead" >> beam.Flatten()
+        return {"scores": scored, "dead": dead, "newest": events[NEWEST], "offsets": events[OFFSETS]}
+
+
+def wire_records(result: Any, topics: Any) -> Iterator[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]:
+    """A SlotScores as (topic, key, value, headers): keyed by owner, schema version in a header."""
+    for topic, records in ((topics.scores, result.scores), (topics.rankings, result.rankings)):
+        for record in records:
+            headers = [("schema_version", str(record.SCHEMA_VERSION).encode()), ("record", record.NAME.encode())]
+            yield topic, record.owner.encode(), to_json(record), headers
+

@@ -1,0 +1,52 @@
+"""Shared by the pipeline tests: a small simulated run in memory, and a checkpoint of an untrained model."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from beam_pipeline.options import JobConfig
+from model.bm import BM
+from model.checkpoint import save
+from model.config import RankingConfig
+from model.graphs import DeviceIndex
+from simulator.config import SimConfig
+from simulator.engine import Simulator
+from simulator.world import device_ids
+from tests.test_bm import SMALL
+
+SIM = SimConfig(devices=30, tasks=360, slots=8, seed=5)
+RANKING = RankingConfig(range_m=None, top_k=5, scores_per_owner=6)
+
+
+def run_tables(config: SimConfig = SIM) -> tuple[pa.Table, pa.Table]:
+    """(events, status) of a simulated run, in memory, as the Parquet sink would write them."""
+    tables: dict[str, list[pa.Table]] = {"events": [], "status": []}
+
+    class Keep:
+        def write(self, kind: str, table: pa.Table) -> None:
+            if kind in tables:
+                tables[kind].append(table)
+
+        def close(self) -> None:
+            pass
+
+    Simulator(config).run([Keep()])
+    return pa.concat_tables(tables["events"]), pa.concat_tables(tables["status"])
+
+
+def write_checkpoint(directory: Path, config: SimConfig = SIM) -> Path:
+    """An untrained (seeded) model over the run's devices: parity needs no training."""
+    torch.manual_seed(0)
+    features = np.random.default_rng(0).normal(size=(config.devices, SMALL.node2vec.dim)).astype(np.float32)
+    model = BM(replace(SMALL, clock=config.clock), features)
+    save(model, DeviceIndex(tuple(device_ids(config.devices).to_pylist())), directory)
+    return directory
+
+
+def job(checkpoint: Path, **changes) -> JobConfig:
+    return JobConfig(str(checkpoint), **{"shards": 3, "lateness_slots": 1, "ranking": RANKING, **changes})

@@ -1,0 +1,142 @@
+"""The job end to end on the real local broker: simulator -> Kafka -> pipeline -> output topics.
+
+The published scores must equal the offline scorer's (``trustbeam score``) within 1e-5, bad input
+must land in dead-letter with counters that add up, and catch-up cycles must neither lose a slot
+nor publish one twice.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from beam_pipeline.run import Ledger, run_cycle
+from deploy.local.broker import LocalBroker
+from model.scoring import score_log
+from schemas import CollaboratorRanking, TrustScore, from_json, to_json
+from simulator.publish import KafkaPublisher
+from tests.pipeline_fixtures import SIM, job, run_tables, write_checkpoint
+from tests.records import event
+from trustbeam.kafka import Topics, ensure_topics, make_producer, read_to_end
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "model")
+
+
+def fresh_topics(broker: LocalBroker) -> Topics:
+    tag = uuid.uuid4().hex[:8]
+    topics = Topics(*(f"{name}-{tag}" for name in ("events", "status", "scores", "rankings", "dead")))
+    ensure_topics(broker.settings, topics.partitions())
+    return topics
+
+
+def publish(broker: LocalBroker, topics: Topics, events: pa.Table, status: pa.Table) -> None:
+    publisher = KafkaPublisher(broker.settings, topics)
+    publisher.write("status", status)
+    publisher.write("events", events)
+    publisher.close()
+
+
+def published(broker: LocalBroker, topics: Topics) -> tuple[list[TrustScore], list[CollaboratorRanking]]:
+    scores = [from_json(TrustScore, r.value) for r in read_to_end(broker.settings, topics.scores)]
+    rankings = [from_json(CollaboratorRanking, r.value) for r in read_to_end(broker.settings, topics.rankings)]
+    return scores, rankings
+
+
+def offline(checkpoint: Path, events: pa.Table, status: pa.Table, slots: set[int] | None = None
+            ) -> tuple[list[TrustScore], list[CollaboratorRanking]]:
+    config = job(checkpoint)
+    model, index, version = config.model()
+    scores, rankings = [], []
+    for result in score_log(model, index, events, status, config.ranking, config.params, version):
+        if slots is None or result.slot in slots:
+            scores += result.scores
+            rankings += result.rankings
+    return scores, rankings
+
+
+def assert_same(got: tuple[list, list], expected: tuple[list, list]) -> None:
+    """Same records (by owner, collaborator, slot) with values within 1e-5, each published once."""
+    for got_records, expected_records in zip(got, expected):
+        key = (lambda r: (r.slot, r.owner, getattr(r, "collaborator", "")))
+        assert len({key(r) for r in got_records}) == len(got_records), "a record was published twice"
+        by_key = {key(r): r for r in got_records}
+        assert set(by_key) == {key(r) for r in expected_records}
+        for want in expected_records:
+            have = by_key[key(want)]
+            if isinstance(want, TrustScore):
+                assert have.t_beh == pytest.approx(want.t_beh, abs=1e-5)
+                assert have.trust == pytest.approx(want.trust, abs=1e-5)
+                assert have.t_res == want.t_res
+            else:
+                assert have.threshold == want.threshold
+                assert [c.collaborator for c in have.candidates] == [c.collaborator for c in want.candidates]
+                for a, b in zip(have.candidates, want.candidates):
+                    assert (a.trust, a.voc) == pytest.approx((b.trust, b.voc), abs=1e-5)
+
+
+def test_until_end_publishes_the_offline_scores_and_dead_letters_bad_input(broker, checkpoint) -> None:
+    topics = fresh_topics(broker)
+    events, status = run_tables()
+    publish(broker, topics, events, status)
+    origin = SIM.clock.origin_ms
+    bad = [b"\x00\xffnot json", b'{"schema_version":1}',
+           to_json(event(event_id="self", owner="dev-000001", collaborator="dev-000002"))
+           .replace(b'"collaborator":"dev-000002"', b'"collaborator":"dev-000001"'),
+           to_json(event(event_id="stranger", owner="dev-000001", collaborator="nobody", event_time_ms=origin)),
+           to_json(event(event_id="ancient", owner="dev-000001", collaborator="dev-000002", event_time_ms=5)),
+           to_json(event(event_id="v2", event_time_ms=origin)).replace(b'"schema_version":1', b'"schema_version":2')]
+    first = events.slice(0, 1).select([c for c in events.column_names if c != "slot"]).to_pylist()[0]
+    duplicate = to_json(event(**first))
+    producer = make_producer(broker.settings)
+    for value in [*bad, duplicate]:
+        producer.send(topics.events, key=b"k", value=value)
+    producer.flush()
+    producer.close()
+
+    ledger, report = run_cycle(broker.settings, job(checkpoint, topics=topics), Ledger(), final=True)
+
+    assert_same(published(broker, topics), offline(checkpoint, events, status))
+    c = report.counters
+    assert c["events_read"] == events.num_rows + len(bad) + 1
+    assert c["events_read"] == c["events_valid"] + c["events_invalid"] + c["events_unknown_device"] + c["events_late"]
+    assert (c["events_invalid"], c["events_unknown_device"], c["events_late"], c["events_duplicate"]) == (4, 1, 1, 1)
+    dead = read_to_end(broker.settings, topics.dead_letter)
+    assert sorted(r.value for r in dead) == sorted(bad)
+    reasons = {r.value: dict(r.headers)["reason"].decode() for r in dead}
+    assert "not in the model's device index" in reasons[bad[3]] and "before the clock's origin" in reasons[bad[4]]
+    assert "schema_version" in reasons[bad[5]]
+    assert report.published_slots == list(range(SIM.slots)) and ledger.published_through == SIM.slots - 1
+    assert report.records_published == sum(len(x) for x in published(broker, topics))
+
+    again, second = run_cycle(broker.settings, job(checkpoint, topics=topics), ledger, final=True)
+    assert second.records_published == 0 and second.counters["events_read"] == 0
+
+
+def test_catch_up_cycles_equal_one_uninterrupted_run(broker, checkpoint, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TRUSTBEAM_STATE_DIR", str(tmp_path))
+    topics = fresh_topics(broker)
+    events, status = run_tables()
+    config = job(checkpoint, topics=topics)
+    clock, previous = SIM.clock, -1
+    for last in (3, 6, SIM.slots - 1):  # the log grows; each cycle catches up from the saved ledger
+        new_events = pc.and_(pc.greater(events["slot"], previous), pc.less_equal(events["slot"], last))
+        new_status = pc.and_(pc.greater_equal(status["time_ms"], clock.start_ms(previous + 1)),
+                             pc.less(status["time_ms"], clock.end_ms(last)))
+        publish(broker, topics, events.filter(new_events), status.filter(new_status))
+        ledger, report = run_cycle(broker.settings, config, Ledger.load("catch-up"), final=False)
+        ledger.save("catch-up")
+        assert report.counters.get("events_late", 0) == 0
+        previous = last
+    # a slot closes once the newest event is the allowed lateness (1 slot) past its end
+    assert Ledger.load("catch-up").published_through == SIM.slots - 3
+    assert_same(published(broker, topics), offline(checkpoint, events, status, set(range(SIM.slots - 2))))
