@@ -22,20 +22,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
-import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from kafka import TopicPartition
-from kafka.partitioner.default import murmur2
 
-from beam_pipeline.kafka_io import ProduceRecords, ReadKafka, consumer, plan
+from beam_pipeline.kafka_io import consumer, plan
 from beam_pipeline.options import JobConfig
-from beam_pipeline.transforms import ScoreSlots, wire_records
+from beam_pipeline.pipeline import cycle_pipeline, identity
 from trustbeam.kafka import KafkaSettings, end_offsets
 from trustbeam.state import state_dir
 
@@ -97,49 +96,10 @@ def tail_marks(settings: KafkaSettings, topics: list[str]) -> dict[tuple[str, in
                     if records:
                         break
                 if records:
-                    marks[(topic, tp.partition)] = _identity(json.loads(records[-1].value))
+                    marks[(topic, tp.partition)] = identity(json.loads(records[-1].value))
     finally:
         client.close()
     return marks
-
-
-def _identity(body: dict[str, Any]) -> tuple:
-    return body["slot"], body["owner"], body.get("collaborator", "")
-
-
-class PublishClosed(beam.DoFn):
-    """All SlotScores of a cycle -> the wire records of the closed, unpublished slots, in slot order."""
-
-    def __init__(self, config: JobConfig, published_through: int, final: bool, partitions: dict[str, int],
-                 marks: dict[tuple[str, int], tuple], out_dir: str) -> None:
-        self.config, self.published_through, self.final = config, published_through, final
-        self.partitions, self.marks, self.out_dir = partitions, marks, out_dir
-
-    def process(self, results: list, newest_ms: int) -> Iterator[Any]:
-        clock = self.config.model()[0].config.clock
-        lateness_ms = self.config.lateness_slots * clock.slot_ms
-        published = []
-        for result in sorted(results, key=lambda r: r.slot):
-            closed = self.final or int(clock.end_ms(result.slot)) + lateness_ms <= newest_ms
-            if result.slot <= self.published_through or not closed:
-                continue
-            published.append(result.slot)
-            for record in wire_records(result, self.config.topics):
-                topic, key = record[0], record[1]
-                partition = (murmur2(key) & 0x7FFFFFFF) % self.partitions[topic]
-                mark = self.marks.get((topic, partition))
-                if mark is not None and _identity(json.loads(record[2])) <= mark:
-                    continue  # already on the topic: sent by a cycle that died before saving its ledger
-                yield record
-        Path(self.out_dir, "published.json").write_text(json.dumps(published))
-
-
-class WriteJson(beam.DoFn):
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def process(self, items: list) -> None:
-        Path(self.path).write_text(json.dumps(items))
 
 
 def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final: bool,
@@ -153,24 +113,13 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     marks = tail_marks(settings, [topics.scores, topics.rankings])
     work = tempfile.mkdtemp(prefix="trustbeam-cycle-")
     options = PipelineOptions(beam_args or [], runner=runner)
-    p = beam.Pipeline(options=options)
-    raw_events = p | "ReadEvents" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.events])
-    raw_status = p | "ReadStatus" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.status])
-    out = (raw_events, raw_status) | "Score" >> ScoreSlots(config, ledger.published_through)
-    newest = out["newest"] | "Newest" >> beam.CombineGlobally(max).without_defaults()
-    records = (out["scores"] | "AllSlots" >> beam.combiners.ToList()
-               | "Closed" >> beam.ParDo(PublishClosed(config, ledger.published_through, final, partitions,
-                                                      marks, work),
-                                        newest_ms=beam.pvalue.AsSingleton(newest, default_value=-1)))
-    records | "Publish" >> beam.ParDo(ProduceRecords(settings, "published"))
-    out["dead"] | "DeadLetter" >> beam.ParDo(ProduceRecords(settings, "dead_letters"))
-    (out["offsets"] | "MinOffset" >> beam.CombinePerKey(min) | "Offsets" >> beam.combiners.ToList()
-     | "WriteOffsets" >> beam.ParDo(WriteJson(str(Path(work, "offsets.json")))))
+    p = cycle_pipeline(options, settings, config, ranges, ledger.published_through, final, partitions, marks, work)
     result = p.run()
     result.wait_until_finish()
     counters = {m.key.metric.name: m.committed for m in result.metrics().query()["counters"]}
-    published = json.loads(Path(work, "published.json").read_text()) if Path(work, "published.json").exists() else []
-    offsets = json.loads(Path(work, "offsets.json").read_text()) if Path(work, "offsets.json").exists() else []
+    published, offsets = (json.loads(Path(work, f).read_text()) if Path(work, f).exists() else []
+                          for f in ("published.json", "offsets.json"))
+    shutil.rmtree(work, ignore_errors=True)
     model = config.model()[0]
     through = max([ledger.published_through, *published])
     keep_from = through + 1 - max(model.config.window, config.ranking.owner_slots)

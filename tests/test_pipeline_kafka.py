@@ -7,7 +7,6 @@ nor publish one twice.
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 

@@ -12,7 +12,7 @@ from model.config import RankingConfig, SystemParams
 from model.evaluate import simulated_log
 from model.graphs import DeviceIndex
 from model.history import History
-from model.scoring import DeviceFrame, DeviceHistory, score_log, score_slot, slot_part, status_arrays
+from model.scoring import DeviceFrame, DeviceHistory, score_log, slot_part, status_arrays
 from simulator.config import SimConfig
 from simulator.engine import Simulator
 from tests.test_bm import SMALL

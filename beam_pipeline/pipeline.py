@@ -1,0 +1,134 @@
+"""Pipeline assembly: the bounded catch-up cycle (local runners) and the streaming job (``--kafka_io=xlang``).
+
+Both wrap the same :class:`~beam_pipeline.transforms.ScoreSlots`; they differ only in how records
+come in and go out:
+
+* :func:`cycle_pipeline` reads the planned offset ranges with the kafka-python source and publishes
+  the closed, unpublished slots of the cycle in slot order (:mod:`beam_pipeline.run` drives it).
+* :func:`streaming_pipeline` reads with Beam's cross-language KafkaIO (Java; Flink or Dataflow,
+  where its jars are available), offsets committed when the runner finalizes a checkpoint, and
+  publishes each slot as the watermark closes it, late updates marked ``is_update``. Its jars
+  cannot be fetched on the development machine, so it is built but not run there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.options.pipeline_options import PipelineOptions
+from kafka.partitioner.default import murmur2
+
+from beam_pipeline.kafka_io import PartitionRange, ProduceRecords, RawBatch, ReadKafka
+from beam_pipeline.options import JobConfig
+from beam_pipeline.transforms import ScoreSlots, wire_records
+from trustbeam.kafka import KafkaSettings
+
+XLANG_BATCH = 5000
+
+
+def identity(body: dict[str, Any]) -> tuple:
+    """Order of output records within a partition: (slot, owner, collaborator)."""
+    return body["slot"], body["owner"], body.get("collaborator", "")
+
+
+class PublishClosed(beam.DoFn):
+    """All SlotScores of a cycle -> the wire records of the closed, unpublished slots, in slot order.
+
+    ``marks`` are the identities of the last record in each output partition: records at or
+    before them were sent by a cycle that died before saving its ledger, and are not sent again.
+    """
+
+    def __init__(self, config: JobConfig, published_through: int, final: bool, partitions: dict[str, int],
+                 marks: dict[tuple[str, int], tuple], out_dir: str) -> None:
+        self.config, self.published_through, self.final = config, published_through, final
+        self.partitions, self.marks, self.out_dir = partitions, marks, out_dir
+
+    def process(self, results: list, newest_ms: int) -> Iterator[Any]:
+        clock = self.config.model()[0].config.clock
+        lateness_ms = self.config.lateness_slots * clock.slot_ms
+        published = []
+        for result in sorted(results, key=lambda r: r.slot):
+            closed = self.final or int(clock.end_ms(result.slot)) + lateness_ms <= newest_ms
+            if result.slot <= self.published_through or not closed:
+                continue
+            published.append(result.slot)
+            for record in wire_records(result, self.config.topics):
+                topic, key = record[0], record[1]
+                partition = (murmur2(key) & 0x7FFFFFFF) % self.partitions[topic]
+                mark = self.marks.get((topic, partition))
+                if mark is not None and identity(json.loads(record[2])) <= mark:
+                    continue
+                yield record
+        Path(self.out_dir, "published.json").write_text(json.dumps(published))
+
+
+class WriteJson(beam.DoFn):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def process(self, items: list) -> None:
+        Path(self.path).write_text(json.dumps(items))
+
+
+def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: JobConfig,
+                   ranges: list[PartitionRange], published_through: int, final: bool, partitions: dict[str, int],
+                   marks: dict[tuple[str, int], tuple], work: str) -> beam.Pipeline:
+    """One bounded cycle; writes ``published.json`` and ``offsets.json`` (min offset per slot) to ``work``."""
+    topics = config.topics
+    p = beam.Pipeline(options=options)
+    raw_events = p | "ReadEvents" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.events])
+    raw_status = p | "ReadStatus" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.status])
+    out = (raw_events, raw_status) | "Score" >> ScoreSlots(config, published_through)
+    newest = out["newest"] | "Newest" >> beam.CombineGlobally(max).without_defaults()
+    records = (out["scores"] | "AllSlots" >> beam.combiners.ToList()
+               | "Closed" >> beam.ParDo(PublishClosed(config, published_through, final, partitions, marks, work),
+                                        newest_ms=beam.pvalue.AsSingleton(newest, default_value=-1)))
+    records | "Publish" >> beam.ParDo(ProduceRecords(settings, "published"))
+    out["dead"] | "DeadLetter" >> beam.ParDo(ProduceRecords(settings, "dead_letters"))
+    (out["offsets"] | "MinOffset" >> beam.CombinePerKey(min) | "Offsets" >> beam.combiners.ToList()
+     | "WriteOffsets" >> beam.ParDo(WriteJson(str(Path(work, "offsets.json")))))
+    return p
+
+
+def _batches(topic: str) -> beam.PTransform:
+    """Beam KafkaIO records (with metadata) -> RawBatch per partition."""
+
+    def to_batch(element: tuple[int, list]) -> RawBatch:
+        partition, records = element
+        records = sorted(records, key=lambda r: r.offset)
+        return RawBatch(topic, partition, np.array([r.offset for r in records], np.int64),
+                        np.array([r.timestamp for r in records], np.int64), [r.value for r in records], 0)
+
+    return (beam.Map(lambda r: (r.partition, r)) | beam.GroupIntoBatches(XLANG_BATCH, max_buffering_duration_secs=1)
+            | beam.Map(to_batch))
+
+
+def streaming_pipeline(options: PipelineOptions, settings: KafkaSettings, config: JobConfig) -> beam.Pipeline:
+    """The unbounded job on Beam's Java KafkaIO (Flink/Dataflow)."""
+    from apache_beam.io.kafka import ReadFromKafka, WriteToKafka
+
+    topics = config.topics
+    consumer_config = {"bootstrap.servers": settings.bootstrap, "group.id": "trustbeam-run",
+                       "auto.offset.reset": "earliest", **{k.replace("_", "."): v for k, v in settings.security.items()}}
+    producer_config = {"bootstrap.servers": settings.bootstrap, "enable.idempotence": "true", "acks": "all",
+                       **{k.replace("_", "."): v for k, v in settings.security.items()}}
+    p = beam.Pipeline(options=options)
+    raw = {}
+    for name, topic in (("Events", topics.events), ("Status", topics.status)):
+        raw[name] = (p | f"Read{name}" >> ReadFromKafka(consumer_config, [topic], with_metadata=True,
+                                                         commit_offset_in_finalize=True, timestamp_policy="CreateTime")
+                     | f"Batch{name}" >> _batches(topic))
+    out = (raw["Events"], raw["Status"]) | "Score" >> ScoreSlots(config)
+    records = out["scores"] | "Wire" >> beam.FlatMap(wire_records, config.topics)
+    letters = out["dead"]
+    for name, pcoll, topic in (("Scores", records, topics.scores), ("Rankings", records, topics.rankings),
+                               ("DeadLetter", letters, topics.dead_letter)):
+        (pcoll | f"Only{name}" >> beam.Filter(lambda r, t=topic: r[0] == t)
+         | f"Row{name}" >> beam.Map(lambda r: beam.Row(key=r[1], value=r[2],
+                                                       headers=[beam.Row(key=k, value=v) for k, v in r[3]]))
+         | f"Write{name}" >> WriteToKafka(producer_config, topic, with_headers=True))
+    return p
