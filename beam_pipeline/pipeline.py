@@ -19,11 +19,14 @@ from typing import Any, Iterator
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 from kafka.partitioner.default import murmur2
 
 from beam_pipeline.kafka_io import PartitionRange, ProduceRecords, RawBatch, ReadKafka
 from beam_pipeline.options import JobConfig
+from beam_pipeline.parquet_io import ReadParquet
 from beam_pipeline.transforms import ScoreSlots, wire_records
 from trustbeam.kafka import KafkaSettings
 
@@ -74,14 +77,31 @@ class WriteJson(beam.DoFn):
         Path(self.path).write_text(json.dumps(items))
 
 
+class WriteStatuses(beam.DoFn):
+    """The cycle's valid statuses, as one Parquet file (the driver keeps what the next cycle needs)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def process(self, tables: list) -> None:
+        if tables:
+            pq.write_table(pa.concat_tables(tables), self.path)
+
+
 def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: JobConfig,
                    ranges: list[PartitionRange], published_through: int, final: bool, partitions: dict[str, int],
-                   marks: dict[tuple[str, int], tuple], work: str) -> beam.Pipeline:
-    """One bounded cycle; writes ``published.json`` and ``offsets.json`` (min offset per slot) to ``work``."""
+                   marks: dict[tuple[str, int], tuple], work: str, status_snapshot: str | None = None,
+                   max_batch: int = 5000) -> beam.Pipeline:
+    """One bounded cycle; writes ``published.json``, ``offsets.json`` (min offset per slot) and
+    ``status.parquet`` (the statuses it read) to ``work``. ``status_snapshot`` carries the statuses
+    an earlier cycle kept, read as already-seen input."""
     topics = config.topics
     p = beam.Pipeline(options=options)
-    raw_events = p | "ReadEvents" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.events])
-    raw_status = p | "ReadStatus" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.status])
+    raw_events = p | "ReadEvents" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.events], max_batch)
+    raw_status = p | "ReadStatus" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.status], max_batch)
+    if status_snapshot:
+        kept = p | "KeptStatus" >> ReadParquet([status_snapshot], seen=True)
+        raw_status = (raw_status, kept) | "AllStatus" >> beam.Flatten()
     out = (raw_events, raw_status) | "Score" >> ScoreSlots(config, published_through)
     newest = out["newest"] | "Newest" >> beam.CombineGlobally(max).without_defaults()
     records = (out["scores"] | "AllSlots" >> beam.combiners.ToList()
@@ -91,6 +111,8 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
     out["dead"] | "DeadLetter" >> beam.ParDo(ProduceRecords(settings, "dead_letters"))
     (out["offsets"] | "MinOffset" >> beam.CombinePerKey(min) | "Offsets" >> beam.combiners.ToList()
      | "WriteOffsets" >> beam.ParDo(WriteJson(str(Path(work, "offsets.json")))))
+    (out["statuses"] | "Statuses" >> beam.combiners.ToList()
+     | "WriteStatuses" >> beam.ParDo(WriteStatuses(str(Path(work, "status.parquet")))))
     return p
 
 

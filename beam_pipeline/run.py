@@ -8,11 +8,12 @@ to the end offsets seen at its launch:
 * ``--follow``: cycles repeat every ``--poll-seconds``. A slot is published once the newest event
   time seen is the allowed lateness past the slot's end; events arriving later for it go to
   dead-letter as late. Each cycle replays the last S slots of events (the log is the source of
-  truth) to rebuild the shards' state, and the whole status topic (statuses are one row per report).
+  truth) to rebuild the shards' state; statuses from before them come from a snapshot the previous
+  cycle kept (each device's latest), so a cycle's work is bounded by S slots, not by the log.
 
 The ledger (``$TRUSTBEAM_STATE_DIR/run/<group>.json``) holds, per partition, the offset the next
-cycle replays from and the offset below which records were already read, and the last published
-slot. Semantics: at-least-once reading, and publication made idempotent by the ledger plus a check
+cycle replays from and the offset below which records were already read, the last published
+slot, and the status snapshot's path. Semantics: at-least-once reading, and publication made idempotent by the ledger plus a check
 of the output topics' tails at launch, so a crash between publishing and saving the ledger re-sends
 nothing already on the topic.
 """
@@ -25,11 +26,14 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from apache_beam.options.pipeline_options import PipelineOptions
+import numpy as np
+import pyarrow.parquet as pq
 from kafka import TopicPartition
 
 from beam_pipeline.kafka_io import consumer, plan
@@ -48,6 +52,7 @@ class Ledger:
     replay_from: dict[str, int] = field(default_factory=dict)
     read_to: dict[str, int] = field(default_factory=dict)
     published_through: int = -1
+    status_snapshot: str | None = None  # Parquet of the statuses the next cycle needs from earlier ones
 
     @staticmethod
     def path(group: str) -> Path:
@@ -103,8 +108,13 @@ def tail_marks(settings: KafkaSettings, topics: list[str]) -> dict[tuple[str, in
 
 
 def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final: bool,
-              runner: str = "FnApiRunner", beam_args: list[str] | None = None) -> tuple[Ledger, CycleReport]:
-    """One bounded pass over the topics; returns the next ledger (not yet saved) and what was done."""
+              runner: str = "FnApiRunner", beam_args: list[str] | None = None, snapshot_dir: Path | None = None,
+              max_batch: int = 5000) -> tuple[Ledger, CycleReport]:
+    """One bounded pass over the topics; returns the next ledger (not yet saved) and what was done.
+
+    The statuses the next cycle needs (each device's latest before the replay start, and all after
+    it) are written to a new file in ``snapshot_dir`` (default: the ledgers' directory).
+    """
     started = time.perf_counter()
     topics = config.topics
     ranges = plan(settings, [topics.events, topics.status], ledger.offsets(ledger.replay_from),
@@ -113,28 +123,46 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     marks = tail_marks(settings, [topics.scores, topics.rankings])
     work = tempfile.mkdtemp(prefix="trustbeam-cycle-")
     options = PipelineOptions(beam_args or [], runner=runner)
-    p = cycle_pipeline(options, settings, config, ranges, ledger.published_through, final, partitions, marks, work)
+    p = cycle_pipeline(options, settings, config, ranges, ledger.published_through, final, partitions, marks, work,
+                       ledger.status_snapshot, max_batch)
     result = p.run()
     result.wait_until_finish()
     counters = {m.key.metric.name: m.committed for m in result.metrics().query()["counters"]}
     published, offsets = (json.loads(Path(work, f).read_text()) if Path(work, f).exists() else []
                           for f in ("published.json", "offsets.json"))
-    shutil.rmtree(work, ignore_errors=True)
     model = config.model()[0]
     through = max([ledger.published_through, *published])
     keep_from = through + 1 - max(model.config.window, config.ranking.owner_slots)
+    snapshot = _keep_statuses(Path(work, "status.parquet"), int(model.config.clock.start_ms(keep_from)),
+                              snapshot_dir or Ledger.path("x").parent)
+    shutil.rmtree(work, ignore_errors=True)
     replay: dict[str, int] = {}
     for (topic, partition, slot), offset in offsets:
         if slot >= keep_from:
             name = f"{topic}/{partition}"
             replay[name] = min(offset, replay.get(name, offset))
     read_to = {f"{r.topic}/{r.partition}": r.stop for r in ranges}
-    for r in ranges:
-        if r.topic == topics.events:
-            replay.setdefault(f"{r.topic}/{r.partition}", r.stop)
-    next_ledger = Ledger(replay, read_to, through)
+    for r in ranges:  # events: from the replay start; statuses: only new ones (the snapshot has the rest)
+        replay.setdefault(f"{r.topic}/{r.partition}", r.stop)
+    next_ledger = Ledger(replay, read_to, through, snapshot)
     report = CycleReport(published, counters.get("published", 0), counters, round(time.perf_counter() - started, 3))
     return next_ledger, report
+
+
+def _keep_statuses(path: Path, cut_ms: int, directory: Path) -> str | None:
+    """Each device's latest status before ``cut_ms`` and all from it on, to a new Parquet file."""
+    if not path.exists():
+        return None
+    table = pq.read_table(path)
+    times, devices = table["time_ms"].to_numpy(), table["device"].to_numpy(zero_copy_only=False)
+    before = np.flatnonzero(times < cut_ms)
+    order = before[np.lexsort((times[before], devices[before]))]
+    latest = order[np.r_[devices[order][1:] != devices[order][:-1], True]] if len(order) else order
+    keep = np.sort(np.concatenate([latest, np.flatnonzero(times >= cut_ms)]))
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"status-{uuid.uuid4().hex}.parquet"
+    pq.write_table(table.take(keep), target)
+    return str(target)
 
 
 def _partition_counts(settings: KafkaSettings, topics: list[str]) -> dict[str, int]:
@@ -157,8 +185,11 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
     ledger = Ledger.load(group)
     cycles = 0
     while True:
+        previous = ledger.status_snapshot
         ledger, report = run_cycle(settings, config, ledger, final=not follow, runner=runner, beam_args=beam_args)
         ledger.save(group)
+        if previous and previous != ledger.status_snapshot:
+            Path(previous).unlink(missing_ok=True)
         cycles += 1
         yield report
         if not follow or (max_cycles is not None and cycles >= max_cycles):

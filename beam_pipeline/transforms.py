@@ -1,6 +1,6 @@
 """The job's transforms: thin Beam adapters that key, hold state and call :mod:`model.scoring`.
 
-    RawBatch ─ ParseEvents ─► (slot, events table) ─ CloseSlot ─► (shard, slot part) ─┐
+    RawBatch/TableBatch ─ ParseEvents ─► (slot, events table) ─ CloseSlot ─► (shard, slot part) ─┐
     RawBatch ─ ParseStatus ─► (shard, statuses) ──────────────────────────────────────┴─ ShardState
         ─► (slot, shard frame) ─ GatherSlot ─► SlotScores
 
@@ -10,6 +10,7 @@ source topic/partition/offset, reason); counters in the ``trustbeam`` namespace 
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterator, Tuple
 
 import apache_beam as beam
@@ -23,14 +24,16 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_pipeline.kafka_io import RawBatch
+from beam_pipeline.parquet_io import TableBatch
 from beam_pipeline.options import JobConfig
 from model.scoring import DeviceFrame, DeviceHistory, score_slot, slot_part, status_arrays
 from schemas import CollaborationEvent, DeviceStatus, Record, from_arrow, to_json
-from schemas.batch import decode_batch
+from schemas.batch import decode_batch, validate_table
 
 DEAD = "dead"
 NEWEST = "newest"
 OFFSETS = "offsets"
+STATUSES = "statuses"
 
 
 def millis(ms: int) -> Timestamp:
@@ -47,6 +50,13 @@ def dead_letter(topic: str, source: str, partition: int, offset: int, value: byt
     headers = [("reason", reason.encode()[:1000]), ("source_topic", source.encode()),
                ("source_partition", str(partition).encode()), ("source_offset", str(offset).encode())]
     return topic, f"{source}/{partition}/{offset}".encode(), value, headers
+
+
+def original(batch: RawBatch | TableBatch, position: int) -> bytes:
+    """The input as it came: the message bytes, or a Parquet row as JSON."""
+    if isinstance(batch, TableBatch):
+        return json.dumps(batch.table.slice(position, 1).to_pylist()[0], default=str).encode()
+    return batch.values[position]
 
 
 class _Parse(beam.DoFn):
@@ -66,12 +76,13 @@ class _Parse(beam.DoFn):
         self.model, self.index, _ = self.config.model()
         self.clock = self.model.config.clock
 
-    def decode(self, batch: RawBatch) -> tuple[pa.Table, np.ndarray, list]:
+    def decode(self, batch: RawBatch | TableBatch) -> tuple[pa.Table, np.ndarray, list]:
         """(valid known-device rows, their positions in the batch, dead letters of the new records)."""
         new = batch.offsets >= batch.new_from
         self.counters["read"].inc(int(new.sum()))
         self.counters["replayed"].inc(int((~new).sum()))
-        decoded = decode_batch(self.RECORD, batch.values)
+        decoded = (validate_table(self.RECORD, batch.table) if isinstance(batch, TableBatch)
+                   else decode_batch(self.RECORD, batch.values))
         dead = [(p, str(e)) for p, e in decoded.errors]
         self.counters["invalid"].inc(sum(int(new[p]) for p, _ in dead))
         known = np.ones(decoded.table.num_rows, dtype=bool)
@@ -81,7 +92,7 @@ class _Parse(beam.DoFn):
             dead.append((int(p), "unknown device: not in the model's device index"))
         self.counters["unknown_device"].inc(int(new[decoded.positions[~known]].sum()))
         letters = [dead_letter(self.config.topics.dead_letter, batch.topic, batch.partition,
-                               int(batch.offsets[p]), batch.values[p], f"{self.RECORD.NAME}: {reason}")
+                               int(batch.offsets[p]), original(batch, p), f"{self.RECORD.NAME}: {reason}")
                    for p, reason in dead if new[p]]
         return decoded.table.filter(pa.array(known)), decoded.positions[known], letters
 
@@ -99,7 +110,7 @@ class ParseEvents(_Parse):
         for p, s in zip(positions[late], slots[late]):
             reason = "before the clock's origin" if s < 0 else f"late: slot {s} was already published"
             letters.append(dead_letter(self.config.topics.dead_letter, batch.topic, batch.partition,
-                                       int(batch.offsets[p]), batch.values[p], f"{self.RECORD.NAME}: {reason}"))
+                                       int(batch.offsets[p]), original(batch, p), f"{self.RECORD.NAME}: {reason}"))
         self.counters["late"].inc(int(late.sum()))
         self.counters["valid"].inc(int((new & ~late).sum()))
         for letter in letters:
@@ -126,13 +137,14 @@ class ParseStatus(_Parse):
         for k, rows in enumerate(self.config.shard_rows(self.index)):
             self.shard_of[rows] = k
 
-    def process(self, batch: RawBatch) -> Iterator[Any]:
+    def process(self, batch: RawBatch | TableBatch) -> Iterator[Any]:
         table, positions, letters = self.decode(batch)
         self.counters["valid"].inc(int((batch.offsets[positions] >= batch.new_from).sum()))
         for letter in letters:
             yield beam.pvalue.TaggedOutput(DEAD, letter)
         if not table.num_rows:
             return
+        yield beam.pvalue.TaggedOutput(STATUSES, table)
         rows, times, values = status_arrays(self.index, table)
         for shard in np.unique(self.shard_of[rows]).tolist():
             mine = self.shard_of[rows] == shard
@@ -312,7 +324,7 @@ class GatherSlot(beam.DoFn):
 
 
 class ScoreSlots(beam.PTransform):
-    """(events RawBatches, status RawBatches) -> SlotScores, plus the dead, newest and offsets outputs."""
+    """(events batches, status batches) -> SlotScores, plus the dead, newest, offsets and statuses outputs."""
 
     def __init__(self, config: JobConfig, published_through: int = -1) -> None:
         super().__init__()
@@ -323,13 +335,14 @@ class ScoreSlots(beam.PTransform):
         events = raw_events | "ParseEvents" >> beam.ParDo(
             ParseEvents(self.config, self.published_through)).with_outputs(DEAD, NEWEST, OFFSETS, main="slots")
         status = raw_status | "ParseStatus" >> beam.ParDo(
-            ParseStatus(self.config, self.published_through)).with_outputs(DEAD, main="status")
+            ParseStatus(self.config, self.published_through)).with_outputs(DEAD, STATUSES, main="status")
         closed = (events.slots | "CloseSlot" >> beam.ParDo(CloseSlot(self.config)).with_outputs(DEAD, main="parts"))
         frames = ((closed.parts, status.status) | "ToShards" >> beam.Flatten()
                   | "ShardState" >> beam.ParDo(ShardState(self.config)))
         scored = frames | "GatherSlot" >> beam.ParDo(GatherSlot(self.config))
         dead = (events[DEAD], status[DEAD], closed[DEAD]) | "Dead" >> beam.Flatten()
-        return {"scores": scored, "dead": dead, "newest": events[NEWEST], "offsets": events[OFFSETS]}
+        return {"scores": scored, "dead": dead, "newest": events[NEWEST], "offsets": events[OFFSETS],
+                "statuses": status[STATUSES]}
 
 
 def wire_records(result: Any, topics: Any) -> Iterator[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -41,17 +41,35 @@ class DecodedBatch:
 
 def decode_batch(cls: type[Record], messages: Sequence[bytes]) -> DecodedBatch:
     """Decode and validate ``messages`` as ``cls`` records (see the module docstring)."""
+    parsed = _parse(arrow_schema(cls), messages)
+    return _verdicts(cls, parsed, len(messages), lambda position: from_json(cls, messages[position]))
+
+
+def validate_table(cls: type[Record], table: pa.Table) -> DecodedBatch:
+    """Validate rows that arrive as Arrow (e.g. Parquet) the same way; other columns are ignored."""
+    body = table.select([name for name, _ in specs(cls) if name in table.column_names])
+    columns = {name: body[name] if name in body.column_names else pa.nulls(body.num_rows) for name, _ in specs(cls)}
+    columns[VERSION_FIELD] = pa.array(np.full(body.num_rows, cls.SCHEMA_VERSION, dtype=np.int64))
+    try:
+        parsed = pa.table(columns).cast(arrow_schema(cls).append(pa.field(VERSION_FIELD, pa.int64())))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        parsed = None
+    return _verdicts(cls, parsed, body.num_rows, lambda position: cls.from_dict(body.slice(position, 1).to_pylist()[0]))
+
+
+def _verdicts(cls: type[Record], parsed: pa.Table | None, count: int, exact: Callable[[int], Record]) -> DecodedBatch:
+    """Rows the screen clears come from ``parsed``; every other position gets ``exact``'s verdict."""
     schema = arrow_schema(cls)
-    parsed = _parse(schema, messages)
-    cleared = np.zeros(len(messages), dtype=bool) if parsed is None else _screen(cls, parsed)
+    cleared = np.zeros(count, dtype=bool) if parsed is None else _screen(cls, parsed)
     table = parsed.filter(pa.array(cleared)).select(schema.names).cast(schema) if parsed is not None else None
-    records, errors, exact = [], [], np.flatnonzero(~cleared)
-    for position in exact.tolist():
+    records, errors, unclear = [], [], np.flatnonzero(~cleared)
+    for position in unclear.tolist():
         try:
-            records.append(from_json(cls, messages[position]))
+            records.append(exact(position))
         except ValidationError as error:
             errors.append((position, error))
-    valid_exact = np.array(sorted(set(exact.tolist()) - {p for p, _ in errors}), dtype=np.int64)
+    failed = {p for p, _ in errors}
+    valid_exact = np.array([p for p in unclear.tolist() if p not in failed], dtype=np.int64)
     parts = [t for t in (table, to_arrow(cls, records) if records else None) if t is not None]
     joined = pa.concat_tables(parts) if parts else schema.empty_table()
     positions = np.concatenate([np.flatnonzero(cleared), valid_exact])

@@ -8,13 +8,14 @@ nor publish one twice.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from beam_pipeline.run import Ledger, run_cycle
+from beam_pipeline.run import Ledger, run, run_cycle
 from deploy.local.broker import LocalBroker
 from model.scoring import score_log
 from schemas import CollaboratorRanking, TrustScore, from_json, to_json
@@ -83,7 +84,7 @@ def assert_same(got: tuple[list, list], expected: tuple[list, list]) -> None:
                     assert (a.trust, a.voc) == pytest.approx((b.trust, b.voc), abs=1e-5)
 
 
-def test_until_end_publishes_the_offline_scores_and_dead_letters_bad_input(broker, checkpoint) -> None:
+def test_until_end_publishes_the_offline_scores_and_dead_letters_bad_input(broker, checkpoint, tmp_path) -> None:
     topics = fresh_topics(broker)
     events, status = run_tables()
     publish(broker, topics, events, status)
@@ -102,7 +103,8 @@ def test_until_end_publishes_the_offline_scores_and_dead_letters_bad_input(broke
     producer.flush()
     producer.close()
 
-    ledger, report = run_cycle(broker.settings, job(checkpoint, topics=topics), Ledger(), final=True)
+    ledger, report = run_cycle(broker.settings, job(checkpoint, topics=topics), Ledger(), final=True,
+                               snapshot_dir=tmp_path)
 
     assert_same(published(broker, topics), offline(checkpoint, events, status))
     c = report.counters
@@ -117,25 +119,31 @@ def test_until_end_publishes_the_offline_scores_and_dead_letters_bad_input(broke
     assert report.published_slots == list(range(SIM.slots)) and ledger.published_through == SIM.slots - 1
     assert report.records_published == sum(len(x) for x in published(broker, topics))
 
-    again, second = run_cycle(broker.settings, job(checkpoint, topics=topics), ledger, final=True)
+    again, second = run_cycle(broker.settings, job(checkpoint, topics=topics), ledger, final=True,
+                              snapshot_dir=tmp_path)
     assert second.records_published == 0 and second.counters["events_read"] == 0
 
 
 def test_catch_up_cycles_equal_one_uninterrupted_run(broker, checkpoint, tmp_path, monkeypatch) -> None:
+    """Cycles replay only the last S slots (S = 6 here) and a status snapshot, yet match one offline pass."""
     monkeypatch.setenv("TRUSTBEAM_STATE_DIR", str(tmp_path))
+    sim = replace(SIM, slots=15, tasks=675)
     topics = fresh_topics(broker)
-    events, status = run_tables()
+    events, status = run_tables(sim)
     config = job(checkpoint, topics=topics)
-    clock, previous = SIM.clock, -1
-    for last in (3, 6, SIM.slots - 1):  # the log grows; each cycle catches up from the saved ledger
+    clock, previous, replayed = sim.clock, -1, []
+    for last in (4, 9, 12, sim.slots - 1):  # the log grows; each cycle catches up from the saved ledger
         new_events = pc.and_(pc.greater(events["slot"], previous), pc.less_equal(events["slot"], last))
         new_status = pc.and_(pc.greater_equal(status["time_ms"], clock.start_ms(previous + 1)),
                              pc.less(status["time_ms"], clock.end_ms(last)))
         publish(broker, topics, events.filter(new_events), status.filter(new_status))
-        ledger, report = run_cycle(broker.settings, config, Ledger.load("catch-up"), final=False)
-        ledger.save("catch-up")
+        (report,) = run(broker.settings, config, "catch-up", follow=True, poll_s=0, max_cycles=1)
         assert report.counters.get("events_late", 0) == 0
+        replayed.append(report.counters.get("events_replayed", 0))
         previous = last
     # a slot closes once the newest event is the allowed lateness (1 slot) past its end
-    assert Ledger.load("catch-up").published_through == SIM.slots - 3
-    assert_same(published(broker, topics), offline(checkpoint, events, status, set(range(SIM.slots - 2))))
+    ledger = Ledger.load("catch-up")
+    assert ledger.published_through == sim.slots - 3
+    assert 0 < replayed[-1] < events.filter(pc.less_equal(events["slot"], 9)).num_rows  # bounded replay
+    assert len(list(tmp_path.glob("run/status-*.parquet"))) == 1 and ledger.status_snapshot
+    assert_same(published(broker, topics), offline(checkpoint, events, status, set(range(sim.slots - 2))))

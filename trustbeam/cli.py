@@ -89,36 +89,10 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Start the local broker (unless KAFKA_BOOTSTRAP is set), publish a simulated run, read it back."""
-    from deploy.local.broker import LocalBroker
-    from schemas import CollaborationEvent, ValidationError, from_json
-    from simulator.engine import Simulator
-    from simulator.parquet_sink import ParquetSink
-    from simulator.publish import KafkaPublisher
-    from trustbeam.kafka import KafkaSettings, Topics, ensure_topics, read_to_end
+    """The main job on embedded defaults (see trustbeam.demo)."""
+    from trustbeam.demo import run_demo
 
-    settings = KafkaSettings.resolve(args.bootstrap)
-    if settings.is_local:
-        print(LocalBroker().start())
-    topics = Topics()
-    ensure_topics(settings, topics.partitions())
-    before = len(read_to_end(settings, topics.events))
-    publisher = KafkaPublisher(settings)
-    started = time.perf_counter()
-    summary = Simulator(sim_config(args)).run([publisher, ParquetSink(args.out)], progress=sys.stderr.isatty())
-    published_s = time.perf_counter() - started
-    records = read_to_end(settings, topics.events)[before:]
-    invalid = 0
-    for record in records:
-        try:
-            from_json(CollaborationEvent, record.value)
-        except ValidationError:
-            invalid += 1
-    report = {**summary.as_dict(), **publisher.counts(), "publish_seconds": round(published_s, 3),
-              "consumed_back": len(records), "invalid_consumed": invalid, "bootstrap": settings.bootstrap,
-              "files": str(Path(args.out).resolve())}
-    print(json.dumps(report, indent=2))
-    return 0 if len(records) == summary.events and not invalid else 1
+    return run_demo(sim_config(args), args.bootstrap, args.out, args.epochs)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -367,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sim_options(demo)
     demo.add_argument("--bootstrap", default=None)
     demo.add_argument("--out", default="out/demo")
+    demo.add_argument("--epochs", type=int, default=8, help="training epochs for the cached demo model")
     demo.set_defaults(handler=cmd_demo)
     return parser
 
