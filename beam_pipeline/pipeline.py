@@ -27,7 +27,7 @@ from kafka.partitioner.default import murmur2
 from beam_pipeline.kafka_io import PartitionRange, ProduceRecords, RawBatch, ReadKafka
 from beam_pipeline.options import JobConfig
 from beam_pipeline.parquet_io import ReadParquet
-from beam_pipeline.transforms import ScoreSlots, wire_records
+from beam_pipeline.transforms import ScoreSlots, outputs, wire, wire_records
 from trustbeam.kafka import KafkaSettings
 
 XLANG_BATCH = 5000
@@ -59,13 +59,12 @@ class PublishClosed(beam.DoFn):
             if result.slot <= self.published_through or not closed:
                 continue
             published.append(result.slot)
-            for record in wire_records(result, self.config.topics):
-                topic, key = record[0], record[1]
-                partition = (murmur2(key) & 0x7FFFFFFF) % self.partitions[topic]
+            for topic, record in outputs(result, self.config.topics):
+                partition = (murmur2(record.owner.encode()) & 0x7FFFFFFF) % self.partitions[topic]
                 mark = self.marks.get((topic, partition))
-                if mark is not None and identity(json.loads(record[2])) <= mark:
+                if mark is not None and (record.slot, record.owner, getattr(record, "collaborator", "")) <= mark:
                     continue
-                yield record
+                yield wire(topic, record)
         Path(self.out_dir, "published.json").write_text(json.dumps(published))
 
 

@@ -11,16 +11,18 @@ source topic/partition/offset, reason); counters in the ``trustbeam`` namespace 
 from __future__ import annotations
 
 import json
+import pickle
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Tuple
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from apache_beam.coders import PickleCoder
+from apache_beam.coders import BytesCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_pipeline.kafka_io import RawBatch
@@ -38,6 +40,18 @@ STATUSES = "statuses"
 
 def millis(ms: int) -> Timestamp:
     return Timestamp(micros=int(ms) * 1000)
+
+
+def load(state: Any, default: Any) -> Any:
+    """Read a value kept as pickled bytes (see :func:`store`)."""
+    blob = state.read()
+    return default if blob is None else pickle.loads(blob)
+
+
+def store(state: Any, value: Any) -> None:
+    """Keep large state values as pickled bytes: the runner's state cache then sizes a bytes object
+    instead of walking every array and string of the value (measured: most of a cycle's time)."""
+    state.write(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def _counter(name: str) -> Any:
@@ -97,6 +111,7 @@ class _Parse(beam.DoFn):
         return decoded.table.filter(pa.array(known)), decoded.positions[known], letters
 
 
+@beam.typehints.with_output_types(Tuple[int, Any])
 class ParseEvents(_Parse):
     """RawBatch -> (slot, events table) per slot, timestamped at the slot start; dead letters out of ``dead``."""
 
@@ -126,6 +141,7 @@ class ParseEvents(_Parse):
                                                millis(self.clock.start_ms(slot)))
 
 
+@beam.typehints.with_output_types(Tuple[int, Any])
 class ParseStatus(_Parse):
     """RawBatch -> (shard, ("status", rows, times, values)) for each shard with statuses."""
 
@@ -152,20 +168,28 @@ class ParseStatus(_Parse):
                                                millis(times[mine].min()))
 
 
+@dataclass
+class OpenSlot:
+    """CloseSlot's state for one slot."""
+
+    tables: list[pa.Table] = field(default_factory=list)  # the slot's events so far, deduplicated
+    seen: set[str] = field(default_factory=set)  # event ids: the dedup horizon
+    closes: int = 0  # closes done: the next close is this version (0 = first, later ones are updates)
+    dirty: bool = False  # events added since the last close
+    expired: bool = False  # the allowed lateness has passed
+
+
 @beam.typehints.with_input_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, Any])
 class CloseSlot(beam.DoFn):
     """Keyed by slot: gathers the slot's events, deduplicated, and closes the slot when the watermark passes.
 
     On close it sends every shard its devices' part of the slot (embeddings, owner profiles). Events
     within the allowed lateness re-close the slot, sent as the next version (an update). After the
-    lateness the slot expires: its state is dropped and any later event goes to dead-letter as late.
+    lateness the slot expires: its events are dropped and any later event goes to dead-letter as late.
     """
 
-    EVENTS = BagStateSpec("events", PickleCoder())  # pa.Table pieces of the slot
-    SEEN = ReadModifyWriteStateSpec("seen", PickleCoder())  # set of event ids: the dedup horizon
-    VERSION = ReadModifyWriteStateSpec("version", PickleCoder())  # closes done so far
-    DIRTY = ReadModifyWriteStateSpec("dirty", PickleCoder())  # events added since the last close
-    EXPIRED = ReadModifyWriteStateSpec("expired", PickleCoder())
+    SLOT = ReadModifyWriteStateSpec("slot", BytesCoder())  # OpenSlot, pickled (see store)
     CLOSE = TimerSpec("close", TimeDomain.WATERMARK)  # at the slot's end
     EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)  # at the end of the allowed lateness
 
@@ -179,12 +203,11 @@ class CloseSlot(beam.DoFn):
         self.clock = self.model.config.clock
         self.shards = self.config.shard_rows(self.index)
 
-    def process(self, element: tuple[int, pa.Table], events=beam.DoFn.StateParam(EVENTS),
-                seen=beam.DoFn.StateParam(SEEN), expired=beam.DoFn.StateParam(EXPIRED),
-                dirty=beam.DoFn.StateParam(DIRTY), close=beam.DoFn.TimerParam(CLOSE),
-                expire=beam.DoFn.TimerParam(EXPIRE)) -> Iterator[Any]:
+    def process(self, element: tuple[int, pa.Table], state=beam.DoFn.StateParam(SLOT),
+                close=beam.DoFn.TimerParam(CLOSE), expire=beam.DoFn.TimerParam(EXPIRE)) -> Iterator[Any]:
         slot, table = element
-        if expired.read():
+        current = load(state, None) or OpenSlot()
+        if current.expired:
             self.late.inc(table.num_rows)
             for record in from_arrow(CollaborationEvent, table):
                 yield beam.pvalue.TaggedOutput(DEAD, dead_letter(
@@ -192,49 +215,56 @@ class CloseSlot(beam.DoFn):
                     f"{CollaborationEvent.NAME}: late: slot {slot} expired (allowed lateness passed)"))
             return
         ids = table["event_id"].to_numpy(zero_copy_only=False)
-        known = seen.read() or set()
         _, first = np.unique(ids, return_index=True)
         fresh = np.zeros(len(ids), dtype=bool)
         fresh[first] = True
-        fresh &= np.array([i not in known for i in ids], dtype=bool)
+        fresh &= np.array([i not in current.seen for i in ids], dtype=bool)
         self.duplicates.inc(int((~fresh).sum()))
         if not fresh.any():
             return
-        seen.write(known | set(ids[fresh].tolist()))
-        events.add(table.filter(pa.array(fresh)))
-        dirty.write(True)
+        current.seen.update(ids[fresh].tolist())
+        current.tables.append(table.filter(pa.array(fresh)))
+        current.dirty = True
+        store(state, current)
         end = int(self.clock.end_ms(slot))
         close.set(millis(end))
         expire.set(millis(end + self.config.lateness_slots * self.clock.slot_ms + 1))
 
     @on_timer(CLOSE)
-    def on_close(self, key=beam.DoFn.KeyParam, events=beam.DoFn.StateParam(EVENTS),
-                 version=beam.DoFn.StateParam(VERSION), dirty=beam.DoFn.StateParam(DIRTY)) -> Iterator[Any]:
-        yield from self.close(key, events, version, dirty)
+    def on_close(self, key=beam.DoFn.KeyParam, state=beam.DoFn.StateParam(SLOT)) -> Iterator[Any]:
+        current = load(state, None)
+        if current is not None:
+            yield from self.close(key, current)
+            store(state, current)
 
     @on_timer(EXPIRE)
-    def on_expire(self, key=beam.DoFn.KeyParam, events=beam.DoFn.StateParam(EVENTS),
-                  version=beam.DoFn.StateParam(VERSION), dirty=beam.DoFn.StateParam(DIRTY),
-                  seen=beam.DoFn.StateParam(SEEN), expired=beam.DoFn.StateParam(EXPIRED)) -> Iterator[Any]:
-        yield from self.close(key, events, version, dirty)  # runners may fire both timers in one go
-        events.clear()
-        seen.clear()
-        expired.write(True)
+    def on_expire(self, key=beam.DoFn.KeyParam, state=beam.DoFn.StateParam(SLOT)) -> Iterator[Any]:
+        current = load(state, None) or OpenSlot()
+        yield from self.close(key, current)  # runners may fire both timers in one go
+        store(state, OpenSlot(closes=current.closes, expired=True))
 
-    def close(self, slot: int, events: Any, version: Any, dirty: Any) -> Iterator[Any]:
+    def close(self, slot: int, current: OpenSlot) -> Iterator[Any]:
         """Send each shard its part of the slot, once per batch of new events."""
-        if not dirty.read():
+        if not current.dirty:
             return
-        done = version.read() or 0
-        part = slot_part(self.model, self.index, pa.concat_tables(list(events.read())), slot)
-        (self.updates if done else self.closed).inc()
-        version.write(done + 1)
-        dirty.write(False)
+        part = slot_part(self.model, self.index, pa.concat_tables(current.tables), slot)
+        (self.updates if current.closes else self.closed).inc()
         for shard, rows in enumerate(self.shards):
-            yield shard, ("part", part.select(rows), done)
+            yield shard, ("part", part.select(rows), current.closes)
+        current.closes += 1
+        current.dirty = False
+
+
+@dataclass
+class Shard:
+    """ShardState's state: the devices' history and the slots waiting for the watermark."""
+
+    history: DeviceHistory
+    pending: dict[int, int] = field(default_factory=dict)  # slot -> version to emit
 
 
 @beam.typehints.with_input_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[int, Any])
 class ShardState(beam.DoFn):
     """Keyed by shard: its devices' history in state; at each closed slot, their frame for scoring.
 
@@ -242,8 +272,7 @@ class ShardState(beam.DoFn):
     earlier slot's part and every status before it. Memory: devices x S slot embeddings at most.
     """
 
-    HISTORY = ReadModifyWriteStateSpec("history", PickleCoder())  # DeviceHistory
-    PENDING = ReadModifyWriteStateSpec("pending", PickleCoder())  # {slot: version} awaiting the watermark
+    SHARD = ReadModifyWriteStateSpec("shard", BytesCoder())  # Shard, pickled (see store)
     EMIT = TimerSpec("emit", TimeDomain.WATERMARK)  # at the earliest pending slot's end
 
     def __init__(self, config: JobConfig) -> None:
@@ -254,44 +283,41 @@ class ShardState(beam.DoFn):
         self.clock = self.model.config.clock
         self.shards = self.config.shard_rows(self.index)
 
-    def process(self, element: tuple[int, tuple], history=beam.DoFn.StateParam(HISTORY),
-                pending=beam.DoFn.StateParam(PENDING), emit=beam.DoFn.TimerParam(EMIT)) -> None:
+    def process(self, element: tuple[int, tuple], state=beam.DoFn.StateParam(SHARD),
+                emit=beam.DoFn.TimerParam(EMIT)) -> None:
         shard, payload = element
-        state = history.read() or DeviceHistory(self.shards[shard])
+        current = load(state, None) or Shard(DeviceHistory(self.shards[shard]))
         if payload[0] == "status":
-            state.add_status(*payload[1:])
+            current.history.add_status(*payload[1:])
         else:
             part, version = payload[1], payload[2]
-            state.add_part(part)
-            waiting = pending.read() or {}
-            waiting[part.slot] = max(version, waiting.get(part.slot, version))
-            pending.write(waiting)
-            emit.set(millis(self.clock.end_ms(min(waiting))))
-        history.write(state)
+            current.history.add_part(part)
+            current.pending[part.slot] = max(version, current.pending.get(part.slot, version))
+            emit.set(millis(self.clock.end_ms(min(current.pending))))
+        store(state, current)
 
     @on_timer(EMIT)
-    def on_emit(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
-                history=beam.DoFn.StateParam(HISTORY), pending=beam.DoFn.StateParam(PENDING),
+    def on_emit(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam, state=beam.DoFn.StateParam(SHARD),
                 emit=beam.DoFn.TimerParam(EMIT)) -> Iterator[Any]:
-        state, waiting = history.read(), pending.read() or {}
-        ready = sorted(s for s in waiting if millis(self.clock.end_ms(s)) <= fired)
+        current = load(state, None)
+        ready = sorted(s for s in current.pending if millis(self.clock.end_ms(s)) <= fired)
         for slot in ready:
-            yield slot, (key, waiting.pop(slot), state.frame(self.model, slot, self.clock, self.config.ranking))
+            frame = current.history.frame(self.model, slot, self.clock, self.config.ranking)
+            yield slot, (key, current.pending.pop(slot), frame)
         if ready:
             keep = max(self.model.config.window, self.config.ranking.owner_slots) + self.config.lateness_slots
-            state.prune(ready[-1] - keep + 1, int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))
-            history.write(state)
-        pending.write(waiting)
-        if waiting:
-            emit.set(millis(self.clock.end_ms(min(waiting))))
+            current.history.prune(ready[-1] - keep + 1,
+                                  int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))
+        store(state, current)
+        if current.pending:
+            emit.set(millis(self.clock.end_ms(min(current.pending))))
 
 
 @beam.typehints.with_input_types(Tuple[int, Any])
 class GatherSlot(beam.DoFn):
     """Keyed by slot: once every shard's frame of a version is in, score the slot (an update if version > 0)."""
 
-    FRAMES = ReadModifyWriteStateSpec("frames", PickleCoder())  # {shard: (version, DeviceFrame)}
-    DONE = ReadModifyWriteStateSpec("done", PickleCoder())  # last version scored
+    FRAMES = ReadModifyWriteStateSpec("frames", BytesCoder())  # ({shard: (version, DeviceFrame)}, last scored)
 
     def __init__(self, config: JobConfig) -> None:
         self.config = config
@@ -301,23 +327,20 @@ class GatherSlot(beam.DoFn):
     def setup(self) -> None:
         self.model, self.index, self.version = self.config.model()
 
-    def process(self, element: tuple[int, tuple[int, int, DeviceFrame]], frames=beam.DoFn.StateParam(FRAMES),
-                done=beam.DoFn.StateParam(DONE)) -> Iterator[Any]:
+    def process(self, element: tuple[int, tuple[int, int, DeviceFrame]], frames=beam.DoFn.StateParam(FRAMES)
+                ) -> Iterator[Any]:
         slot, (shard, version, frame) = element
-        have = frames.read() or {}
+        have, last = load(frames, ({}, -1))
         if shard not in have or have[shard][0] <= version:
             have[shard] = (version, frame)
         newest = max(v for v, _ in have.values())
-        last = done.read()
-        if len(have) < self.config.shards or any(v != newest for v, _ in have.values()) or \
-                (last is not None and newest <= last):
-            frames.write(have)
+        if len(have) < self.config.shards or any(v != newest for v, _ in have.values()) or newest <= last:
+            store(frames, (have, last))
             return
         joined = DeviceFrame.concat([f for _, f in have.values()])
         result = score_slot(self.model, self.index, joined, slot, self.config.ranking, self.config.params,
                             self.version, is_update=newest > 0)
-        frames.clear()
-        done.write(newest)
+        store(frames, ({}, newest))
         self.scored.inc()
         self.pairs.inc(len(result.scores) + len(result.rankings))
         yield result
@@ -345,10 +368,18 @@ class ScoreSlots(beam.PTransform):
                 "statuses": status[STATUSES]}
 
 
-def wire_records(result: Any, topics: Any) -> Iterator[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]:
-    """A SlotScores as (topic, key, value, headers): keyed by owner, schema version in a header."""
+def outputs(result: Any, topics: Any) -> Iterator[tuple[str, Record]]:
+    """A SlotScores' records with their topics, in publication order."""
     for topic, records in ((topics.scores, result.scores), (topics.rankings, result.rankings)):
         for record in records:
-            headers = [("schema_version", str(record.SCHEMA_VERSION).encode()), ("record", record.NAME.encode())]
-            yield topic, record.owner.encode(), to_json(record), headers
+            yield topic, record
 
+
+def wire(topic: str, record: Record) -> tuple[str, bytes, bytes, list[tuple[str, bytes]]]:
+    """(topic, key, value, headers): keyed by owner, schema version and record name in headers."""
+    headers = [("schema_version", str(record.SCHEMA_VERSION).encode()), ("record", record.NAME.encode())]
+    return topic, record.owner.encode(), to_json(record), headers
+
+
+def wire_records(result: Any, topics: Any) -> Iterator[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]:
+    return (wire(topic, record) for topic, record in outputs(result, topics))
