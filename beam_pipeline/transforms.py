@@ -255,14 +255,6 @@ class CloseSlot(beam.DoFn):
         current.dirty = False
 
 
-@dataclass
-class Shard:
-    """ShardState's state: the devices' history and the slots waiting for the watermark."""
-
-    history: DeviceHistory
-    pending: dict[int, int] = field(default_factory=dict)  # slot -> version to emit
-
-
 @beam.typehints.with_input_types(Tuple[int, Any])
 @beam.typehints.with_output_types(Tuple[int, Any])
 class ShardState(beam.DoFn):
@@ -270,9 +262,11 @@ class ShardState(beam.DoFn):
 
     A slot's frame is computed when the watermark passes the slot's end, so the shard has every
     earlier slot's part and every status before it. Memory: devices x S slot embeddings at most.
+    Parts and statuses live in separate cells so that neither kind of input rewrites the other.
     """
 
-    SHARD = ReadModifyWriteStateSpec("shard", BytesCoder())  # Shard, pickled (see store)
+    PARTS = ReadModifyWriteStateSpec("parts", BytesCoder())  # ({slot: SlotPart}, {slot: version pending})
+    STATUS = ReadModifyWriteStateSpec("status", BytesCoder())  # (rows, times, values) of the statuses kept
     EMIT = TimerSpec("emit", TimeDomain.WATERMARK)  # at the earliest pending slot's end
 
     def __init__(self, config: JobConfig) -> None:
@@ -283,34 +277,38 @@ class ShardState(beam.DoFn):
         self.clock = self.model.config.clock
         self.shards = self.config.shard_rows(self.index)
 
-    def process(self, element: tuple[int, tuple], state=beam.DoFn.StateParam(SHARD),
-                emit=beam.DoFn.TimerParam(EMIT)) -> None:
+    def process(self, element: tuple[int, tuple], parts=beam.DoFn.StateParam(PARTS),
+                status=beam.DoFn.StateParam(STATUS), emit=beam.DoFn.TimerParam(EMIT)) -> None:
         shard, payload = element
-        current = load(state, None) or Shard(DeviceHistory(self.shards[shard]))
+        history = DeviceHistory(self.shards[shard])
         if payload[0] == "status":
-            current.history.add_status(*payload[1:])
-        else:
-            part, version = payload[1], payload[2]
-            current.history.add_part(part)
-            current.pending[part.slot] = max(version, current.pending.get(part.slot, version))
-            emit.set(millis(self.clock.end_ms(min(current.pending))))
-        store(state, current)
+            history.add_status(*load(status, (history.status_rows, history.status_times, history.status_values)))
+            history.add_status(*payload[1:])
+            store(status, (history.status_rows, history.status_times, history.status_values))
+            return
+        kept, pending = load(parts, ({}, {}))
+        part, version = payload[1], payload[2]
+        kept[part.slot] = part
+        pending[part.slot] = max(version, pending.get(part.slot, version))
+        store(parts, (kept, pending))
+        emit.set(millis(self.clock.end_ms(min(pending))))
 
     @on_timer(EMIT)
-    def on_emit(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam, state=beam.DoFn.StateParam(SHARD),
-                emit=beam.DoFn.TimerParam(EMIT)) -> Iterator[Any]:
-        current = load(state, None)
-        ready = sorted(s for s in current.pending if millis(self.clock.end_ms(s)) <= fired)
+    def on_emit(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam, parts=beam.DoFn.StateParam(PARTS),
+                status=beam.DoFn.StateParam(STATUS), emit=beam.DoFn.TimerParam(EMIT)) -> Iterator[Any]:
+        kept, pending = load(parts, ({}, {}))
+        history = DeviceHistory(self.shards[key], kept)
+        history.add_status(*load(status, (history.status_rows, history.status_times, history.status_values)))
+        ready = sorted(s for s in pending if millis(self.clock.end_ms(s)) <= fired)
         for slot in ready:
-            frame = current.history.frame(self.model, slot, self.clock, self.config.ranking)
-            yield slot, (key, current.pending.pop(slot), frame)
+            yield slot, (key, pending.pop(slot), history.frame(self.model, slot, self.clock, self.config.ranking))
         if ready:
             keep = max(self.model.config.window, self.config.ranking.owner_slots) + self.config.lateness_slots
-            current.history.prune(ready[-1] - keep + 1,
-                                  int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))
-        store(state, current)
-        if current.pending:
-            emit.set(millis(self.clock.end_ms(min(current.pending))))
+            history.prune(ready[-1] - keep + 1, int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))
+            store(status, (history.status_rows, history.status_times, history.status_values))
+        store(parts, (history.parts, pending))
+        if pending:
+            emit.set(millis(self.clock.end_ms(min(pending))))
 
 
 @beam.typehints.with_input_types(Tuple[int, Any])
