@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Tuple
 
@@ -269,8 +270,10 @@ class ShardState(beam.DoFn):
     STATUS = ReadModifyWriteStateSpec("status", BytesCoder())  # (rows, times, values) of the statuses kept
     EMIT = TimerSpec("emit", TimeDomain.WATERMARK)  # at the earliest pending slot's end
 
-    def __init__(self, config: JobConfig) -> None:
+    def __init__(self, config: JobConfig, published_through: int = -1) -> None:
         self.config = config
+        self.published_through = published_through  # replayed slots: history only, no frames
+        self.busy = _counter("sequence_ms")
 
     def setup(self) -> None:
         self.model, self.index, _ = self.config.model()
@@ -300,8 +303,12 @@ class ShardState(beam.DoFn):
         history = DeviceHistory(self.shards[key], kept)
         history.add_status(*load(status, (history.status_rows, history.status_times, history.status_values)))
         ready = sorted(s for s in pending if millis(self.clock.end_ms(s)) <= fired)
+        started = time.perf_counter()
         for slot in ready:
-            yield slot, (key, pending.pop(slot), history.frame(self.model, slot, self.clock, self.config.ranking))
+            version = pending.pop(slot)
+            if slot > self.published_through:
+                yield slot, (key, version, history.frame(self.model, slot, self.clock, self.config.ranking))
+        self.busy.inc(int((time.perf_counter() - started) * 1000))
         if ready:
             keep = max(self.model.config.window, self.config.ranking.owner_slots) + self.config.lateness_slots
             history.prune(ready[-1] - keep + 1, int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))
@@ -321,6 +328,7 @@ class GatherSlot(beam.DoFn):
         self.config = config
         self.scored = _counter("slots_scored")
         self.pairs = _counter("records_scored")
+        self.busy = _counter("scoring_ms")
 
     def setup(self) -> None:
         self.model, self.index, self.version = self.config.model()
@@ -335,9 +343,11 @@ class GatherSlot(beam.DoFn):
         if len(have) < self.config.shards or any(v != newest for v, _ in have.values()) or newest <= last:
             store(frames, (have, last))
             return
+        started = time.perf_counter()
         joined = DeviceFrame.concat([f for _, f in have.values()])
         result = score_slot(self.model, self.index, joined, slot, self.config.ranking, self.config.params,
                             self.version, is_update=newest > 0)
+        self.busy.inc(int((time.perf_counter() - started) * 1000))
         store(frames, ({}, newest))
         self.scored.inc()
         self.pairs.inc(len(result.scores) + len(result.rankings))
@@ -359,7 +369,7 @@ class ScoreSlots(beam.PTransform):
             ParseStatus(self.config, self.published_through)).with_outputs(DEAD, STATUSES, main="status")
         closed = (events.slots | "CloseSlot" >> beam.ParDo(CloseSlot(self.config)).with_outputs(DEAD, main="parts"))
         frames = ((closed.parts, status.status) | "ToShards" >> beam.Flatten()
-                  | "ShardState" >> beam.ParDo(ShardState(self.config)))
+                  | "ShardState" >> beam.ParDo(ShardState(self.config, self.published_through)))
         scored = frames | "GatherSlot" >> beam.ParDo(GatherSlot(self.config))
         dead = (events[DEAD], status[DEAD], closed[DEAD]) | "Dead" >> beam.Flatten()
         return {"scores": scored, "dead": dead, "newest": events[NEWEST], "offsets": events[OFFSETS],

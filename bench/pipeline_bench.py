@@ -1,0 +1,290 @@
+"""The streaming job's speed: batched versus one element per event, from Kafka and from Parquet.
+
+Side by side in one run, each case in its own process (its own peak RSS):
+
+* ``raw consume``: kafka-python alone reading the events topic (the ceiling for the Kafka source).
+* ``kafka batched`` / ``kafka per-event``: one ``trustbeam run --until-end`` cycle (FnApiRunner)
+  with record batches of up to 5,000, or of one record.
+* ``parquet batched`` / ``parquet per-event``: the same transforms fed from the Parquet files.
+* ``follow latency``: ``--follow`` cycles while a publisher sends slot after slot; the time from
+  the event that closes a slot (the first one past its end + the allowed lateness) being sent to
+  the slot's rankings being on the topic.
+
+The per-event cases run on the first ``--per-event`` events (their rate is what compares).
+Scoring costs the same per slot whatever the event count; ``scoring_s`` reports it (sequence
+encoder + pair head) so the ingest rate can be read apart. Run:
+``python -m bench.pipeline_bench [--sizes 100000 1000000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from bench.report import emit
+
+DEVICES, SLOTS = 500, 100
+
+
+def sim_config(events: int):
+    from simulator.config import SimConfig
+
+    return SimConfig(devices=DEVICES, tasks=events, slots=SLOTS, status_every=10, seed=1)
+
+
+def prepare(work: Path, events: int, per_event: int) -> dict:
+    """Simulate to Parquet (full run and the per-event prefix) and write an untrained checkpoint."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    import torch
+
+    from model.bm import BM, BMConfig
+    from model.checkpoint import save
+    from model.graphs import DeviceIndex
+    from simulator.engine import Simulator
+    from simulator.parquet_sink import ParquetSink
+    from simulator.world import device_ids
+
+    config = sim_config(events)
+    Simulator(config).run([ParquetSink(work / "full")])
+    (work / "prefix").mkdir(exist_ok=True)
+    table = pq.read_table(work / "full" / "events.parquet")
+    pq.write_table(table.slice(0, per_event), work / "prefix" / "events.parquet")
+    status = pq.read_table(work / "full" / "status.parquet")
+    last = int(pc.max(table.slice(0, per_event)["slot"]).as_py())
+    pq.write_table(status.filter(pc.less(status["time_ms"], config.clock.end_ms(last))),
+                   work / "prefix" / "status.parquet")
+    torch.manual_seed(0)
+    features = np.random.default_rng(0).normal(size=(DEVICES, BMConfig().node2vec.dim)).astype(np.float32)
+    save(BM(replace(BMConfig(), clock=config.clock), features),
+         DeviceIndex(tuple(device_ids(DEVICES).to_pylist())), work / "model")
+    return {"events": table.num_rows, "status_rows": status.num_rows}
+
+
+def publish(bootstrap: str, topics, directory: Path) -> float:
+    """Produce a run's Parquet rows as wire records (keyed, stamped with event time); returns msg/s."""
+    import pyarrow.parquet as pq
+
+    from schemas import CollaborationEvent, DeviceStatus, to_json
+    from trustbeam.kafka import KafkaSettings, make_producer
+
+    producer = make_producer(KafkaSettings(bootstrap))
+    started, sent = time.perf_counter(), 0
+    for name, cls, topic, key, stamp in (("status", DeviceStatus, topics.status, "device", "time_ms"),
+                                         ("events", CollaborationEvent, topics.events, "collaborator",
+                                          "event_time_ms")):
+        table = pq.read_table(directory / f"{name}.parquet")
+        for batch in table.select([c for c in table.column_names if c != "slot"]).to_batches(50_000):
+            for row in batch.to_pylist():
+                producer.send(topic, key=row[key].encode(), value=to_json(cls(**row)), timestamp_ms=row[stamp])
+                sent += 1
+    producer.flush()
+    producer.close()
+    return sent / (time.perf_counter() - started)
+
+
+def case(kind: str, work: Path, bootstrap: str, tag: str) -> dict:
+    """Child process: one measured case."""
+    from trustbeam.kafka import KafkaSettings, Topics
+
+    topics = Topics(*(f"{n}-{tag}" for n in ("events", "status", "scores", "rankings", "dead")))
+    settings = KafkaSettings(bootstrap)
+    started = time.perf_counter()
+    if kind == "raw consume":
+        from kafka import KafkaConsumer, TopicPartition
+
+        from trustbeam.kafka import end_offsets
+
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        tps = [TopicPartition(topics.events, p) for p in sorted(consumer.partitions_for_topic(topics.events))]
+        ends = end_offsets(consumer, tps)
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        started, count = time.perf_counter(), 0
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            count += sum(len(r) for r in consumer.poll(timeout_ms=500, max_records=5000).values())
+        consumer.close()
+        return {"events": count, "seconds": time.perf_counter() - started}
+    from beam_pipeline.options import JobConfig
+
+    config = JobConfig(str(work / "model"), topics=topics)
+    if kind.startswith("kafka"):
+        from beam_pipeline.run import Ledger, run_cycle
+
+        _, report = run_cycle(settings, config, Ledger(), final=True, snapshot_dir=work / f"snap-{tag}",
+                              max_batch=1 if kind.endswith("per-event") else 5000)
+        counters = report.counters
+    else:
+        counters = parquet_run(config, work / ("prefix" if kind.endswith("per-event") else "full"),
+                               1 if kind.endswith("per-event") else 20_000)
+    return {"events": counters.get("events_read", 0), "seconds": time.perf_counter() - started,
+            "scoring_s": (counters.get("scoring_ms", 0) + counters.get("sequence_ms", 0)) / 1000,
+            "slots": counters.get("slots_scored", 0), "records": counters.get("records_scored", 0)}
+
+
+def parquet_run(config, directory: Path, max_batch: int) -> dict:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_pipeline.parquet_io import ReadParquet
+    from beam_pipeline.transforms import ScoreSlots
+
+    p = beam.Pipeline(options=PipelineOptions(runner="FnApiRunner"))
+    events = p | "Events" >> ReadParquet([str(directory / "events.parquet")], max_batch)
+    status = p | "Status" >> ReadParquet([str(directory / "status.parquet")], max_batch)
+    out = (events, status) | ScoreSlots(config)
+    out["scores"] | "Count" >> beam.combiners.Count.Globally()
+    result = p.run()
+    result.wait_until_finish()
+    return {m.key.metric.name: m.committed for m in result.metrics().query()["counters"]}
+
+
+def follow_latency(work: Path, bootstrap: str, tag: str, slots: int = 8, pace_s: float = 3.0) -> dict:
+    """Publish slot after slot while --follow cycles run; latency from a slot's closing event to its rankings."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from kafka import KafkaConsumer
+
+    from beam_pipeline.options import JobConfig
+    from beam_pipeline.run import run
+    from schemas import CollaborationEvent, DeviceStatus, to_json
+    from trustbeam.kafka import KafkaSettings, Topics, ensure_topics, make_producer
+
+    settings = KafkaSettings(bootstrap)
+    topics = Topics(*(f"{n}-{tag}" for n in ("events", "status", "scores", "rankings", "dead")))
+    ensure_topics(settings, topics.partitions())
+    config = JobConfig(str(work / "model"), topics=topics)
+    events = pq.read_table(work / "full" / "events.parquet")
+    status = pq.read_table(work / "full" / "status.parquet")
+    os.environ["TRUSTBEAM_STATE_DIR"] = str(work / f"state-{tag}")
+    stop = threading.Event()
+    seen: dict[int, float] = {}
+
+    def job() -> None:
+        for _ in run(settings, config, "bench", follow=True, poll_s=0.5):
+            if stop.is_set():
+                return
+
+    def watch() -> None:
+        consumer = KafkaConsumer(topics.rankings, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+        while not stop.is_set():
+            for records in consumer.poll(timeout_ms=200).values():
+                for record in records:
+                    seen.setdefault(json.loads(record.value)["slot"], time.perf_counter())
+        consumer.close()
+
+    threads = [threading.Thread(target=job, daemon=True), threading.Thread(target=watch, daemon=True)]
+    for thread in threads:
+        thread.start()
+    producer = make_producer(settings)
+    sent: dict[int, float] = {}
+    for slot in range(slots):
+        for table, cls, topic, key, stamp in ((status, DeviceStatus, topics.status, "device", "time_ms"),
+                                              (events, CollaborationEvent, topics.events, "collaborator",
+                                               "event_time_ms")):
+            if cls is DeviceStatus:
+                rows = table.filter(pc.equal(table["time_ms"], config.model()[0].config.clock.start_ms(slot)))
+            else:
+                rows = table.filter(pc.equal(table["slot"], slot))
+            for row in rows.select([c for c in rows.column_names if c != "slot"]).to_pylist():
+                producer.send(topic, key=row[key].encode(), value=to_json(cls(**row)), timestamp_ms=row[stamp])
+        producer.flush()
+        sent[slot] = time.perf_counter()
+        time.sleep(pace_s)
+    deadline = time.perf_counter() + 120
+    closable = [s for s in range(slots) if s + 2 < slots]  # lateness 1: slot s closes with slot s + 2
+    while time.perf_counter() < deadline and not all(s in seen for s in closable):
+        time.sleep(0.5)
+    stop.set()
+    latencies = sorted(seen[s] - sent[s + 2] for s in closable if s in seen)
+    return {"slots_measured": len(latencies), "median_s": latencies[len(latencies) // 2] if latencies else None,
+            "max_s": latencies[-1] if latencies else None}
+
+
+def child(args: argparse.Namespace) -> None:
+    figures = (follow_latency(Path(args.work), args.bootstrap, args.tag) if args.case == "follow latency"
+               else case(args.case, Path(args.work), args.bootstrap, args.tag))
+    figures["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    print(json.dumps(figures))
+
+
+def spawn(kind: str, work: Path, bootstrap: str, tag: str) -> dict:
+    command = [sys.executable, "-m", "bench.pipeline_bench", "--child", kind, "--work", str(work),
+               "--bootstrap", bootstrap, "--tag", tag]
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--per-event", type=int, default=10_000, help="events for the per-event cases")
+    parser.add_argument("--child", default=None)
+    parser.add_argument("--work", default=None)
+    parser.add_argument("--bootstrap", default=None)
+    parser.add_argument("--tag", default=None)
+    args = parser.parse_args()
+    if args.child:
+        args.case = args.child
+        child(args)
+        return
+
+    from deploy.local.broker import LocalBroker
+    from trustbeam.kafka import KafkaSettings, Topics, ensure_topics
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = LocalBroker(port=port, state_dir=Path(tmp) / "broker")
+        broker.start()
+        try:
+            for size in args.sizes:
+                work = Path(tmp) / f"n{size}"
+                work.mkdir()
+                made = prepare(work, size, args.per_event)
+                for tag, directory in ((f"full{size}", work / "full"), (f"prefix{size}", work / "prefix")):
+                    topics = Topics(*(f"{n}-{tag}" for n in ("events", "status", "scores", "rankings", "dead")))
+                    ensure_topics(KafkaSettings(broker.bootstrap), topics.partitions())
+                    produce_rate = publish(broker.bootstrap, topics, directory)
+                raw = None
+                for kind, tag in (("raw consume", f"full{size}"), ("kafka batched", f"full{size}"),
+                                  ("kafka per-event", f"prefix{size}"), ("parquet batched", f"full{size}"),
+                                  ("parquet per-event", f"prefix{size}")):
+                    figures = spawn(kind, work, broker.bootstrap, tag)
+                    rate = figures["events"] / figures["seconds"]
+                    raw = rate if kind == "raw consume" else raw
+                    row = {"events_total": made["events"], "case": kind, "events": figures["events"],
+                           "seconds": round(figures["seconds"], 2), "events_per_s": round(rate),
+                           "scoring_s": figures.get("scoring_s", ""),
+                           "ingest_events_per_s": round(figures["events"] / max(
+                               figures["seconds"] - figures.get("scoring_s", 0), 1e-9)),
+                           "vs_raw_consume": round(rate / raw, 3) if kind.startswith("kafka") else "",
+                           "peak_rss_mb": figures["peak_rss_mb"]}
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+            work = Path(tmp) / f"n{args.sizes[0]}"
+            latency = spawn("follow latency", work, broker.bootstrap, "latency")
+            rows.append({"case": "follow latency (slot close -> rankings)", **latency})
+        finally:
+            broker.stop()
+    emit("pipeline", rows, {"machine": platform.machine(), "cpus": os.cpu_count(), "devices": DEVICES,
+                            "slots": SLOTS, "produce_msgs_per_s": round(produce_rate)})
+
+
+if __name__ == "__main__":
+    main()
