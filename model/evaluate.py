@@ -185,20 +185,11 @@ def write_report(out: Path, title: str, runs: list[dict[str, dict]], setup: dict
 
 def simulated_log(sim_config) -> tuple[pa.Table, pa.Table]:
     """(events, truth) of a simulated run, in memory."""
-    from simulator.engine import Simulator
+    from simulator.engine import MemorySink, Simulator
 
-    tables: dict[str, list[pa.Table]] = {"events": [], "truth": []}
-
-    class Keep:
-        def write(self, kind: str, table: pa.Table) -> None:
-            if kind in tables:
-                tables[kind].append(table)
-
-        def close(self) -> None:
-            pass
-
-    Simulator(sim_config).run([Keep()])
-    return pa.concat_tables(tables["events"]), pa.concat_tables(tables["truth"])
+    memory = MemorySink()
+    Simulator(sim_config).run([memory])
+    return memory["events"], memory["truth"]
 
 
 def evaluate_simulated(sim_config, config: BMConfig, train: TrainConfig, runs: int, methods: list[str],

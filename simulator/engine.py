@@ -72,6 +72,22 @@ class Summary:
         }
 
 
+class MemorySink:
+    """Keeps a run's tables in memory (small runs: tests, evaluation)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[pa.Table]] = {}
+
+    def write(self, kind: str, table: pa.Table) -> None:
+        self.parts.setdefault(kind, []).append(table)
+
+    def close(self) -> None:
+        pass
+
+    def __getitem__(self, kind: str) -> pa.Table:
+        return pa.concat_tables(self.parts[kind])
+
+
 class Simulator:
     """Turns a :class:`SimConfig` into events, device status and hidden truth."""
 

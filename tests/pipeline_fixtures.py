@@ -15,7 +15,7 @@ from model.checkpoint import save
 from model.config import RankingConfig
 from model.graphs import DeviceIndex
 from simulator.config import SimConfig
-from simulator.engine import Simulator
+from simulator.engine import MemorySink, Simulator
 from simulator.world import device_ids
 from tests.test_bm import SMALL
 
@@ -25,18 +25,9 @@ RANKING = RankingConfig(range_m=None, top_k=5, scores_per_owner=6)
 
 def run_tables(config: SimConfig = SIM) -> tuple[pa.Table, pa.Table]:
     """(events, status) of a simulated run, in memory, as the Parquet sink would write them."""
-    tables: dict[str, list[pa.Table]] = {"events": [], "status": []}
-
-    class Keep:
-        def write(self, kind: str, table: pa.Table) -> None:
-            if kind in tables:
-                tables[kind].append(table)
-
-        def close(self) -> None:
-            pass
-
-    Simulator(config).run([Keep()])
-    return pa.concat_tables(tables["events"]), pa.concat_tables(tables["status"])
+    memory = MemorySink()
+    Simulator(config).run([memory])
+    return memory["events"], memory["status"]
 
 
 def write_checkpoint(directory: Path, config: SimConfig = SIM) -> Path:

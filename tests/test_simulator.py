@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from schemas import CollaborationEvent, DeviceStatus, from_arrow
 from simulator.config import Behaviour, Policy, SimConfig, parse_mix
-from simulator.engine import Simulator
+from simulator.engine import MemorySink, Simulator
 from simulator.parquet_sink import ParquetSink
 from simulator.world import World
 from trustbeam.cli import main
@@ -19,28 +18,14 @@ from trustbeam.cli import main
 SMALL = SimConfig(devices=120, tasks=3000, slots=30, seed=7)
 
 
-class Collect:
-    def __init__(self) -> None:
-        self.tables: dict[str, list[pa.Table]] = {}
-
-    def write(self, kind: str, table: pa.Table) -> None:
-        self.tables.setdefault(kind, []).append(table)
-
-    def close(self) -> None:
-        pass
-
-    def __getitem__(self, kind: str) -> pa.Table:
-        return pa.concat_tables(self.tables[kind])
-
-
-def run(config: SimConfig) -> tuple[Collect, dict]:
-    sink = Collect()
+def run(config: SimConfig) -> tuple[MemorySink, dict]:
+    sink = MemorySink()
     summary = Simulator(config).run([sink])
     return sink, summary.as_dict()
 
 
 @pytest.fixture(scope="module")
-def small() -> tuple[Collect, dict]:
+def small() -> tuple[MemorySink, dict]:
     return run(SMALL)
 
 
