@@ -99,7 +99,7 @@ class RankingConfig:
     owner_slots: int = 1
     range_m: float | None = 300.0
     top_k: int = 10
-    scores_per_owner: int = 20
+    scores_per_owner: int = 5
     default_threshold: float = 0.5  # theta for an owner whose tasks carry none
 
     def __post_init__(self) -> None:
