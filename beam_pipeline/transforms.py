@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from apache_beam.coders import BytesCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_pipeline.kafka_io import RawBatch
@@ -138,7 +138,7 @@ class ParseEvents(_Parse):
         for slot in np.unique(slots).tolist():
             mine = slots == slot
             yield beam.pvalue.TaggedOutput(OFFSETS, ((batch.topic, batch.partition, slot), int(offsets[mine].min())))
-            yield beam.window.TimestampedValue((slot, table.filter(pa.array(mine))),
+            yield beam.window.TimestampedValue((slot, table.take(np.flatnonzero(mine))),  # take: own buffers
                                                millis(self.clock.start_ms(slot)))
 
 
@@ -171,9 +171,8 @@ class ParseStatus(_Parse):
 
 @dataclass
 class OpenSlot:
-    """CloseSlot's state for one slot."""
+    """CloseSlot's state for one slot, beside the bag of its events."""
 
-    tables: list[pa.Table] = field(default_factory=list)  # the slot's events so far, deduplicated
     seen: set[str] = field(default_factory=set)  # event ids: the dedup horizon
     closes: int = 0  # closes done: the next close is this version (0 = first, later ones are updates)
     dirty: bool = False  # events added since the last close
@@ -191,6 +190,7 @@ class CloseSlot(beam.DoFn):
     """
 
     SLOT = ReadModifyWriteStateSpec("slot", BytesCoder())  # OpenSlot, pickled (see store)
+    EVENTS = BagStateSpec("events", BytesCoder())  # the slot's events so far, deduplicated: pickled tables
     CLOSE = TimerSpec("close", TimeDomain.WATERMARK)  # at the slot's end
     EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)  # at the end of the allowed lateness
 
@@ -205,7 +205,8 @@ class CloseSlot(beam.DoFn):
         self.shards = self.config.shard_rows(self.index)
 
     def process(self, element: tuple[int, pa.Table], state=beam.DoFn.StateParam(SLOT),
-                close=beam.DoFn.TimerParam(CLOSE), expire=beam.DoFn.TimerParam(EXPIRE)) -> Iterator[Any]:
+                events=beam.DoFn.StateParam(EVENTS), close=beam.DoFn.TimerParam(CLOSE),
+                expire=beam.DoFn.TimerParam(EXPIRE)) -> Iterator[Any]:
         slot, table = element
         current = load(state, None) or OpenSlot()
         if current.expired:
@@ -224,7 +225,7 @@ class CloseSlot(beam.DoFn):
         if not fresh.any():
             return
         current.seen.update(ids[fresh].tolist())
-        current.tables.append(table.filter(pa.array(fresh)))
+        events.add(pickle.dumps(table.take(np.flatnonzero(fresh))))  # take: a slice would pickle its parent
         current.dirty = True
         store(state, current)
         end = int(self.clock.end_ms(slot))
@@ -232,23 +233,26 @@ class CloseSlot(beam.DoFn):
         expire.set(millis(end + self.config.lateness_slots * self.clock.slot_ms + 1))
 
     @on_timer(CLOSE)
-    def on_close(self, key=beam.DoFn.KeyParam, state=beam.DoFn.StateParam(SLOT)) -> Iterator[Any]:
+    def on_close(self, key=beam.DoFn.KeyParam, state=beam.DoFn.StateParam(SLOT),
+                 events=beam.DoFn.StateParam(EVENTS)) -> Iterator[Any]:
         current = load(state, None)
         if current is not None:
-            yield from self.close(key, current)
+            yield from self.close(key, current, events)
             store(state, current)
 
     @on_timer(EXPIRE)
-    def on_expire(self, key=beam.DoFn.KeyParam, state=beam.DoFn.StateParam(SLOT)) -> Iterator[Any]:
+    def on_expire(self, key=beam.DoFn.KeyParam, state=beam.DoFn.StateParam(SLOT),
+                  events=beam.DoFn.StateParam(EVENTS)) -> Iterator[Any]:
         current = load(state, None) or OpenSlot()
-        yield from self.close(key, current)  # runners may fire both timers in one go
+        yield from self.close(key, current, events)  # runners may fire both timers in one go
+        events.clear()
         store(state, OpenSlot(closes=current.closes, expired=True))
 
-    def close(self, slot: int, current: OpenSlot) -> Iterator[Any]:
+    def close(self, slot: int, current: OpenSlot, events: Any) -> Iterator[Any]:
         """Send each shard its part of the slot, once per batch of new events."""
         if not current.dirty:
             return
-        part = slot_part(self.model, self.index, pa.concat_tables(current.tables), slot)
+        part = slot_part(self.model, self.index, pa.concat_tables([pickle.loads(b) for b in events.read()]), slot)
         (self.updates if current.closes else self.closed).inc()
         for shard, rows in enumerate(self.shards):
             yield shard, ("part", part.select(rows), current.closes)

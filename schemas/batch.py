@@ -83,9 +83,10 @@ def _parse(schema: pa.Schema, messages: Sequence[bytes]) -> pa.Table | None:
         return None
     explicit = schema.append(pa.field(VERSION_FIELD, pa.int64()))
     options = pj.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="error")
+    data = b"\n".join(messages)
     try:
-        table = pj.read_json(io.BytesIO(b"\n".join(messages)), parse_options=options,
-                             read_options=pj.ReadOptions(use_threads=False, block_size=1 << 26))
+        table = pj.read_json(io.BytesIO(data), parse_options=options,
+                             read_options=pj.ReadOptions(use_threads=False, block_size=max(len(data) + 1, 1 << 16)))
     except (pa.ArrowInvalid, UnicodeDecodeError, ValueError):
         return None
     return table if table.num_rows == len(messages) else None
