@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.simulator_bench
 	$(PY) -m bench.scan_bench
+	$(PY) -m bench.pipeline_bench
 
 schemas: $(STAMP)
 	$(PY) -m schemas.jsonschema
