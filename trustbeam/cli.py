@@ -355,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # kafka-python warns about its own event loop under load; errors still show
         logging.getLogger("kafka").setLevel(logging.ERROR)
+        logging.getLogger("kafka.cluster").setLevel(logging.CRITICAL)  # "metadata refresh cancelled" on close
     try:
         return args.handler(args, rest) if getattr(args, "beam_options", False) else args.handler(args)
     except (ValueError, RuntimeError, TimeoutError, FileNotFoundError) as error:
