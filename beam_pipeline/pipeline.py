@@ -62,7 +62,7 @@ class PublishClosed(beam.DoFn):
             for topic, record in outputs(result, self.config.topics):
                 partition = (murmur2(record.owner.encode()) & 0x7FFFFFFF) % self.partitions[topic]
                 mark = self.marks.get((topic, partition))
-                if mark is not None and (record.slot, record.owner, getattr(record, "collaborator", "")) <= mark:
+                if mark is not None and identity(vars(record)) <= mark:
                     continue
                 yield wire(topic, record)
         Path(self.out_dir, "published.json").write_text(json.dumps(published))

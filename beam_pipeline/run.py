@@ -55,8 +55,12 @@ class Ledger:
     status_snapshot: str | None = None  # Parquet of the statuses the next cycle needs from earlier ones
 
     @staticmethod
-    def path(group: str) -> Path:
-        return state_dir() / "run" / f"{group}.json"
+    def directory() -> Path:
+        return state_dir() / "run"
+
+    @classmethod
+    def path(cls, group: str) -> Path:
+        return cls.directory() / f"{group}.json"
 
     @classmethod
     def load(cls, group: str) -> "Ledger":
@@ -134,7 +138,7 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     through = max([ledger.published_through, *published])
     keep_from = through + 1 - max(model.config.window, config.ranking.owner_slots)
     snapshot = _keep_statuses(Path(work, "status.parquet"), int(model.config.clock.start_ms(keep_from)),
-                              snapshot_dir or Ledger.path("x").parent)
+                              snapshot_dir or Ledger.directory())
     shutil.rmtree(work, ignore_errors=True)
     replay: dict[str, int] = {}
     for (topic, partition, slot), offset in offsets:

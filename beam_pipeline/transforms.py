@@ -121,8 +121,9 @@ class ParseEvents(_Parse):
     def process(self, batch: RawBatch) -> Iterator[Any]:
         table, positions, letters = self.decode(batch)
         slots = self.clock.slot_of(table["event_time_ms"].to_numpy())
-        new = batch.offsets[positions] >= batch.new_from
-        late = (slots < 0) | (new & (slots <= self.published_through))
+        new = batch.offsets[positions] >= batch.new_from  # replayed records were dead-lettered when new
+        before_origin = slots < 0
+        late = new & (before_origin | (slots <= self.published_through))
         for p, s in zip(positions[late], slots[late]):
             reason = "before the clock's origin" if s < 0 else f"late: slot {s} was already published"
             letters.append(dead_letter(self.config.topics.dead_letter, batch.topic, batch.partition,
@@ -131,7 +132,7 @@ class ParseEvents(_Parse):
         self.counters["valid"].inc(int((new & ~late).sum()))
         for letter in letters:
             yield beam.pvalue.TaggedOutput(DEAD, letter)
-        keep = ~late & ((slots > self.published_through) | ~new)
+        keep = ~late & ~before_origin
         table, slots, offsets = table.filter(pa.array(keep)), slots[keep], batch.offsets[positions][keep]
         if table.num_rows:
             yield beam.pvalue.TaggedOutput(NEWEST, int(pc.max(table["event_time_ms"]).as_py()))
