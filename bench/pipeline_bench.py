@@ -77,25 +77,18 @@ def prepare(work: Path, events: int, per_event: int) -> dict:
 
 
 def publish(bootstrap: str, topics, directory: Path) -> float:
-    """Produce a run's Parquet rows as wire records (keyed, stamped with event time); returns msg/s."""
+    """Produce a run's Parquet rows with the simulator's publisher (keyed, event-time stamped); returns msg/s."""
     import pyarrow.parquet as pq
 
-    from schemas import CollaborationEvent, DeviceStatus, to_json
-    from trustbeam.kafka import KafkaSettings, make_producer
+    from simulator.publish import KafkaPublisher
+    from trustbeam.kafka import KafkaSettings
 
-    producer = make_producer(KafkaSettings(bootstrap))
-    started, sent = time.perf_counter(), 0
-    for name, cls, topic, key, stamp in (("status", DeviceStatus, topics.status, "device", "time_ms"),
-                                         ("events", CollaborationEvent, topics.events, "collaborator",
-                                          "event_time_ms")):
-        table = pq.read_table(directory / f"{name}.parquet")
-        for batch in table.select([c for c in table.column_names if c != "slot"]).to_batches(50_000):
-            for row in batch.to_pylist():
-                producer.send(topic, key=row[key].encode(), value=to_json(cls(**row)), timestamp_ms=row[stamp])
-                sent += 1
-    producer.flush()
-    producer.close()
-    return sent / (time.perf_counter() - started)
+    publisher = KafkaPublisher(KafkaSettings(bootstrap), topics)
+    started = time.perf_counter()
+    for kind in ("status", "events"):
+        publisher.write(kind, pq.read_table(directory / f"{kind}.parquet"))
+    publisher.close()
+    return sum(publisher.sent.values()) / (time.perf_counter() - started)
 
 
 def case(kind: str, work: Path, bootstrap: str, tag: str) -> dict:
@@ -168,8 +161,8 @@ def follow_latency(work: Path, bootstrap: str, tag: str, slots: int = 8, pace_s:
 
     from beam_pipeline.options import JobConfig
     from beam_pipeline.run import run
-    from schemas import CollaborationEvent, DeviceStatus, to_json
-    from trustbeam.kafka import KafkaSettings, Topics, ensure_topics, make_producer
+    from simulator.publish import KafkaPublisher
+    from trustbeam.kafka import KafkaSettings, Topics, ensure_topics
 
     settings = KafkaSettings(bootstrap)
     topics = Topics(*(f"{n}-{tag}" for n in ("events", "status", "scores", "rankings", "dead")))
@@ -197,21 +190,16 @@ def follow_latency(work: Path, bootstrap: str, tag: str, slots: int = 8, pace_s:
     threads = [threading.Thread(target=job, daemon=True), threading.Thread(target=watch, daemon=True)]
     for thread in threads:
         thread.start()
-    producer = make_producer(settings)
+    publisher = KafkaPublisher(settings, topics)
+    clock = config.model()[0].config.clock
     sent: dict[int, float] = {}
     for slot in range(slots):
-        for table, cls, topic, key, stamp in ((status, DeviceStatus, topics.status, "device", "time_ms"),
-                                              (events, CollaborationEvent, topics.events, "collaborator",
-                                               "event_time_ms")):
-            if cls is DeviceStatus:
-                rows = table.filter(pc.equal(table["time_ms"], config.model()[0].config.clock.start_ms(slot)))
-            else:
-                rows = table.filter(pc.equal(table["slot"], slot))
-            for row in rows.select([c for c in rows.column_names if c != "slot"]).to_pylist():
-                producer.send(topic, key=row[key].encode(), value=to_json(cls(**row)), timestamp_ms=row[stamp])
-        producer.flush()
+        publisher.write("status", status.filter(pc.equal(status["time_ms"], clock.start_ms(slot))))
+        publisher.write("events", events.filter(pc.equal(events["slot"], slot)))
+        publisher.producer.flush()
         sent[slot] = time.perf_counter()
         time.sleep(pace_s)
+    publisher.close()
     deadline = time.perf_counter() + 120
     closable = [s for s in range(slots) if s + 2 < slots]  # lateness 1: slot s closes with slot s + 2
     while time.perf_counter() < deadline and not all(s in seen for s in closable):
