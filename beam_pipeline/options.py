@@ -10,11 +10,14 @@ from pathlib import Path
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from model.bm import BM
 from model.checkpoint import load
 from model.config import RankingConfig, SystemParams
 from model.graphs import DeviceIndex
+from model.stages import Stages, TorchStages
 from trustbeam.kafka import Topics
+
+
+BACKENDS = ("torch", "onnx")
 
 
 class TrustbeamOptions(PipelineOptions):
@@ -23,6 +26,10 @@ class TrustbeamOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser) -> None:
         parser.add_argument("--checkpoint", help="model checkpoint directory (trustbeam train --out)")
+        parser.add_argument("--backend", choices=BACKENDS, default="torch",
+                            help="where the model runs: torch (default, faster here; see bench/onnx_bench.py) "
+                                 "or onnx (onnxruntime on the graphs of `trustbeam export-onnx`)")
+        parser.add_argument("--onnx_model", help="directory of `trustbeam export-onnx` (default CHECKPOINT/onnx)")
         parser.add_argument("--shards", type=int, default=4, help="device shards holding slot sequences in state")
         parser.add_argument("--lateness_slots", type=int, default=1,
                             help="allowed lateness, in slots: later events for a slot go to dead-letter")
@@ -44,6 +51,8 @@ class JobConfig:
     """Everything the transforms need, validated before the pipeline is built."""
 
     checkpoint: str
+    backend: str = "torch"
+    onnx_model: str | None = None
     shards: int = 4
     lateness_slots: int = 1
     ranking: RankingConfig = field(default_factory=RankingConfig)
@@ -53,6 +62,11 @@ class JobConfig:
     def __post_init__(self) -> None:
         if not (Path(self.checkpoint) / "config.json").is_file():
             raise ValueError(f"--checkpoint: {self.checkpoint!r} is not a checkpoint directory (no config.json)")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"--backend: must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
+        if self.backend == "onnx" and not (Path(self.onnx_dir) / "manifest.json").is_file():
+            raise ValueError(f"--onnx_model: {self.onnx_dir!r} holds no ONNX export (no manifest.json); "
+                             f"run `trustbeam export-onnx --checkpoint {self.checkpoint}`")
         if not 1 <= self.shards <= 4096:
             raise ValueError(f"--shards: must lie in 1..4096 (got {self.shards!r})")
         if self.lateness_slots < 0:
@@ -65,11 +79,17 @@ class JobConfig:
             raise ValueError("--checkpoint: required (a directory written by `trustbeam train`)")
         ranking = RankingConfig(owner_slots=o.owner_slots, range_m=o.range_m or None, top_k=o.top_k,
                                 scores_per_owner=o.scores_per_owner, default_threshold=o.default_threshold)
-        return cls(o.checkpoint, o.shards, o.lateness_slots, ranking, topics=topics)
+        return cls(o.checkpoint, o.backend, o.onnx_model, o.shards, o.lateness_slots, ranking, topics=topics)
 
-    def model(self) -> tuple[BM, DeviceIndex, str]:
-        """The checkpoint's model, device index and model version (loaded once per process)."""
-        return _load(str(Path(self.checkpoint).resolve()))
+    @property
+    def onnx_dir(self) -> str:
+        return self.onnx_model or str(Path(self.checkpoint) / "onnx")
+
+    def stages(self) -> tuple[Stages, DeviceIndex, str]:
+        """The model's stages on the chosen backend, the device index and the model version (loaded once per
+        process). The ONNX export must come from this checkpoint."""
+        onnx_dir = str(Path(self.onnx_dir).resolve()) if self.backend == "onnx" else None
+        return _load(str(Path(self.checkpoint).resolve()), onnx_dir)
 
     def shard_rows(self, index: DeviceIndex) -> list[np.ndarray]:
         """Device rows of each shard: crc32 of the device id modulo the shard count."""
@@ -78,6 +98,10 @@ class JobConfig:
 
 
 @lru_cache(maxsize=4)
-def _load(checkpoint: str) -> tuple[BM, DeviceIndex, str]:
+def _load(checkpoint: str, onnx_dir: str | None) -> tuple[Stages, DeviceIndex, str]:
     model, index, manifest = load(checkpoint)
-    return model, index, manifest["model_version"]
+    if onnx_dir is None:
+        return TorchStages(model), index, manifest["model_version"]
+    from exporters.onnx import OnnxStages
+
+    return OnnxStages(onnx_dir, expect_content_hash=manifest["content_hash"]), index, manifest["model_version"]

@@ -51,7 +51,7 @@ class PublishClosed(beam.DoFn):
         self.partitions, self.marks, self.out_dir = partitions, marks, out_dir
 
     def process(self, results: list, newest_ms: int) -> Iterator[Any]:
-        clock = self.config.model()[0].config.clock
+        clock = self.config.stages()[0].config.clock
         lateness_ms = self.config.lateness_slots * clock.slot_ms
         published = []
         for result in sorted(results, key=lambda r: r.slot):

@@ -134,10 +134,10 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     counters = {m.key.metric.name: m.committed for m in result.metrics().query()["counters"]}
     published, offsets = (json.loads(Path(work, f).read_text()) if Path(work, f).exists() else []
                           for f in ("published.json", "offsets.json"))
-    model = config.model()[0]
+    stages = config.stages()[0]
     through = max([ledger.published_through, *published])
-    keep_from = through + 1 - max(model.config.window, config.ranking.owner_slots)
-    snapshot = _keep_statuses(Path(work, "status.parquet"), int(model.config.clock.start_ms(keep_from)),
+    keep_from = through + 1 - max(stages.config.window, config.ranking.owner_slots)
+    snapshot = _keep_statuses(Path(work, "status.parquet"), int(stages.config.clock.start_ms(keep_from)),
                               snapshot_dir or Ledger.directory())
     shutil.rmtree(work, ignore_errors=True)
     replay: dict[str, int] = {}

@@ -88,8 +88,8 @@ class _Parse(beam.DoFn):
                          for name in ("read", "valid", "invalid", "unknown_device", "late", "replayed")}
 
     def setup(self) -> None:
-        self.model, self.index, _ = self.config.model()
-        self.clock = self.model.config.clock
+        self.stages, self.index, _ = self.config.stages()
+        self.clock = self.stages.config.clock
 
     def decode(self, batch: RawBatch | TableBatch) -> tuple[pa.Table, np.ndarray, list]:
         """(valid known-device rows, their positions in the batch, dead letters of the new records)."""
@@ -201,8 +201,8 @@ class CloseSlot(beam.DoFn):
         self.closed, self.updates = _counter("slots_closed"), _counter("slots_updated")
 
     def setup(self) -> None:
-        self.model, self.index, _ = self.config.model()
-        self.clock = self.model.config.clock
+        self.stages, self.index, _ = self.config.stages()
+        self.clock = self.stages.config.clock
         self.shards = self.config.shard_rows(self.index)
 
     def process(self, element: tuple[int, pa.Table], state=beam.DoFn.StateParam(SLOT),
@@ -253,7 +253,7 @@ class CloseSlot(beam.DoFn):
         """Send each shard its part of the slot, once per batch of new events."""
         if not current.dirty:
             return
-        part = slot_part(self.model, self.index, pa.concat_tables([pickle.loads(b) for b in events.read()]), slot)
+        part = slot_part(self.stages, self.index, pa.concat_tables([pickle.loads(b) for b in events.read()]), slot)
         (self.updates if current.closes else self.closed).inc()
         for shard, rows in enumerate(self.shards):
             yield shard, ("part", part.select(rows), current.closes)
@@ -281,8 +281,8 @@ class ShardState(beam.DoFn):
         self.busy = _counter("sequence_ms")
 
     def setup(self) -> None:
-        self.model, self.index, _ = self.config.model()
-        self.clock = self.model.config.clock
+        self.stages, self.index, _ = self.config.stages()
+        self.clock = self.stages.config.clock
         self.shards = self.config.shard_rows(self.index)
 
     def process(self, element: tuple[int, tuple], parts=beam.DoFn.StateParam(PARTS),
@@ -312,10 +312,10 @@ class ShardState(beam.DoFn):
         for slot in ready:
             version = pending.pop(slot)
             if slot > self.published_through:
-                yield slot, (key, version, history.frame(self.model, slot, self.clock, self.config.ranking))
+                yield slot, (key, version, history.frame(self.stages, slot, self.clock, self.config.ranking))
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         if ready:
-            keep = max(self.model.config.window, self.config.ranking.owner_slots) + self.config.lateness_slots
+            keep = max(self.stages.config.window, self.config.ranking.owner_slots) + self.config.lateness_slots
             history.prune(ready[-1] - keep + 1, int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))
             store(status, (history.status_rows, history.status_times, history.status_values))
         store(parts, (history.parts, pending))
@@ -336,7 +336,7 @@ class GatherSlot(beam.DoFn):
         self.busy = _counter("scoring_ms")
 
     def setup(self) -> None:
-        self.model, self.index, self.version = self.config.model()
+        self.stages, self.index, self.version = self.config.stages()
 
     def process(self, element: tuple[int, tuple[int, int, DeviceFrame]], frames=beam.DoFn.StateParam(FRAMES)
                 ) -> Iterator[Any]:
@@ -350,7 +350,7 @@ class GatherSlot(beam.DoFn):
             return
         started = time.perf_counter()
         joined = DeviceFrame.concat([f for _, f in have.values()])
-        result = score_slot(self.model, self.index, joined, slot, self.config.ranking, self.config.params,
+        result = score_slot(self.stages, self.index, joined, slot, self.config.ranking, self.config.params,
                             self.version, is_update=newest > 0)
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         store(frames, ({}, newest))

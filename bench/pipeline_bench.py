@@ -191,7 +191,7 @@ def follow_latency(work: Path, bootstrap: str, tag: str, slots: int = 8, pace_s:
     for thread in threads:
         thread.start()
     publisher = KafkaPublisher(settings, topics)
-    clock = config.model()[0].config.clock
+    clock = config.stages()[0].config.clock
     sent: dict[int, float] = {}
     for slot in range(slots):
         publisher.write("status", status.filter(pc.equal(status["time_ms"], clock.start_ms(slot))))

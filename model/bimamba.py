@@ -157,7 +157,7 @@ class BiMambaEncoder(nn.Module):
         self.layers = nn.ModuleList(BiMambaLayer(config) for _ in range(config.n_layers))
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        if (lengths < 1).any() or (lengths > x.shape[1]).any():
+        if not torch.jit.is_tracing() and ((lengths < 1).any() or (lengths > x.shape[1]).any()):
             raise ValueError(f"lengths: each must be in [1, {x.shape[1]}] (got {lengths.tolist()})")
         for layer in self.layers:
             x = layer(x, lengths)

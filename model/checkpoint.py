@@ -20,8 +20,9 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, Iterator, get_type_hints
 
 import numpy as np
 import torch
@@ -37,7 +38,7 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, altered, or does not fit what the caller expects."""
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -85,26 +86,32 @@ def config_from_dict(cls: type, data: dict[str, Any], where: str = "config") -> 
 def save(model: BM, index: DeviceIndex, directory: str | os.PathLike[str], metadata: dict[str, Any] | None = None
          ) -> str:
     """Write a checkpoint; returns its content hash."""
-    target = Path(directory)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with staged_directory(Path(directory)) as staging:
         weights = {k: v for k, v in model.state_dict().items() if k not in _DERIVED}
         torch.save(weights, staging / "weights.pt")
         np.save(staging / "node2vec.npy", model.features.numpy(), allow_pickle=False)
-        files = {name: _sha256(staging / name) for name in ("weights.pt", "node2vec.npy")}
+        files = {name: file_sha256(staging / name) for name in ("weights.pt", "node2vec.npy")}
         config = config_to_dict(model.config)
         content = _content_hash(config, list(index.ids), files)
         manifest = {"format": FORMAT, "config": config, "ids": list(index.ids), "files": files,
                     "content_hash": content, "model_version": model_version(content), "metadata": metadata or {}}
         (staging / "config.json").write_text(json.dumps(manifest, indent=1))
+    return content
+
+
+@contextmanager
+def staged_directory(target: Path) -> Iterator[Path]:
+    """A fresh hidden directory beside ``target``, renamed onto it when the block succeeds, else removed."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield staging
         if target.exists():
             shutil.rmtree(target)
         os.replace(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return content
 
 
 def load(directory: str | os.PathLike[str], expect: dict[str, Any] | None = None
@@ -119,7 +126,7 @@ def load(directory: str | os.PathLike[str], expect: dict[str, Any] | None = None
         raise CheckpointError(f"{root}/config.json: not JSON ({error})") from None
     if manifest.get("format") != FORMAT:
         raise CheckpointError(f"{root}: format {manifest.get('format')!r} is not {FORMAT!r}")
-    files = {name: _sha256(root / name) for name in ("weights.pt", "node2vec.npy") if (root / name).exists()}
+    files = {name: file_sha256(root / name) for name in ("weights.pt", "node2vec.npy") if (root / name).exists()}
     if files != manifest.get("files"):
         raise CheckpointError(f"{root}: file hashes do not match the manifest (altered or incomplete)")
     if _content_hash(manifest["config"], manifest["ids"], files) != manifest.get("content_hash"):

@@ -101,18 +101,24 @@ class SlotEncoder(nn.Module):
     def forward(self, features: torch.Tensor, graphs: Sequence[SlotGraph | None]) -> torch.Tensor:
         """features: (n, node_dim); graphs: one per slot (None = nobody active) -> (len(graphs), n, out_dim)."""
         n = features.shape[0]
-        nodes, src, dst, t_col, offset = _batched(graphs, n)  # only active devices are encoded
-        h = features[nodes % n]  # (active nodes over all slots, node_dim)
-        edge_attr = torch.cat([self.psi(t_col), self.eta(offset)], dim=-1)  # (E, psi_dim + time_dim)
-        edge_index = torch.stack([src, dst])
-        for layer in self.layers:
-            h = self.dropout(layer(h, edge_index, edge_attr))
+        nodes, src, dst, t_col, offset = batched_inputs(graphs, n)  # only active devices are encoded
+        h = self.encode(features[nodes % n], src, dst, t_col, offset)  # (active nodes over all slots, out_dim)
         out = self.idle.expand(len(graphs) * n, self.config.out_dim)
         out = out.index_put((nodes,), h)  # (slots * n, out_dim): idle everywhere else
         return out.view(len(graphs), n, self.config.out_dim)
 
+    def encode(self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, t_col: torch.Tensor,
+               offset: torch.Tensor) -> torch.Tensor:
+        """The layers over active nodes only: h (a, node_dim); edges src -> dst (E,) as positions in h,
+        with T_col and in-slot offset (E,) -> (a, out_dim)."""
+        edge_attr = torch.cat([self.psi(t_col), self.eta(offset)], dim=-1)  # (E, psi_dim + time_dim)
+        edge_index = torch.stack([src, dst])
+        for layer in self.layers:
+            h = self.dropout(layer(h, edge_index, edge_attr))
+        return h
 
-def _batched(graphs: Sequence[SlotGraph | None], n: int) -> tuple[torch.Tensor, ...]:
+
+def batched_inputs(graphs: Sequence[SlotGraph | None], n: int) -> tuple[torch.Tensor, ...]:
     """Active nodes of all slots as ids k*n + device (sorted), and the edges relabelled onto them."""
     parts = [(k, g) for k, g in enumerate(graphs) if g is not None and len(g.src)]
     if not parts:

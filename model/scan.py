@@ -16,7 +16,8 @@ of the tests), ``cpu`` (a C++ extension compiled on first use, one pass per
 (batch, channel) with hand-written backward; about 2-8x faster than the loop
 here, see ``bench/scan_bench.py``), ``cuda`` (mamba-ssm's kernels, when a GPU
 and the ``gpu`` extra are present). ``auto`` picks cuda for CUDA tensors when
-available, else cpu, else reference.
+available, else cpu, else reference; while tracing (an ONNX export) it picks the
+reference loop, the only one a tracer can see through.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ def _reference_core(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: to
 
 
 def resolve_backend(backend: Backend, u: torch.Tensor) -> str:
+    if backend == "auto" and torch.jit.is_tracing():
+        return "reference"  # an ONNX export traces the loop; compiled kernels are opaque to it
     if backend == "auto":
         if u.is_cuda and cuda_kernels_available():
             return "cuda"

@@ -25,12 +25,11 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 
 from model import physics
-from model.bm import BM
 from model.config import RankingConfig, SlotClock, SystemParams
 from model.graphs import DeviceIndex, slot_edges, slot_graphs
+from model.stages import Stages
 from model.trust import resource_trust
 from schemas import CollaboratorRanking, RankedCandidate, TrustScore
 
@@ -54,9 +53,9 @@ class SlotPart:
         return SlotPart(self.slot, self.active[a], self.embeddings[a], self.owners[o], self.profile[o])
 
 
-def slot_part(model: BM, index: DeviceIndex, events: pa.Table, slot: int) -> SlotPart:
+def slot_part(stages: Stages, index: DeviceIndex, events: pa.Table, slot: int) -> SlotPart:
     """Embeddings and owner profiles of one slot from its valid events (unknown devices left out)."""
-    config = model.config
+    config = stages.config
     events = dedup(events)
     known = (index.lookup(events["owner"]) >= 0) & (index.lookup(events["collaborator"]) >= 0)
     events = events.filter(pa.array(known))
@@ -65,9 +64,7 @@ def slot_part(model: BM, index: DeviceIndex, events: pa.Table, slot: int) -> Slo
         empty = np.zeros(0, dtype=np.int64)
         return SlotPart(slot, empty, np.zeros((0, d), np.float32), empty, np.zeros((0, 4)))
     graph = slot_graphs(slot_edges(events, config.clock, config.weights), index)[slot]
-    with torch.no_grad():
-        out = model.slot_encoder(model.features, [graph])[0]  # (n, d)
-    active = graph.active
+    active, embeddings = stages.slot_embeddings(graph)  # (a,), (a, d)
     latest = events.sort_by([("owner", "ascending"), ("event_time_ms", "descending"), ("event_id", "descending")])
     owner_ids = latest["owner"].to_numpy(zero_copy_only=False)
     first = np.flatnonzero(np.r_[True, owner_ids[1:] != owner_ids[:-1]])  # each owner's latest task
@@ -75,7 +72,7 @@ def slot_part(model: BM, index: DeviceIndex, events: pa.Table, slot: int) -> Slo
     columns += [pc.fill_null(latest[c], np.nan).to_numpy()[first] for c in PROFILE_COLUMNS]
     owners = index.lookup(pa.array(owner_ids[first]))
     order = np.argsort(owners)
-    return SlotPart(slot, active, out[torch.from_numpy(active)].numpy(), owners[order],
+    return SlotPart(slot, active, embeddings, owners[order],
                     np.stack(columns, axis=1)[order])
 
 
@@ -136,11 +133,9 @@ class DeviceHistory:
         self.status_rows, self.status_times = self.status_rows[keep], self.status_times[keep]
         self.status_values = self.status_values[keep]
 
-    def frame(self, model: BM, slot: int, clock: SlotClock, ranking: RankingConfig) -> DeviceFrame:
-        window = model.config.window
-        sequences, lengths = self.sequences(model, slot, window)
-        with torch.no_grad():
-            y = model.sequence_encoder(torch.from_numpy(sequences), torch.from_numpy(lengths)).numpy()
+    def frame(self, stages: Stages, slot: int, clock: SlotClock, ranking: RankingConfig) -> DeviceFrame:
+        sequences, lengths = self.sequences(stages, slot)
+        y = stages.long_term(sequences, lengths)  # (n, d)
         status = np.full((len(self.rows), len(STATUS_COLUMNS)), np.nan)
         latest = _latest(self.status_rows, self.status_times, self.status_times < int(clock.end_ms(slot)))
         status[np.searchsorted(self.rows, self.status_rows[latest])] = self.status_values[latest]
@@ -156,11 +151,12 @@ class DeviceHistory:
         recent = np.isfinite(profile[:, 0])
         return DeviceFrame(self.rows, y, status, profile[:, 1:], recent)
 
-    def sequences(self, model: BM, slot: int, window: int) -> tuple[np.ndarray, np.ndarray]:
-        """(n, window, d) slot embeddings over [max(slot - window + 1, 0), slot], right-padded by the last."""
+    def sequences(self, stages: Stages, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        """(n, S, d) slot embeddings over [max(slot - S + 1, 0), slot], right-padded by the last; (n,) lengths."""
+        window = stages.config.window
         start = max(slot - window + 1, 0)
         length = slot - start + 1
-        idle = model.slot_encoder.idle.detach().numpy()
+        idle = stages.idle
         out = np.broadcast_to(idle, (len(self.rows), window, len(idle))).copy()
         for k in range(length):
             part = self.parts.get(start + k)
@@ -198,10 +194,10 @@ class SlotScores:
     rankings: list[CollaboratorRanking]
 
 
-def score_slot(model: BM, index: DeviceIndex, frame: DeviceFrame, slot: int, ranking: RankingConfig,
+def score_slot(stages: Stages, index: DeviceIndex, frame: DeviceFrame, slot: int, ranking: RankingConfig,
                params: SystemParams, model_version: str, is_update: bool = False) -> SlotScores:
     """Score each recent owner against its candidates and rank them by the paper's rule."""
-    clock = model.config.clock
+    clock = stages.config.clock
     start_ms, end_ms = int(clock.start_ms(slot)), int(clock.end_ms(slot))
     owners = np.flatnonzero(frame.recent_owner)
     known = np.flatnonzero(~np.isnan(frame.status[:, 0]))
@@ -212,7 +208,7 @@ def score_slot(model: BM, index: DeviceIndex, frame: DeviceFrame, slot: int, ran
     if ranking.range_m is not None:
         keep &= distance <= ranking.range_m
     src, dst, distance, status_i, status_j = src[keep], dst[keep], distance[keep], status_i[keep], status_j[keep]
-    t_beh = pair_t_beh(model, frame.y[src], frame.y[dst])
+    t_beh = stages.t_beh(frame.y[src], frame.y[dst])
     t_res = resource_trust(status_j[:, 5], status_j[:, 6], status_j[:, 7])
     trust = np.clip(t_beh * t_res, 0.0, 1.0)
     size, density, theta = (frame.profile[src, k] for k in range(3))
@@ -244,20 +240,10 @@ def score_slot(model: BM, index: DeviceIndex, frame: DeviceFrame, slot: int, ran
     return SlotScores(slot, scores, rankings)
 
 
-def pair_t_beh(model: BM, y_i: np.ndarray, y_j: np.ndarray, chunk: int = 65536) -> np.ndarray:
-    """T_beh for pairs of long-term embeddings (P, d), (P, d) -> (P,)."""
-    out = np.zeros(len(y_i))
-    with torch.no_grad():
-        for begin in range(0, len(y_i), chunk):
-            pair = torch.from_numpy(np.concatenate([y_i[begin:begin + chunk], y_j[begin:begin + chunk]], axis=1))
-            out[begin:begin + chunk] = model.t_beh(model.head(pair)).double().numpy()
-    return out
-
-
-def score_log(model: BM, index: DeviceIndex, events: pa.Table, status: pa.Table | None, ranking: RankingConfig,
+def score_log(stages: Stages, index: DeviceIndex, events: pa.Table, status: pa.Table | None, ranking: RankingConfig,
               params: SystemParams, model_version: str) -> Iterator[SlotScores]:
     """The offline scorer: every slot with events, in order, from one :class:`DeviceHistory` of all devices."""
-    clock = model.config.clock
+    clock = stages.config.clock
     history = DeviceHistory(np.arange(len(index)))
     if status is not None:
         history.add_status(*status_arrays(index, status))
@@ -267,7 +253,7 @@ def score_log(model: BM, index: DeviceIndex, events: pa.Table, status: pa.Table 
     order = np.argsort(slot_of, kind="stable")
     slots, starts = np.unique(slot_of[order], return_index=True)
     for slot, rows in zip(slots.tolist(), np.split(order, starts[1:])):
-        history.add_part(slot_part(model, index, events.take(rows), slot))
-        yield score_slot(model, index, history.frame(model, slot, clock, ranking), slot, ranking, params,
+        history.add_part(slot_part(stages, index, events.take(rows), slot))
+        yield score_slot(stages, index, history.frame(stages, slot, clock, ranking), slot, ranking, params,
                          model_version)
-        history.prune(slot - max(model.config.window, ranking.owner_slots) + 1, int(clock.start_ms(slot)))
+        history.prune(slot - max(stages.config.window, ranking.owner_slots) + 1, int(clock.start_ms(slot)))

@@ -37,8 +37,8 @@ def test_options_reach_the_config(checkpoint) -> None:
     config = JobConfig.from_options(PipelineOptions(["--checkpoint", str(checkpoint), "--shards", "7",
                                                      "--range_m", "0", "--top_k", "3"]))
     assert (config.shards, config.ranking.range_m, config.ranking.top_k) == (7, None, 3)
-    rows = config.shard_rows(config.model()[1])
-    assert sorted(int(r) for part in rows for r in part) == list(range(len(config.model()[1])))
+    rows = config.shard_rows(config.stages()[1])
+    assert sorted(int(r) for part in rows for r in part) == list(range(len(config.stages()[1])))
 
 
 def test_trustbeam_score_writes_valid_wire_records(checkpoint, tmp_path, capsys) -> None:

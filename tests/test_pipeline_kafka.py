@@ -55,9 +55,9 @@ def published(broker: LocalBroker, topics: Topics) -> tuple[list[TrustScore], li
 def offline(checkpoint: Path, events: pa.Table, status: pa.Table, slots: set[int] | None = None
             ) -> tuple[list[TrustScore], list[CollaboratorRanking]]:
     config = job(checkpoint)
-    model, index, version = config.model()
+    stages, index, version = config.stages()
     scores, rankings = [], []
-    for result in score_log(model, index, events, status, config.ranking, config.params, version):
+    for result in score_log(stages, index, events, status, config.ranking, config.params, version):
         if slots is None or result.slot in slots:
             scores += result.scores
             rankings += result.rankings

@@ -13,6 +13,7 @@ from model.evaluate import simulated_log
 from model.graphs import DeviceIndex
 from model.history import History
 from model.scoring import DeviceFrame, DeviceHistory, score_log, slot_part, status_arrays
+from model.stages import TorchStages
 from simulator.config import SimConfig
 from simulator.engine import Simulator
 from tests.test_bm import SMALL
@@ -34,7 +35,7 @@ def log():
 def test_slot_scores_equal_the_training_paths_prediction(log) -> None:
     events, status, history, model = log
     ranking = RankingConfig(range_m=None, scores_per_owner=1000)
-    for result in score_log(model, history.index, events, status, ranking, SystemParams(), "v1"):
+    for result in score_log(TorchStages(model), history.index, events, status, ranking, SystemParams(), "v1"):
         if result.slot not in (2, 9):
             continue
         rows = {name: i for i, name in enumerate(history.index.ids)}
@@ -54,14 +55,14 @@ def test_shards_give_the_same_frame_as_one_history(log) -> None:
     shards = [DeviceHistory(np.arange(len(index))[k::3]) for k in range(3)]
     slot_of = clock.slot_of(events["event_time_ms"].to_numpy())
     for slot in range(6):
-        part = slot_part(model, index, events.filter(slot_of == slot), slot)
+        part = slot_part(TorchStages(model), index, events.filter(slot_of == slot), slot)
         whole.add_part(part)
         for shard in shards:
             shard.add_part(part.select(shard.rows))
     for target in [whole, *shards]:
         target.add_status(*status_arrays(index, status))
-    one = whole.frame(model, 5, clock, ranking)
-    joined = DeviceFrame.concat([s.frame(model, 5, clock, ranking) for s in shards])
+    one = whole.frame(TorchStages(model), 5, clock, ranking)
+    joined = DeviceFrame.concat([s.frame(TorchStages(model), 5, clock, ranking) for s in shards])
     for name in ("rows", "status", "recent_owner"):
         np.testing.assert_array_equal(getattr(one, name), getattr(joined, name))
     np.testing.assert_allclose(one.y, joined.y, atol=1e-6)
@@ -71,7 +72,7 @@ def test_shards_give_the_same_frame_as_one_history(log) -> None:
 def test_rankings_follow_the_rule_and_bounds(log) -> None:
     events, status, history, model = log
     ranking = RankingConfig(top_k=3, scores_per_owner=4, range_m=400.0)
-    results = list(score_log(model, history.index, events, status, ranking, SystemParams(), "v1"))
+    results = list(score_log(TorchStages(model), history.index, events, status, ranking, SystemParams(), "v1"))
     slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
     for result in results:
         owners = set(events.filter(slot_of == result.slot)["owner"].to_pylist())
@@ -89,7 +90,7 @@ def test_status_is_taken_as_of_the_slot_end() -> None:
     history.add_status(np.array([0, 0, 1]), np.array([100, 50, 500]), values)
     model = BM(SMALL, np.zeros((2, 8), dtype=np.float32))
     clock = SMALL.clock.__class__(origin_ms=0, slot_ms=200)
-    frame = history.frame(model, 0, clock, RankingConfig())
+    frame = history.frame(TorchStages(model), 0, clock, RankingConfig())
     np.testing.assert_array_equal(frame.status[0], values[0])  # time 100 is the latest before 200
     assert np.isnan(frame.status[1]).all()  # device 1's only status comes after the slot
     history.prune(0, 150)
@@ -99,5 +100,5 @@ def test_status_is_taken_as_of_the_slot_end() -> None:
 def test_unknown_devices_are_left_out_of_the_slot(log) -> None:
     events, _, history, model = log
     index = DeviceIndex(history.index.ids[:20])
-    part = slot_part(model, index, events.slice(0, 60), 0)
+    part = slot_part(TorchStages(model), index, events.slice(0, 60), 0)
     assert part.active.max() < 20 and part.owners.max() < 20

@@ -213,14 +213,14 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     from schemas import to_json
 
     config = _job_config(beam_args)
-    model, index, version = config.model()
+    stages, index, version = config.stages()
     events = pq.read_table(args.events)
     status = pq.read_table(args.status) if args.status else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     counts = {"slots": 0, "trust_scores": 0, "rankings": 0}
     with open(out / "trust-scores.jsonl", "wb") as scores, open(out / "collaborator-rankings.jsonl", "wb") as ranks:
-        for result in score_log(model, index, events, status, config.ranking, config.params, version):
+        for result in score_log(stages, index, events, status, config.ranking, config.params, version):
             scores.writelines(to_json(r) + b"\n" for r in result.scores)
             ranks.writelines(to_json(r) + b"\n" for r in result.rankings)
             counts["slots"] += 1
@@ -252,6 +252,18 @@ def cmd_run(args: argparse.Namespace, beam_args: list[str]) -> int:
                                                                             else []),
                           "slots": len(report.published_slots), "records_published": report.records_published,
                           "seconds": report.seconds, "counters": report.counters}), flush=True)
+    return 0
+
+
+def cmd_export_onnx(args: argparse.Namespace) -> int:
+    """The checkpoint's three stages to ONNX, checked by onnx.checker and against PyTorch before they are kept."""
+    from exporters.onnx import export_onnx
+
+    started = time.perf_counter()
+    manifest = export_onnx(args.checkpoint, args.out)
+    print(json.dumps({k: manifest[k] for k in ("model_version", "window", "d_model", "devices", "opset", "files")}
+                     | {"out": str(Path(args.out or Path(args.checkpoint) / "onnx").resolve()),
+                        "seconds": round(time.perf_counter() - started, 1)}, indent=2))
     return 0
 
 
@@ -323,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--status", default=None, help="status.parquet (T_res and positions)")
     score.add_argument("--out", required=True, help="directory for trust-scores.jsonl and collaborator-rankings.jsonl")
     score.set_defaults(handler=cmd_score, beam_options=True)
+
+    export = sub.add_parser("export-onnx", help="export a checkpoint's GNN, BiMamba and pair head to ONNX")
+    export.add_argument("--checkpoint", required=True)
+    export.add_argument("--out", default=None, help="directory (default CHECKPOINT/onnx)")
+    export.set_defaults(handler=cmd_export_onnx)
 
     job = sub.add_parser("run", help="the streaming job: Kafka in, trust scores and rankings out",
                          epilog="Pipeline options (--checkpoint DIR, --shards, --lateness_slots, --top_k, --range_m, "

@@ -1,0 +1,151 @@
+"""Export a BM checkpoint's inference stages to ONNX, checked against PyTorch before it is kept.
+
+Three graphs, each with a dynamic batch axis:
+
+==================  ==========================================================  ==================
+file                inputs                                                      output
+==================  ==========================================================  ==================
+``gnn.onnx``        nodes (a,) int64 device rows; src, dst (E,) int64 positions h (a, d) float32
+                    in ``nodes``; t_col, offset (E,) float32
+``sequence.onnx``   sequences (n, S, d) float32 right-padded; lengths (n,) int64 y (n, d) float32
+``head.onnx``       pairs (P, 2d) float32, Y_i (+) Y_j                          t_beh (P,) float32
+==================  ==========================================================  ==================
+
+The node2vec table is a constant of ``gnn.onnx``; S is fixed in ``sequence.onnx``. The exporter
+is the TorchScript-based one (``dynamo=False``) over the reference scan loop, unrolled S times:
+PLATFORM.md measured it correct for this model, and in-place parallel scans export silently
+wrong with it, so each export is run in onnxruntime against PyTorch before it is written.
+
+``manifest.json`` holds the format, the source checkpoint's content hash and model version, S,
+the widths, alpha (a_tr, a_com), the model config and device ids, the idle embedding, and the
+sha256 of each graph; each graph also carries the same scalars as ONNX metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from model.bm import BM
+from model.checkpoint import config_to_dict, file_sha256, load, staged_directory
+
+FORMAT = "trustbeam-onnx/1"
+OPSET = 18
+STAGE_FILES = ("gnn.onnx", "sequence.onnx", "head.onnx")
+
+
+class GNNStage(nn.Module):
+    def __init__(self, model: BM) -> None:
+        super().__init__()
+        self.encoder = model.slot_encoder
+        self.register_buffer("features", model.features.clone())
+
+    def forward(self, nodes: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, t_col: torch.Tensor,
+                offset: torch.Tensor) -> torch.Tensor:
+        return self.encoder.encode(self.features[nodes], src, dst, t_col, offset)  # (a, d)
+
+
+class SequenceStage(nn.Module):
+    def __init__(self, model: BM) -> None:
+        super().__init__()
+        self.encoder = model.sequence_encoder
+
+    def forward(self, sequences: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return self.encoder(sequences, lengths)  # (n, d)
+
+
+class HeadStage(nn.Module):
+    def __init__(self, model: BM) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pairs: torch.Tensor) -> torch.Tensor:
+        return self.model.t_beh(self.model.head(pairs))  # (P,)
+
+
+def _examples(model: BM, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
+    """Random inputs of every stage (also the parity check's inputs)."""
+    g = torch.Generator().manual_seed(seed)
+    n, d, window = len(model.features), model.config.gnn.out_dim, model.config.window
+    active = min(n, 24)
+    nodes = torch.randperm(n, generator=g)[:active].sort().values
+    edges = 3 * active
+    src, dst = torch.randint(0, active, (edges,), generator=g), torch.randint(0, active, (edges,), generator=g)
+    lengths = torch.randint(1, window + 1, (9,), generator=g)
+    lengths[0] = window
+    return {
+        "gnn.onnx": (nodes, src, dst, torch.rand(edges, generator=g), torch.rand(edges, generator=g)),
+        "sequence.onnx": (torch.randn(9, window, d, generator=g), lengths),
+        "head.onnx": (torch.randn(33, 2 * d, generator=g),),
+    }
+
+
+_SIGNATURES: dict[str, tuple[list[str], str, dict[str, dict[int, str]]]] = {
+    "gnn.onnx": (["nodes", "src", "dst", "t_col", "offset"], "h",
+                 {"nodes": {0: "active"}, "src": {0: "edges"}, "dst": {0: "edges"}, "t_col": {0: "edges"},
+                  "offset": {0: "edges"}, "h": {0: "active"}}),
+    "sequence.onnx": (["sequences", "lengths"], "y", {"sequences": {0: "devices"}, "lengths": {0: "devices"},
+                                                       "y": {0: "devices"}}),
+    "head.onnx": (["pairs"], "t_beh", {"pairs": {0: "pairs"}, "t_beh": {0: "pairs"}}),
+}
+
+
+def export_onnx(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
+                tolerance: float = 1e-5) -> dict[str, Any]:
+    """Export the checkpoint's stages to ``out`` (default ``CHECKPOINT/onnx``); returns the manifest.
+
+    Raises ValueError when a graph fails ``onnx.checker`` or differs from PyTorch by more than
+    ``tolerance`` on random inputs; nothing is written then.
+    """
+    import onnx
+
+    model, index, source = load(checkpoint)
+    target = Path(out) if out is not None else Path(checkpoint) / "onnx"
+    config = model.config
+    meta = {"format": FORMAT, "model_version": source["model_version"], "source_content_hash": source["content_hash"],
+            "window": config.window, "d_model": config.gnn.out_dim, "node_dim": config.gnn.node_dim,
+            "devices": len(index), "a_tr": config.weights.a_tr, "a_com": config.weights.a_com, "opset": OPSET}
+    stages = {"gnn.onnx": GNNStage(model), "sequence.onnx": SequenceStage(model), "head.onnx": HeadStage(model)}
+    with staged_directory(target) as staging:
+        files = {}
+        for name, module in stages.items():
+            path = staging / name
+            _export(module.eval(), _examples(model)[name], path, name)
+            graph = onnx.load(str(path))
+            onnx.helper.set_model_props(graph, {k: str(v) for k, v in meta.items()})
+            onnx.checker.check_model(graph, full_check=True)
+            onnx.save(graph, str(path))
+            error = parity_error(module, path, _examples(model, seed=1)[name], _SIGNATURES[name][0])
+            if error > tolerance:
+                raise ValueError(f"{name}: onnxruntime differs from PyTorch by {error:.3g} (> {tolerance})")
+            files[name] = file_sha256(path)
+        manifest = {**meta, "files": files, "config": config_to_dict(config), "ids": list(index.ids),
+                    "idle": model.slot_encoder.idle.detach().tolist()}
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def _export(module: nn.Module, example: tuple[torch.Tensor, ...], path: Path, name: str) -> None:
+    inputs, output, axes = _SIGNATURES[name]
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # tracer and deprecation chatter; parity is checked instead
+        torch.onnx.export(module, example, str(path), dynamo=False, opset_version=OPSET, input_names=inputs,
+                          output_names=[output], dynamic_axes=axes)
+
+
+def parity_error(module: nn.Module, path: Path, example: tuple[torch.Tensor, ...], inputs: list[str]) -> float:
+    """Max |onnxruntime - PyTorch| of one stage on the given inputs."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {k: v.numpy() for k, v in zip(inputs, example)})[0]
+    with torch.no_grad():
+        want = module(*example).numpy()
+    return float(np.abs(got - want).max())

@@ -1,0 +1,99 @@
+"""The onnxruntime scorer: BM's exported stages behind :class:`model.stages.Stages`.
+
+Loading verifies the manifest (format, each graph's sha256, and, when given, the content hash of
+the checkpoint it must come from) and refuses anything else with :class:`OnnxModelError`.
+Execution providers: TensorRT, then CUDA, then CPU, whichever this onnxruntime build offers
+(the ``gpu`` extra installs onnxruntime-gpu in place of the CPU package, never beside it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model.bm import BMConfig
+from model.checkpoint import CheckpointError, config_from_dict, file_sha256
+from model.gnn import batched_inputs
+from model.graphs import DeviceIndex, SlotGraph
+from model.stages import chunks, pairs
+
+PREFERRED_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+
+
+class OnnxModelError(ValueError):
+    """An ONNX export is missing, altered, or not the export of the expected checkpoint."""
+
+
+def providers() -> list[str]:
+    import onnxruntime as ort
+
+    available = set(ort.get_available_providers())
+    return [p for p in PREFERRED_PROVIDERS if p in available]
+
+
+class OnnxStages:
+    """BM's stages on onnxruntime sessions (see :mod:`exporters.onnx.export` for the graphs)."""
+
+    def __init__(self, directory: str | os.PathLike[str], expect_content_hash: str | None = None,
+                 devices_per_call: int = 1024, pairs_per_call: int = 65536) -> None:
+        from exporters.onnx.export import FORMAT, STAGE_FILES
+
+        root = Path(directory)
+        try:
+            manifest: dict[str, Any] = json.loads((root / "manifest.json").read_text())
+        except FileNotFoundError:
+            raise OnnxModelError(f"{root}: no manifest.json; run `trustbeam export-onnx --checkpoint DIR`") from None
+        except json.JSONDecodeError as error:
+            raise OnnxModelError(f"{root}/manifest.json: not JSON ({error})") from None
+        if manifest.get("format") != FORMAT:
+            raise OnnxModelError(f"{root}: format {manifest.get('format')!r} is not {FORMAT!r}")
+        if expect_content_hash is not None and manifest.get("source_content_hash") != expect_content_hash:
+            raise OnnxModelError(f"{root}: exported from checkpoint {manifest.get('model_version')!r}, not the one "
+                                 f"configured (content hash {expect_content_hash[:12]}...); export it again")
+        for name in STAGE_FILES:
+            if not (root / name).is_file() or file_sha256(root / name) != manifest["files"].get(name):
+                raise OnnxModelError(f"{root}/{name}: missing or altered (sha256 does not match the manifest)")
+        try:
+            self.config: BMConfig = config_from_dict(BMConfig, manifest["config"])
+        except CheckpointError as error:
+            raise OnnxModelError(f"{root}/manifest.json: {error}") from None
+        import onnxruntime as ort
+
+        self.manifest = manifest
+        self.index = DeviceIndex(tuple(manifest["ids"]))
+        self.idle = np.asarray(manifest["idle"], dtype=np.float32)
+        self.providers = providers()
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # errors only: the GPU packages warn on every CPU fallback
+        self.sessions = {name: ort.InferenceSession(str(root / name), options, providers=self.providers)
+                         for name in STAGE_FILES}
+        self.devices_per_call, self.pairs_per_call = devices_per_call, pairs_per_call
+
+    @property
+    def model_version(self) -> str:
+        return self.manifest["model_version"]
+
+    def slot_embeddings(self, graph: SlotGraph) -> tuple[np.ndarray, np.ndarray]:
+        nodes, src, dst, t_col, offset = (t.numpy() for t in batched_inputs([graph], len(self.index)))
+        h = self.sessions["gnn.onnx"].run(None, {"nodes": nodes, "src": src, "dst": dst, "t_col": t_col,
+                                                  "offset": offset})[0]
+        return nodes, h
+
+    def long_term(self, sequences: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(sequences), self.config.gnn.out_dim), np.float32)
+        session = self.sessions["sequence.onnx"]
+        for part in chunks(len(sequences), self.devices_per_call):
+            out[part] = session.run(None, {"sequences": np.ascontiguousarray(sequences[part], np.float32),
+                                           "lengths": lengths[part].astype(np.int64)})[0]
+        return out
+
+    def t_beh(self, y_i: np.ndarray, y_j: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(y_i))
+        session = self.sessions["head.onnx"]
+        for part in chunks(len(y_i), self.pairs_per_call):
+            out[part] = session.run(None, {"pairs": pairs(y_i, y_j, part)})[0]
+        return out

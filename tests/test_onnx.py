@@ -1,0 +1,123 @@
+"""ONNX export: onnx.checker, parity with PyTorch per stage and over a simulated run, refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from beam_pipeline.options import JobConfig
+from exporters.onnx import FORMAT, OnnxModelError, OnnxStages, export_onnx
+from model.checkpoint import load
+from model.config import SystemParams
+from model.graphs import SlotGraph
+from model.scoring import score_log
+from model.stages import TorchStages
+from tests.pipeline_fixtures import RANKING, SIM, run_tables, write_checkpoint
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    checkpoint = write_checkpoint(tmp_path_factory.mktemp("ckpt") / "model")
+    export_onnx(checkpoint)
+    return checkpoint, checkpoint / "onnx"
+
+
+@pytest.fixture(scope="module")
+def both(exported) -> tuple[TorchStages, OnnxStages]:
+    checkpoint, onnx_dir = exported
+    model, _, manifest = load(checkpoint)
+    return TorchStages(model), OnnxStages(onnx_dir, expect_content_hash=manifest["content_hash"])
+
+
+def test_export_passes_the_checker_and_carries_its_metadata(exported) -> None:
+    checkpoint, onnx_dir = exported
+    manifest = json.loads((onnx_dir / "manifest.json").read_text())
+    source = json.loads((checkpoint / "config.json").read_text())
+    assert manifest["format"] == FORMAT and manifest["source_content_hash"] == source["content_hash"]
+    for name in ("gnn.onnx", "sequence.onnx", "head.onnx"):
+        graph = onnx.load(str(onnx_dir / name))
+        onnx.checker.check_model(graph, full_check=True)
+        props = {p.key: p.value for p in graph.metadata_props}
+        assert props["model_version"] == source["model_version"]
+        assert int(props["window"]) == source["config"]["window"]
+        assert float(props["a_tr"]) == pytest.approx(0.6) and float(props["a_com"]) == pytest.approx(0.4)
+    assert not [p for p in onnx_dir.parent.iterdir() if p.name.startswith(".")], "a staging directory was left"
+
+
+@pytest.mark.parametrize("active,edges", [(1, 1), (5, 4), (30, 200)])
+def test_gnn_stage_matches_pytorch(both, active: int, edges: int) -> None:
+    torch_stages, onnx_stages = both
+    rng = np.random.default_rng(active)
+    devices = np.sort(rng.choice(SIM.devices, size=active, replace=False))
+    src, dst = devices[rng.integers(0, active, edges)], devices[rng.integers(0, active, edges)]
+    graph = SlotGraph(0, src, dst, rng.random(edges), rng.random(edges))
+    (rows_t, h_t), (rows_o, h_o) = torch_stages.slot_embeddings(graph), onnx_stages.slot_embeddings(graph)
+    np.testing.assert_array_equal(rows_t, rows_o)
+    np.testing.assert_allclose(h_o, h_t, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("devices", [1, 7, 2500])
+def test_sequence_stage_matches_pytorch_for_every_length(both, devices: int) -> None:
+    torch_stages, onnx_stages = both
+    window = torch_stages.config.window
+    rng = np.random.default_rng(devices)
+    sequences = rng.normal(size=(devices, window, torch_stages.config.gnn.out_dim)).astype(np.float32)
+    lengths = rng.integers(1, window + 1, devices)
+    got, want = onnx_stages.long_term(sequences, lengths), torch_stages.long_term(sequences, lengths)
+    assert got.shape == want.shape == (devices, torch_stages.config.gnn.out_dim)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("pairs", [1, 100, 70_000])
+def test_head_stage_matches_pytorch(both, pairs: int) -> None:
+    torch_stages, onnx_stages = both
+    rng = np.random.default_rng(pairs)
+    y_i, y_j = (rng.normal(size=(pairs, torch_stages.config.gnn.out_dim)).astype(np.float32) for _ in range(2))
+    got = onnx_stages.t_beh(y_i, y_j)
+    np.testing.assert_allclose(got, torch_stages.t_beh(y_i, y_j), atol=1e-5, rtol=0)
+    assert ((got >= 0) & (got <= 1)).all()
+
+
+def test_a_simulated_run_scores_the_same_on_both_backends(both) -> None:
+    events, status = run_tables()
+    runs = [list(score_log(stages, both[1].index, events, status, RANKING, SystemParams(), "v")) for stages in both]
+    assert [r.slot for r in runs[0]] == [r.slot for r in runs[1]] == list(range(SIM.slots))
+    for a, b in zip(*runs):
+        assert [(s.owner, s.collaborator) for s in a.scores] == [(s.owner, s.collaborator) for s in b.scores]
+        np.testing.assert_allclose([s.t_beh for s in b.scores], [s.t_beh for s in a.scores], atol=1e-5)
+        np.testing.assert_allclose([s.trust for s in b.scores], [s.trust for s in a.scores], atol=1e-5)
+        assert [[c.collaborator for c in r.candidates] for r in a.rankings] == \
+            [[c.collaborator for c in r.candidates] for r in b.rankings]
+    assert sum(len(r.scores) for r in runs[0]) > 100
+
+
+def test_altered_or_foreign_exports_are_refused(exported, tmp_path) -> None:
+    checkpoint, onnx_dir = exported
+    copy = tmp_path / "onnx"
+    shutil.copytree(onnx_dir, copy)
+    with pytest.raises(OnnxModelError, match="not the one configured|export it again"):
+        OnnxStages(copy, expect_content_hash="0" * 64)
+    with open(copy / "head.onnx", "r+b") as handle:
+        handle.seek(100)
+        byte = handle.read(1)
+        handle.seek(100)
+        handle.write(bytes([byte[0] ^ 1]))
+    with pytest.raises(OnnxModelError, match="head.onnx: missing or altered"):
+        OnnxStages(copy)
+    with pytest.raises(OnnxModelError, match="no manifest.json"):
+        OnnxStages(tmp_path / "nothing")
+
+
+def test_the_onnx_backend_needs_an_export(exported, tmp_path) -> None:
+    checkpoint, _ = exported
+    with pytest.raises(ValueError, match="--onnx_model: .* holds no ONNX export"):
+        JobConfig(str(checkpoint), backend="onnx", onnx_model=str(tmp_path))
+    with pytest.raises(ValueError, match="--backend: must be one of torch, onnx"):
+        JobConfig(str(checkpoint), backend="tensorrt")
+    stages = JobConfig(str(checkpoint), backend="onnx").stages()[0]
+    assert isinstance(stages, OnnxStages) and stages.providers[-1] == "CPUExecutionProvider"
