@@ -11,7 +11,7 @@ setup: $(STAMP)
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,onnx]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -21,11 +21,11 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 test-slow: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[dev,ns3]'
+	$(PY) -m pip install --quiet -e '.[dev,onnx,ns3]'
 	$(PY) -m pytest -q -m slow
 
 bench: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) -m pip install --quiet -e '.[dev,onnx,bench]'
 	$(PY) -m bench.simulator_bench
 	$(PY) -m bench.scan_bench
 	$(PY) -m bench.pipeline_bench

@@ -25,8 +25,11 @@ setup(
         "tqdm>=4.66,<5",
         "torch-geometric>=2.6,<2.9",
         "matplotlib>=3.8,<4",
+        "onnx>=1.17,<2",  # export and checker; the runtime comes from one of the extras below
     ],
     extras_require={
+        # onnxruntime and onnxruntime-gpu install the same module: pick one extra, never both.
+        "onnx": ["onnxruntime>=1.20,<2"],
         "gpu": ["mamba-ssm>=2.2,<3", "causal-conv1d>=1.4,<2", "onnxruntime-gpu>=1.20,<2"],
         "ns3": ["ns3==3.44.post0"],
         "bench": ["mambapy==1.2.0"],

@@ -30,6 +30,8 @@ class TrustbeamOptions(PipelineOptions):
                             help="where the model runs: torch (default, faster here; see bench/onnx_bench.py) "
                                  "or onnx (onnxruntime on the graphs of `trustbeam export-onnx`)")
         parser.add_argument("--onnx_model", help="directory of `trustbeam export-onnx` (default CHECKPOINT/onnx)")
+        parser.add_argument("--parquet_out", help="also write scores and rankings to Parquet under this path or URI, "
+                                                  "partitioned by slot date (exporters.parquet)")
         parser.add_argument("--shards", type=int, default=4, help="device shards holding slot sequences in state")
         parser.add_argument("--lateness_slots", type=int, default=1,
                             help="allowed lateness, in slots: later events for a slot go to dead-letter")
@@ -53,6 +55,7 @@ class JobConfig:
     checkpoint: str
     backend: str = "torch"
     onnx_model: str | None = None
+    parquet_out: str | None = None
     shards: int = 4
     lateness_slots: int = 1
     ranking: RankingConfig = field(default_factory=RankingConfig)
@@ -79,7 +82,7 @@ class JobConfig:
             raise ValueError("--checkpoint: required (a directory written by `trustbeam train`)")
         ranking = RankingConfig(owner_slots=o.owner_slots, range_m=o.range_m or None, top_k=o.top_k,
                                 scores_per_owner=o.scores_per_owner, default_threshold=o.default_threshold)
-        return cls(o.checkpoint, o.backend, o.onnx_model, o.shards, o.lateness_slots, ranking, topics=topics)
+        return cls(o.checkpoint, o.backend, o.onnx_model, o.parquet_out, o.shards, o.lateness_slots, ranking, topics=topics)
 
     @property
     def onnx_dir(self) -> str:

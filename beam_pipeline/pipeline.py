@@ -21,6 +21,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 from kafka.partitioner.default import murmur2
 
@@ -28,9 +29,12 @@ from beam_pipeline.kafka_io import PartitionRange, ProduceRecords, RawBatch, Rea
 from beam_pipeline.options import JobConfig
 from beam_pipeline.parquet_io import ReadParquet
 from beam_pipeline.transforms import ScoreSlots, outputs, wire, wire_records
+from exporters.parquet import ParquetResults
+from model.scoring import SlotScores
 from trustbeam.kafka import KafkaSettings
 
 XLANG_BATCH = 5000
+CLOSED = "closed"  # PublishClosed's side output: the SlotScores it publishes
 
 
 def identity(body: dict[str, Any]) -> tuple:
@@ -59,6 +63,7 @@ class PublishClosed(beam.DoFn):
             if result.slot <= self.published_through or not closed:
                 continue
             published.append(result.slot)
+            yield beam.pvalue.TaggedOutput(CLOSED, result)
             for topic, record in outputs(result, self.config.topics):
                 partition = (murmur2(record.owner.encode()) & 0x7FFFFFFF) % self.partitions[topic]
                 mark = self.marks.get((topic, partition))
@@ -66,6 +71,17 @@ class PublishClosed(beam.DoFn):
                     continue
                 yield wire(topic, record)
         Path(self.out_dir, "published.json").write_text(json.dumps(published))
+
+
+class WriteParquet(beam.DoFn):
+    """Each slot's results to Parquet (exporters.parquet): atomic, one file per slot and table."""
+
+    def __init__(self, root: str) -> None:
+        self.results = ParquetResults(root)
+        self.files = Metrics.counter("trustbeam", "parquet_files")
+
+    def process(self, result: SlotScores) -> None:
+        self.files.inc(len(self.results.write(result)))
 
 
 class WriteJson(beam.DoFn):
@@ -103,9 +119,13 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
         raw_status = (raw_status, kept) | "AllStatus" >> beam.Flatten()
     out = (raw_events, raw_status) | "Score" >> ScoreSlots(config, published_through)
     newest = out["newest"] | "Newest" >> beam.CombineGlobally(max).without_defaults()
-    records = (out["scores"] | "AllSlots" >> beam.combiners.ToList()
-               | "Closed" >> beam.ParDo(PublishClosed(config, published_through, final, partitions, marks, work),
-                                        newest_ms=beam.pvalue.AsSingleton(newest, default_value=-1)))
+    closed = (out["scores"] | "AllSlots" >> beam.combiners.ToList()
+              | "Closed" >> beam.ParDo(PublishClosed(config, published_through, final, partitions, marks, work),
+                                       newest_ms=beam.pvalue.AsSingleton(newest, default_value=-1))
+              .with_outputs(CLOSED, main="records"))
+    records = closed.records
+    if config.parquet_out:
+        closed[CLOSED] | "Parquet" >> beam.ParDo(WriteParquet(config.parquet_out))
     records | "Publish" >> beam.ParDo(ProduceRecords(settings, "published"))
     out["dead"] | "DeadLetter" >> beam.ParDo(ProduceRecords(settings, "dead_letters"))
     (out["offsets"] | "MinOffset" >> beam.CombinePerKey(min) | "Offsets" >> beam.combiners.ToList()
@@ -145,6 +165,8 @@ def streaming_pipeline(options: PipelineOptions, settings: KafkaSettings, config
                      | f"Batch{name}" >> _batches(topic))
     out = (raw["Events"], raw["Status"]) | "Score" >> ScoreSlots(config)
     records = out["scores"] | "Wire" >> beam.FlatMap(wire_records, config.topics)
+    if config.parquet_out:
+        out["scores"] | "Parquet" >> beam.ParDo(WriteParquet(config.parquet_out))
     letters = out["dead"]
     for name, pcoll, topic in (("Scores", records, topics.scores), ("Rankings", records, topics.rankings),
                                ("DeadLetter", letters, topics.dead_letter)):

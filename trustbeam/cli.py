@@ -209,6 +209,7 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     """Offline scoring of an events file: the same slot scorer the pipeline runs, to JSON-lines files."""
     import pyarrow.parquet as pq
 
+    from exporters.parquet import ParquetResults
     from model.scoring import score_log
     from schemas import to_json
 
@@ -219,14 +220,18 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     counts = {"slots": 0, "trust_scores": 0, "rankings": 0}
+    parquet = ParquetResults(config.parquet_out) if config.parquet_out else None
     with open(out / "trust-scores.jsonl", "wb") as scores, open(out / "collaborator-rankings.jsonl", "wb") as ranks:
         for result in score_log(stages, index, events, status, config.ranking, config.params, version):
             scores.writelines(to_json(r) + b"\n" for r in result.scores)
             ranks.writelines(to_json(r) + b"\n" for r in result.rankings)
+            if parquet is not None:
+                parquet.write(result)
             counts["slots"] += 1
             counts["trust_scores"] += len(result.scores)
             counts["rankings"] += len(result.rankings)
-    print(json.dumps({**counts, "model_version": version, "out": str(out.resolve())}, indent=2))
+    print(json.dumps({**counts, "model_version": version, "out": str(out.resolve()), "parquet_out": config.parquet_out},
+                     indent=2))
     return 0
 
 

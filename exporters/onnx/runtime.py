@@ -28,8 +28,17 @@ class OnnxModelError(ValueError):
     """An ONNX export is missing, altered, or not the export of the expected checkpoint."""
 
 
+def _onnxruntime():
+    try:
+        import onnxruntime
+    except ImportError:
+        raise OnnxModelError("onnxruntime is not installed: pip install 'trustbeam[onnx]' (CPU) or "
+                             "'trustbeam[gpu]' (CUDA/TensorRT), not both") from None
+    return onnxruntime
+
+
 def providers() -> list[str]:
-    import onnxruntime as ort
+    ort = _onnxruntime()
 
     available = set(ort.get_available_providers())
     return [p for p in PREFERRED_PROVIDERS if p in available]
@@ -61,8 +70,7 @@ class OnnxStages:
             self.config: BMConfig = config_from_dict(BMConfig, manifest["config"])
         except CheckpointError as error:
             raise OnnxModelError(f"{root}/manifest.json: {error}") from None
-        import onnxruntime as ort
-
+        ort = _onnxruntime()
         self.manifest = manifest
         self.index = DeviceIndex(tuple(manifest["ids"]))
         self.idle = np.asarray(manifest["idle"], dtype=np.float32)
