@@ -10,8 +10,8 @@ cannot be fetched on the development machine, so local runs use this source:
   emits :class:`RawBatch` elements of up to ``max_batch`` records, not one
   element per record, and reports the largest record timestamp seen as its
   watermark (the publishers stamp records with their event time).
-* :class:`ProduceRecords` sends (topic, key, value, headers) tuples with the
-  idempotent producer; delivery failures are counted and raised, never swallowed.
+* :class:`ProduceRecords` sends (topic, key, value, headers) tuples through the Kafka sink of
+  :mod:`exporters.kafka`; delivery failures are counted and raised, never swallowed.
 
 ``--kafka_io=xlang`` swaps in Beam's Java KafkaIO on Flink/Dataflow (see
 :mod:`beam_pipeline.pipeline`).
@@ -30,9 +30,9 @@ from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.metrics import Metrics
 from apache_beam.utils.timestamp import Timestamp
 from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import KafkaError
 
-from trustbeam.kafka import KafkaSettings, end_offsets, make_producer
+from exporters.kafka import KafkaSink, Message
+from trustbeam.kafka import KafkaSettings, end_offsets
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,8 @@ class ReadKafka(beam.PTransform):
 
 
 class ProduceRecords(beam.DoFn):
-    """Send (topic, key, value, headers) with the idempotent producer; flush per bundle, fail loudly."""
+    """Send (topic, key, value, headers) through :class:`exporters.kafka.KafkaSink`; flush per bundle, so a
+    delivery failure fails the bundle (and Beam retries it) instead of being lost."""
 
     def __init__(self, settings: KafkaSettings, counter: str) -> None:
         self.settings = settings
@@ -168,26 +169,14 @@ class ProduceRecords(beam.DoFn):
         self.failures = Metrics.counter("trustbeam", f"{counter}_failed")
 
     def setup(self) -> None:
-        self.producer = make_producer(self.settings)
+        self.sink = KafkaSink(self.settings, on_failure=self.failures.inc)
 
-    def start_bundle(self) -> None:
-        self.errors: list[Exception] = []
-
-    def process(self, element: tuple[str, bytes, bytes, list[tuple[str, bytes]]]) -> None:
-        topic, key, value, headers = element
-        try:
-            future = self.producer.send(topic, key=key, value=value, headers=headers)
-        except KafkaError as error:
-            self.failures.inc()
-            raise RuntimeError(f"cannot produce to {topic!r}: {error}") from error
-        future.add_errback(self.errors.append)
+    def process(self, element: Message) -> None:
+        self.sink.send(element)
         self.sent.inc()
 
     def finish_bundle(self) -> None:
-        self.producer.flush(timeout=self.producer.config["delivery_timeout_ms"] / 1000 + 5)
-        if self.errors:
-            self.failures.inc(len(self.errors))
-            raise RuntimeError(f"{len(self.errors)} records were not delivered: {self.errors[0]}")
+        self.sink.flush()
 
     def teardown(self) -> None:
-        self.producer.close(timeout=5)
+        self.sink.close()

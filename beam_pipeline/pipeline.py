@@ -28,7 +28,8 @@ from kafka.partitioner.default import murmur2
 from beam_pipeline.kafka_io import PartitionRange, ProduceRecords, RawBatch, ReadKafka
 from beam_pipeline.options import JobConfig
 from beam_pipeline.parquet_io import ReadParquet
-from beam_pipeline.transforms import ScoreSlots, outputs, wire, wire_records
+from beam_pipeline.transforms import ScoreSlots, outputs, wire_records
+from exporters.kafka import message
 from exporters.parquet import ParquetResults
 from model.scoring import SlotScores
 from trustbeam.kafka import KafkaSettings
@@ -69,7 +70,7 @@ class PublishClosed(beam.DoFn):
                 mark = self.marks.get((topic, partition))
                 if mark is not None and identity(vars(record)) <= mark:
                     continue
-                yield wire(topic, record)
+                yield message(topic, record)
         Path(self.out_dir, "published.json").write_text(json.dumps(published))
 
 

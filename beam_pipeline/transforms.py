@@ -30,6 +30,7 @@ from beam_pipeline.kafka_io import RawBatch
 from beam_pipeline.parquet_io import TableBatch
 from beam_pipeline.options import JobConfig
 from model.scoring import DeviceFrame, DeviceHistory, score_slot, slot_part, status_arrays
+from exporters.kafka import Message, message
 from schemas import CollaborationEvent, DeviceStatus, Record, from_arrow, to_json
 from schemas.batch import decode_batch, validate_table
 
@@ -388,11 +389,6 @@ def outputs(result: Any, topics: Any) -> Iterator[tuple[str, Record]]:
             yield topic, record
 
 
-def wire(topic: str, record: Record) -> tuple[str, bytes, bytes, list[tuple[str, bytes]]]:
-    """(topic, key, value, headers): keyed by owner, schema version and record name in headers."""
-    headers = [("schema_version", str(record.SCHEMA_VERSION).encode()), ("record", record.NAME.encode())]
-    return topic, record.owner.encode(), to_json(record), headers
-
-
-def wire_records(result: Any, topics: Any) -> Iterator[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]:
-    return (wire(topic, record) for topic, record in outputs(result, topics))
+def wire_records(result: Any, topics: Any) -> Iterator[Message]:
+    """A SlotScores as Kafka messages keyed by owner (exporters.kafka)."""
+    return (message(topic, record) for topic, record in outputs(result, topics))

@@ -9,18 +9,15 @@ raised on close, never swallowed.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
 import pyarrow as pa
 from kafka import KafkaProducer
-from kafka.errors import KafkaError, KafkaTimeoutError
 
-from schemas import CollaborationEvent, DeviceStatus, Record, to_json
-from trustbeam.kafka import KafkaSettings, Topics, make_producer
-
-log = logging.getLogger(__name__)
+from exporters.kafka import KafkaSink, message
+from schemas import CollaborationEvent, DeviceStatus, Record
+from trustbeam.kafka import KafkaSettings, Topics
 
 _ROUTES: dict[str, tuple[type[Record], str, str]] = {  # record, key field, event-time field
     "events": (CollaborationEvent, "collaborator", "event_time_ms"),
@@ -29,7 +26,7 @@ _ROUTES: dict[str, tuple[type[Record], str, str]] = {  # record, key field, even
 
 
 class KafkaPublisher:
-    """A simulator sink that produces the wire records to their topics."""
+    """A simulator sink that produces the wire records to their topics (through exporters.kafka.KafkaSink)."""
 
     def __init__(self, settings: KafkaSettings, topics: Topics = Topics(), rate: float | None = None,
                  producer: KafkaProducer | None = None) -> None:
@@ -37,10 +34,8 @@ class KafkaPublisher:
             raise ValueError(f"rate: must be > 0 events/s or None (got {rate!r})")
         self.topics = {"events": topics.events, "status": topics.status}
         self.rate = rate
-        self.producer = producer or make_producer(settings)
+        self.sink = KafkaSink(settings, producer)
         self.sent = {"events": 0, "status": 0}
-        self.failed = 0
-        self._first_error: Exception | None = None
         self._started = time.monotonic()
 
     def write(self, kind: str, table: pa.Table) -> None:
@@ -51,15 +46,7 @@ class KafkaPublisher:
         for row in table.select(names).to_pylist():
             record = cls.from_dict(row)
             self._pace(kind)
-            headers = [("schema_version", str(cls.SCHEMA_VERSION).encode()), ("record", cls.NAME.encode())]
-            try:
-                future = self.producer.send(self.topics[kind], key=getattr(record, key_field).encode(),
-                                            value=to_json(record), headers=headers,
-                                            timestamp_ms=getattr(record, time_field))
-            except KafkaError as error:  # metadata unavailable within max_block_ms, buffer full, ...
-                self._on_error(error)
-                raise RuntimeError(f"cannot publish to {self.topics[kind]!r}: {error}") from error
-            future.add_errback(self._on_error)
+            self.sink.send(message(self.topics[kind], record, key_field), timestamp_ms=getattr(record, time_field))
             self.sent[kind] += 1
 
     def _pace(self, kind: str) -> None:
@@ -69,26 +56,9 @@ class KafkaPublisher:
         if ahead > 0:
             time.sleep(ahead)
 
-    def _on_error(self, error: Exception) -> None:
-        self.failed += 1
-        if self._first_error is None:
-            self._first_error = error
-            log.error("Kafka delivery failed: %s", error)
-
     def close(self) -> None:
-        timeout_s = self.producer.config["delivery_timeout_ms"] / 1000 + 5
-        try:
-            self.producer.flush(timeout=timeout_s)
-        except KafkaTimeoutError:
-            raise RuntimeError(f"messages still undelivered after {timeout_s:.0f} s; broker unreachable?") from None
-        finally:
-            try:
-                self.producer.close(timeout=5)
-            except KafkaError as error:
-                log.warning("Kafka producer did not close cleanly: %s", error)
-        if self.failed:
-            raise RuntimeError(f"{self.failed} messages were not delivered; first error: {self._first_error}")
+        self.sink.close()
 
     def counts(self) -> dict[str, Any]:
         return {"events_published": self.sent["events"], "status_published": self.sent["status"],
-                "delivery_failures": self.failed}
+                "delivery_failures": self.sink.failed}

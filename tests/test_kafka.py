@@ -9,7 +9,8 @@ import pytest
 from kafka import KafkaConsumer
 
 from deploy.local.broker import LocalBroker
-from schemas import CollaborationEvent, DeviceStatus, from_json
+from exporters.kafka import DeliveryError, KafkaSink, message
+from schemas import CollaborationEvent, DeviceStatus, TrustScore, from_json
 from simulator.config import SimConfig
 from simulator.engine import Simulator
 from simulator.publish import KafkaPublisher
@@ -121,4 +122,35 @@ def test_delivery_failures_are_raised_not_swallowed(tmp_path) -> None:
     os.kill(broker.pid(), signal.SIGKILL)
     with pytest.raises(RuntimeError, match="not delivered|undelivered|cannot publish"):
         Simulator(SimConfig(devices=10, tasks=20, slots=1)).run([publisher])
+    broker.stop()
+
+
+def test_the_sink_keys_by_owner_and_labels_the_schema(broker: LocalBroker) -> None:
+    topic = "sink-check"
+    ensure_topics(broker.settings, {topic: 4})
+    score = TrustScore(owner="dev-000007", collaborator="dev-000009", slot=3, slot_start_ms=180_000,
+                       slot_end_ms=240_000, t_beh=0.5, t_res=0.9, trust=0.45, model_version="bm-x", is_update=False)
+    sink = KafkaSink(broker.settings)
+    sink.send(message(topic, score))
+    sink.close()
+    (record,) = read_to_end(broker.settings, topic)
+    assert record.key == b"dev-000007" and from_json(TrustScore, record.value) == score
+    assert dict(record.headers) == {"schema_version": b"1", "record": b"trust_score"}
+    assert sink.counts() == {"sent": 1, "delivered": 1, "failed": 0}
+
+
+def test_sink_delivery_failures_are_counted_and_raised(tmp_path) -> None:
+    broker = LocalBroker(port=free_port(), state_dir=tmp_path)
+    broker.start()
+    ensure_topics(broker.settings, {"doomed": 1})
+    failures: list[int] = []
+    producer = make_producer(broker.settings, delivery_timeout_ms=3000, request_timeout_ms=1000, retries=1,
+                             max_block_ms=2000)
+    sink = KafkaSink(broker.settings, producer, on_failure=failures.append)
+    os.kill(broker.pid(), signal.SIGKILL)
+    with pytest.raises(DeliveryError, match="not delivered|undelivered|cannot produce"):
+        for n in range(5):
+            sink.send(("doomed", b"k", b"v%d" % n, []))
+        sink.flush()
+    assert sink.failed == 5 and sum(failures) == 5 and sink.delivered == 0
     broker.stop()
