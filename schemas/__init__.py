@@ -8,7 +8,7 @@ True
 
 from schemas.arrow import arrow_schema, events_file_schema, from_arrow, to_arrow
 from schemas.base import Record
-from schemas.codec import MAX_MESSAGE_BYTES, from_json, to_json
+from schemas.codec import MAX_MESSAGE_BYTES, from_json, from_json_forward, to_json
 from schemas.errors import ValidationError
 from schemas.records import (
     WIRE_RECORDS,
@@ -33,6 +33,7 @@ __all__ = [
     "events_file_schema",
     "from_arrow",
     "from_json",
+    "from_json_forward",
     "to_arrow",
     "to_json",
 ]

@@ -4,7 +4,8 @@ Decoding is strict: the bytes must be UTF-8 JSON of at most MAX_MESSAGE_BYTES,
 an object without duplicate keys, with a known
 ``schema_version`` and exactly the record's fields. Every failure is a
 :class:`ValidationError`. ``NaN``/``Infinity`` literals parse, then fail the
-field's finiteness rule, so the error names the field.
+field's finiteness rule, so the error names the field. :func:`from_json_forward` is the one
+lenient reader: consumers use it to keep reading records of a newer version.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
-from schemas.base import Record
+from schemas.base import Kind, Record, specs
 from schemas.errors import ValidationError
 
 R = TypeVar("R", bound=Record)
@@ -47,6 +48,32 @@ def from_versioned_dict(cls: type[R], obj: dict[str, Any]) -> R:
             VERSION_FIELD, version, f"unknown version for {cls.NAME} (known: {cls.SCHEMA_VERSION})"
         )
     return cls.from_dict(body)  # type: ignore[return-value]
+
+
+def from_json_forward(cls: type[R], data: bytes | str) -> tuple[R, bool]:
+    """Decode a message of this version or a newer one, for consumers that must keep reading when
+    producers upgrade first. Fields this version does not know (at any depth) are ignored; the rest
+    is validated as usual. Returns (record, whether the message was newer). Older or malformed
+    versions raise ValidationError."""
+    obj = parse_json(data)
+    if not isinstance(obj, dict):
+        raise ValidationError(_WHOLE, obj, f"expected a JSON object for {cls.NAME}")
+    version = obj.get(VERSION_FIELD)
+    if isinstance(version, bool) or not isinstance(version, int) or version <= cls.SCHEMA_VERSION:
+        return from_versioned_dict(cls, obj), False
+    return cls.from_dict(_known_fields(cls, obj)), True  # type: ignore[return-value]
+
+
+def _known_fields(cls: type[Record], obj: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name, spec in specs(cls):
+        if name not in obj:
+            continue
+        value = obj[name]
+        if spec.kind is Kind.RECORDS and spec.item is not None and isinstance(value, list):
+            value = [_known_fields(spec.item, v) if isinstance(v, dict) else v for v in value]
+        out[name] = value
+    return out
 
 
 def parse_json(data: bytes | str) -> Any:

@@ -1,0 +1,108 @@
+"""The schedulers' client on the real broker: answers, updates, restarts and newer schema versions."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import numpy as np
+import pytest
+
+from exporters.kafka import KafkaSink, message
+from schemas import CollaboratorRanking, RankedCandidate, TrustScore, to_json
+from trustbeam.client import TrustClient
+from trustbeam.kafka import Topics, ensure_topics
+
+pytestmark = pytest.mark.kafka
+SLOT_MS = 60_000
+
+
+def fresh_topics(broker) -> Topics:
+    tag = uuid.uuid4().hex[:8]
+    topics = Topics(*(f"{name}-{tag}" for name in ("events", "status", "scores", "rankings", "dead")))
+    ensure_topics(broker.settings, topics.partitions())
+    return topics
+
+
+def slot_records(owner: str, slot: int, candidates: dict[str, tuple[float, float]], threshold: float = 0.4,
+                 is_update: bool = False) -> list[tuple[str, object]]:
+    """A ranking (candidates with T >= threshold, best VoC first) and a trust score per candidate."""
+    common = dict(owner=owner, slot=slot, slot_start_ms=slot * SLOT_MS, slot_end_ms=(slot + 1) * SLOT_MS,
+                  model_version="bm-test", is_update=is_update)
+    ranked = sorted(((c, t, v) for c, (t, v) in candidates.items() if t >= threshold), key=lambda x: -x[2])
+    ranking = CollaboratorRanking(threshold=threshold, candidates=tuple(
+        RankedCandidate(collaborator=c, trust=t, voc=v) for c, t, v in ranked), **common)
+    scores = [TrustScore(collaborator=c, t_beh=t, t_res=1.0, trust=t, **common) for c, (t, _) in candidates.items()]
+    return [("rankings", ranking)] + [("scores", s) for s in scores]
+
+
+def send(broker, topics: Topics, items: list[tuple[str, object]], raw: list[tuple[str, bytes]] = ()) -> None:
+    sink = KafkaSink(broker.settings)
+    for kind, record in items:
+        sink.send(message(getattr(topics, kind), record))
+    for kind, value in raw:
+        sink.send((getattr(topics, kind), b"x", value, []))
+    sink.close()
+
+
+def test_best_follows_the_newest_slot_its_updates_and_theta(broker) -> None:
+    topics = fresh_topics(broker)
+    send(broker, topics,
+         slot_records("a", 1, {"b": (0.9, 0.2), "c": (0.6, 0.8)})
+         + slot_records("a", 2, {"b": (0.9, 0.3), "c": (0.5, 0.7), "d": (0.3, 0.9)})
+         + slot_records("a", 2, {"b": (0.95, 0.3), "c": (0.45, 0.7), "d": (0.3, 0.9)}, is_update=True)
+         + slot_records("a", 1, {"e": (0.99, 0.99)})  # a replayed older slot: ignored
+         + slot_records("z", 2, {"y": (0.2, 0.5)}))
+    client = TrustClient(broker.settings, topics, group=f"g-{uuid.uuid4().hex[:6]}", now=lambda: 3 * 60.0 + 12)
+    client.catch_up()
+    choice = client.best("a")  # theta from the ranking: 0.4 -> c (VoC 0.7) beats b (VoC 0.3)
+    assert (choice.collaborator, choice.slot, choice.theta, choice.eligible) == ("c", 2, 0.4, 2)
+    assert choice.trust == pytest.approx(0.45) and choice.voc == pytest.approx(0.7)  # the update's values
+    assert choice.age_s == pytest.approx(12.0) and choice.model_version == "bm-test"
+    assert client.best("a", theta=0.5).collaborator == "b"
+    assert client.best("a", theta=0.99).collaborator is None
+    assert client.best("a", theta=0.2).collaborator == "c"  # d (0.3) is eligible but unranked: no VoC known
+    assert client.best("a", theta=0.2, value=lambda ids: np.array([{"b": 0.1, "c": 0.2, "d": 0.6}[i]
+                                                                    for i in ids])).collaborator == "d"
+    assert client.best("z").collaborator is None and client.best("nobody").slot is None
+    assert client.counters["stale"] >= 2 and client.counters["undecodable"] == 0  # depends on topic interleaving
+    client.close()
+
+
+def test_newer_schema_versions_are_read_and_garbage_is_counted(broker) -> None:
+    topics = fresh_topics(broker)
+    (_, ranking), *_ = slot_records("a", 4, {"b": (0.8, 0.6)})
+    newer = json.loads(to_json(ranking))
+    newer.update(schema_version=2, region="eu-west")
+    newer["candidates"][0]["latency_ms"] = 12
+    send(broker, topics, [], raw=[("rankings", json.dumps(newer).encode()), ("rankings", b"\xff garbage"),
+                                   ("scores", b'{"schema_version": 1}')])
+    client = TrustClient(broker.settings, topics, group=f"g-{uuid.uuid4().hex[:6]}")
+    client.catch_up()
+    assert client.best("a").collaborator == "b"
+    assert (client.counters["newer_version"], client.counters["undecodable"], client.counters["read"]) == (1, 2, 3)
+    client.close()
+
+
+def test_a_restarted_client_resumes_from_its_snapshot_and_committed_offsets(broker, tmp_path) -> None:
+    topics = fresh_topics(broker)
+    group, snapshot = f"g-{uuid.uuid4().hex[:6]}", tmp_path / "client.json"
+    first = slot_records("a", 1, {"b": (0.9, 0.2)}) + slot_records("q", 1, {"r": (0.7, 0.4)})
+    send(broker, topics, first)
+    client = TrustClient(broker.settings, topics, group=group, snapshot=snapshot)
+    assert client.resumed_from == "beginning" and client.catch_up() == len(first)
+    client.checkpoint()
+    committed = {tp: client.consumer.committed(tp) for tp in client.partitions}
+    client.close()
+    assert sum(committed.values()) == len(first)
+
+    later = slot_records("a", 2, {"c": (0.8, 0.9)})
+    send(broker, topics, later)
+    again = TrustClient(broker.settings, topics, group=group, snapshot=snapshot)
+    assert again.resumed_from == "snapshot" and again.catch_up() == len(later)  # nothing read twice
+    assert again.best("a").collaborator == "c" and again.best("q").collaborator == "r"  # q from the snapshot
+    again.close()
+
+    cold = TrustClient(broker.settings, topics, group=group)  # no snapshot: rebuilt from the beginning
+    assert cold.catch_up() == len(first) + len(later) and cold.best("q").collaborator == "r"
+    cold.close()

@@ -1,0 +1,207 @@
+"""The schedulers' client: follow ``collaborator-rankings`` and ``trust-scores``, answer "the best
+collaborator for owner X with this task and threshold theta" from the latest slot, with the score's age.
+
+* **State**: per owner, the newest slot's ranking and trust scores (an update of a slot replaces it;
+  records of an older slot, as on a replay, are ignored).
+* **Answers** (:meth:`TrustClient.best`): the candidates of the owner's newest slot (its ranking and its
+  trust scores) with T >= theta; the highest VoC wins, then the highest T. VoC is the ranking's, computed
+  for the owner's latest task profile; a scheduler with a different task passes ``value`` to rate the
+  candidates for it. ``age_s`` is how long ago the scored slot ended.
+* **Restarts**: :meth:`TrustClient.checkpoint` writes the state and its topic positions to a snapshot
+  file (atomically), then commits those positions to the consumer group. A restarted client loads the
+  snapshot and resumes from its positions, which are the group's committed offsets unless it died
+  between the two steps (then the snapshot's are the consistent ones). Without a snapshot it rebuilds
+  from the topics' beginning. Re-reading a record is harmless (newest slot wins).
+* **Schema versions**: records of a newer version are read with the fields this version knows
+  (:func:`schemas.from_json_forward`) and counted; undecodable records are counted and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+from kafka import KafkaConsumer, TopicPartition
+
+from schemas import CollaboratorRanking, TrustScore, ValidationError, from_json_forward
+from trustbeam.kafka import KafkaSettings, Topics
+
+log = logging.getLogger(__name__)
+
+Value = Callable[[Sequence[str]], np.ndarray]  # candidate ids -> VoC of the scheduler's task at each
+
+
+@dataclass(frozen=True)
+class Choice:
+    """An answer: ``collaborator`` is None when no candidate of the newest slot reaches theta."""
+
+    owner: str
+    collaborator: str | None
+    trust: float | None
+    voc: float | None
+    theta: float
+    slot: int | None  # the scored slot the answer comes from
+    age_s: float | None  # seconds since that slot ended
+    model_version: str | None
+    eligible: int  # candidates with T >= theta
+
+
+@dataclass
+class OwnerView:
+    slot: int = -1
+    is_update: bool = False
+    ranking: CollaboratorRanking | None = None
+    scores: dict[str, TrustScore] = field(default_factory=dict)
+
+
+class TrustClient:
+    def __init__(self, settings: KafkaSettings, topics: Topics = Topics(), group: str = "trustbeam-scheduler",
+                 snapshot: str | os.PathLike[str] | None = None, default_theta: float = 0.5,
+                 now: Callable[[], float] = time.time) -> None:
+        self.topics, self.group, self.now, self.default_theta = topics, group, now, default_theta
+        self.snapshot = Path(snapshot) if snapshot else None
+        self.views: dict[str, OwnerView] = {}
+        self.counters = {"read": 0, "applied": 0, "stale": 0, "newer_version": 0, "undecodable": 0}
+        self.consumer = KafkaConsumer(**settings.client_args(), group_id=group, enable_auto_commit=False,
+                                      auto_offset_reset="earliest", max_partition_fetch_bytes=8 << 20)
+        self.partitions = [TopicPartition(t, p) for t in (topics.rankings, topics.scores)
+                           for p in sorted(self.consumer.partitions_for_topic(t) or ())]
+        if not self.partitions:
+            raise KeyError(f"topics {topics.rankings!r} and {topics.scores!r} do not exist at {settings.bootstrap}")
+        self.consumer.assign(self.partitions)
+        self.resumed_from = self._restore()
+
+    def _restore(self) -> str:
+        if self.snapshot is None or not self.snapshot.exists():
+            self.consumer.seek_to_beginning(*self.partitions)
+            return "beginning"
+        saved = json.loads(self.snapshot.read_text())
+        for body in saved["rankings"]:
+            self._apply_ranking(CollaboratorRanking.from_dict(body))
+        for body in saved["scores"]:
+            self._apply_score(TrustScore.from_dict(body))
+        positions = {tuple(k.rsplit("/", 1)): v for k, v in saved["positions"].items()}
+        for tp in self.partitions:
+            offset = positions.get((tp.topic, str(tp.partition)))
+            if offset is None:
+                self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek(tp, offset)
+        committed = {tp: self.consumer.committed(tp) for tp in self.partitions}
+        differs = [tp for tp in self.partitions if committed[tp] is not None
+                   and committed[tp] != positions.get((tp.topic, str(tp.partition)))]
+        if differs:
+            log.warning("group %s: committed offsets differ from the snapshot's on %d partitions; "
+                        "resuming from the snapshot's", self.group, len(differs))
+        return "snapshot"
+
+    def poll(self, timeout_s: float = 1.0) -> int:
+        """Read what has arrived (waiting up to ``timeout_s``); returns the records read."""
+        read = 0
+        for tp, records in self.consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=100_000).items():
+            for record in records:
+                read += 1
+                self._apply(tp.topic, record.value)
+        self.counters["read"] += read
+        return read
+
+    def _apply(self, topic: str, value: bytes) -> None:
+        cls = CollaboratorRanking if topic == self.topics.rankings else TrustScore
+        try:
+            record, newer = from_json_forward(cls, value)
+        except ValidationError as error:
+            self.counters["undecodable"] += 1
+            log.warning("%s: skipped an undecodable record: %s", topic, error)
+            return
+        self.counters["newer_version"] += newer
+        applied = self._apply_ranking(record) if cls is CollaboratorRanking else self._apply_score(record)
+        self.counters["applied" if applied else "stale"] += 1
+
+    def _view(self, owner: str, slot: int, is_update: bool) -> OwnerView | None:
+        view = self.views.setdefault(owner, OwnerView())
+        if slot < view.slot:
+            return None
+        if slot > view.slot:
+            self.views[owner] = view = OwnerView(slot, is_update)
+        elif is_update and not view.is_update:  # the slot's update replaces its first publication
+            self.views[owner] = view = OwnerView(slot, True)
+        elif view.is_update and not is_update:
+            return None
+        return view
+
+    def _apply_ranking(self, ranking: CollaboratorRanking) -> bool:
+        view = self._view(ranking.owner, ranking.slot, ranking.is_update)
+        if view is None:
+            return False
+        view.ranking = ranking
+        return True
+
+    def _apply_score(self, score: TrustScore) -> bool:
+        view = self._view(score.owner, score.slot, score.is_update)
+        if view is None:
+            return False
+        view.scores[score.collaborator] = score
+        return True
+
+    def catch_up(self, timeout_s: float = 30.0) -> int:
+        """Poll until every partition is at the end offsets seen now; returns the records read."""
+        from trustbeam.kafka import end_offsets
+
+        positions = {tp: self.consumer.position(tp) for tp in self.partitions}
+        ends = end_offsets(self.consumer, self.partitions)  # reassigns: restore ours
+        self.consumer.assign(self.partitions)
+        for tp, offset in positions.items():
+            self.consumer.seek(tp, offset)
+        read, deadline = 0, time.monotonic() + timeout_s
+        while any(self.consumer.position(tp) < ends[tp] for tp in self.partitions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"client {self.group}: not caught up after {timeout_s} s")
+            read += self.poll(0.2)
+        return read
+
+    def best(self, owner: str, theta: float | None = None, value: Value | None = None) -> Choice:
+        """The best collaborator for ``owner`` at threshold ``theta`` (default: its ranking's threshold)."""
+        view = self.views.get(owner)
+        ranking = view.ranking if view else None
+        theta = theta if theta is not None else (ranking.threshold if ranking else self.default_theta)
+        if view is None:
+            return Choice(owner, None, None, None, theta, None, None, None, 0)
+        trust = {c: s.trust for c, s in view.scores.items()}
+        voc: dict[str, float] = {}
+        for candidate in ranking.candidates if ranking else ():
+            trust[candidate.collaborator] = candidate.trust
+            voc[candidate.collaborator] = candidate.voc
+        eligible = sorted(c for c, t in trust.items() if t >= theta)
+        any_record = ranking or next(iter(view.scores.values()))
+        age = self.now() - any_record.slot_end_ms / 1000
+        if not eligible:
+            return Choice(owner, None, None, None, theta, view.slot, age, any_record.model_version, 0)
+        rated = value(eligible) if value is not None else np.array([voc.get(c, -1.0) for c in eligible])
+        best = max(range(len(eligible)), key=lambda k: (rated[k], trust[eligible[k]], eligible[k]))
+        chosen = eligible[best]
+        return Choice(owner, chosen, trust[chosen], float(rated[best]) if rated[best] >= 0 else None, theta,
+                      view.slot, age, any_record.model_version, len(eligible))
+
+    def checkpoint(self) -> None:
+        """Snapshot the state with its positions (atomically), then commit the positions to the group."""
+        positions = {tp: self.consumer.position(tp) for tp in self.partitions}
+        if self.snapshot is not None:
+            body = {"positions": {f"{tp.topic}/{tp.partition}": p for tp, p in positions.items()},
+                    "rankings": [v.ranking.to_dict() for v in self.views.values() if v.ranking],
+                    "scores": [s.to_dict() for v in self.views.values() for s in v.scores.values()]}
+            self.snapshot.parent.mkdir(parents=True, exist_ok=True)
+            partial = self.snapshot.with_name(f".{self.snapshot.name}.partial")
+            partial.write_text(json.dumps(body))
+            os.replace(partial, self.snapshot)
+        from kafka.structs import OffsetAndMetadata
+
+        self.consumer.commit({tp: OffsetAndMetadata(p, "", -1) for tp, p in positions.items()})
+
+    def close(self) -> None:
+        self.consumer.close()
