@@ -72,6 +72,18 @@ class Summary:
         }
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """Executed tasks: their events, the transmission and computation outcomes, the achieved VoC
+    (0 for a failed task) and the hidden expected reliability of each (owner, collaborator)."""
+
+    events: pa.Table
+    tr: np.ndarray
+    com: np.ndarray
+    voc: np.ndarray
+    reliability: np.ndarray
+
+
 class MemorySink:
     """Keeps a run's tables in memory (small runs: tests, evaluation)."""
 
@@ -169,25 +181,33 @@ class Simulator:
         self, slot: int, sub: int, batch: range, tasks: range, summary: Summary
     ) -> tuple[pa.Table, np.ndarray]:
         """One sub-batch of a slot's tasks; also returns owner*N + collaborator keys."""
-        c, w = self.config, self.world
+        c = self.config
         rng = np.random.default_rng([c.seed, 1, slot, sub])
-        m = len(batch)
-        owners = rng.integers(0, c.devices, size=m)
+        owners = rng.integers(0, c.devices, size=len(batch))
         collabs, fallbacks = self.choose(rng, owners, slot)
+        draws = rng.random((2, len(batch)))
+        thresholds = rng.uniform(*c.threshold_range, size=len(batch))
+        outcome = self.outcome(slot, np.arange(batch.start, batch.stop, dtype=np.int64), tasks, owners, collabs,
+                               thresholds, draws)
+        summary.events += len(batch)
+        summary.tr_success += int(outcome.tr.sum())
+        summary.com_success += int(outcome.com.sum())
+        summary.fallbacks += fallbacks
+        summary.voc_sum += float(outcome.voc.sum())
+        summary.reliability_sum += float(outcome.reliability.sum())
+        return outcome.events, owners * c.devices + collabs
+
+    def outcome(self, slot: int, index: np.ndarray, tasks: range, owners: np.ndarray, collabs: np.ndarray,
+                thresholds: np.ndarray, draws: np.ndarray) -> Outcome:
+        """Tasks ``index`` (global numbers, within the slot's ``tasks``) of ``owners`` run at ``collabs``:
+        success drawn from the hidden probabilities with ``draws`` (2, m) uniforms, as events."""
+        c, w = self.config, self.world
+        m = len(index)
         expected = w.expected(owners, collabs, slot)
-        draws = rng.random((2, m))
         tr = draws[0] < expected.p_tr
         com = tr & (draws[1] < expected.p_com_given_tr)
         voc = physics.value_of_completion(expected.offload, expected.local, c.system) * (tr & com)
-        index = np.arange(batch.start, batch.stop, dtype=np.int64)
         offset_ms = ((index - tasks.start) * c.clock.slot_ms) // len(tasks)
-        reliability = expected.reliability(c.weights)
-        summary.events += m
-        summary.tr_success += int(tr.sum())
-        summary.com_success += int(com.sum())
-        summary.fallbacks += fallbacks
-        summary.voc_sum += float(voc.sum())
-        summary.reliability_sum += float(reliability.sum())
         nulls = pa.nulls(m, pa.float64())
         columns = {
             "event_id": pc.binary_join_element_wise(f"sim{c.seed}-", pa.array(index).cast(pa.string()), ""),
@@ -196,7 +216,7 @@ class Simulator:
             "collaborator": w.ids.take(collabs),
             "task_size_bits": np.full(m, c.task_size_bits),
             "density_cycles_per_bit": np.full(m, c.density_cycles_per_bit),
-            "trust_threshold": rng.uniform(*c.threshold_range, size=m),
+            "trust_threshold": thresholds,
             "tr_success": tr,
             "com_success": com,
             "reliability": nulls,
@@ -207,8 +227,8 @@ class Simulator:
             "voc": voc,
             "slot": np.full(m, slot, dtype=np.int64),
         }
-        schema = events_file_schema(c.clock.metadata())
-        return pa.Table.from_pydict(columns, schema=schema), owners * c.devices + collabs
+        events = pa.Table.from_pydict(columns, schema=events_file_schema(c.clock.metadata()))
+        return Outcome(events, tr, com, voc, expected.reliability(c.weights))
 
     def truth_table(self, slot: int, keys: np.ndarray) -> pa.Table:
         """The hidden expected reliability of each pair that collaborated in the slot."""
