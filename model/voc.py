@@ -12,7 +12,8 @@ T_beh; ``random`` picks a uniformly random candidate whatever theta (bounds).
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -43,33 +44,63 @@ def voc_curves(world, events: pa.Table, first_slot: int, test_slots: list[int], 
         owners = owner_of_event[slot_of_event == absolute].astype(np.int64)
         if not len(owners):
             continue
-        everyone = np.arange(config.devices)
-        distance = world.distance(np.repeat(owners, config.devices), np.tile(everyone, len(owners)))
-        valid = (distance.reshape(len(owners), -1) <= config.range_m) & (owners[:, None] != everyone[None, :])
-        rows, cols = np.nonzero(valid)
-        src, dst = owners[rows], cols
-        expected = world.expected(src, dst, absolute)
-        value = physics.value_of_completion(expected.offload, expected.local, config.system)
-        t_res = resource_trust(world.willingness[dst], world.radio_up(dst, absolute),
-                               world.load(dst, absolute) < config.overload)
+        pool = in_range(world, owners, absolute)
+        expected, rows = pool.expected, pool.rows
         draws = rng.random((2, len(owners)))
         success = (draws[0][rows] < expected.p_tr) & (draws[1][rows] < expected.p_com_given_tr)
-        achieved = np.zeros(valid.shape)
-        achieved[rows, cols] = value * success
-        voc = np.full(valid.shape, -np.inf)
-        voc[rows, cols] = value
-        oracle = expected.reliability(config.weights)
-        beliefs = {name: scorer(src, dst, t - 1) for name, scorer in scorers.items()}
-        beliefs["oracle"] = oracle
+        achieved = pool.dense(pool.value * success, 0.0)
+        voc = pool.dense(pool.value, -np.inf)
+        beliefs = {name: scorer(owners[rows], pool.cols, t - 1) for name, scorer in scorers.items()}
+        beliefs["oracle"] = expected.reliability(config.weights)
         for name, t_beh in beliefs.items():
-            trust = np.zeros(valid.shape)
-            trust[rows, cols] = t_beh * t_res
+            trust = pool.dense(t_beh * pool.t_res, 0.0)
             for k, theta in enumerate(thetas):
-                choice = select(trust, voc, valid, theta)
+                choice = select(trust, voc, pool.valid, theta)
                 picked = np.where(choice >= 0, achieved[np.arange(len(owners)), np.maximum(choice, 0)], 0.0)
                 totals[name][k] += picked.sum()
-        random_choice = np.array([rng.choice(np.flatnonzero(r)) if r.any() else -1 for r in valid])
+        random_choice = np.array([rng.choice(np.flatnonzero(r)) if r.any() else -1 for r in pool.valid])
         picked = np.where(random_choice >= 0, achieved[np.arange(len(owners)), np.maximum(random_choice, 0)], 0.0)
         totals["random"] += picked.sum()
         tasks += len(owners)
     return {name: (total / max(tasks, 1)).tolist() for name, total in totals.items()}
+
+
+@dataclass(frozen=True)
+class InRange:
+    """Each task's candidates for one slot: the devices within range of its owner, other than the owner."""
+
+    valid: np.ndarray  # (tasks, devices) bool
+    rows: np.ndarray  # (P,) task of each valid pair
+    cols: np.ndarray  # (P,) candidate device of each valid pair
+    expected: Any  # simulator.world.Expected of the pairs
+    value: np.ndarray  # (P,) VoC of the task at the candidate if it succeeds
+    t_res: np.ndarray  # (P,) T_res of the candidate in the slot
+
+    def dense(self, values: np.ndarray, fill: float) -> np.ndarray:
+        """(P,) pair values -> (tasks, devices), ``fill`` off the valid pairs."""
+        out = np.full(self.valid.shape, fill)
+        out[self.rows, self.cols] = values
+        return out
+
+
+def in_range(world, owners: np.ndarray, slot: int) -> InRange:
+    """The candidates of tasks owned by ``owners`` in ``slot``, with their hidden expectations and T_res."""
+    config = world.config
+    everyone = np.arange(config.devices)
+    distance = world.distance(np.repeat(owners, config.devices), np.tile(everyone, len(owners)))
+    valid = (distance.reshape(len(owners), -1) <= config.range_m) & (owners[:, None] != everyone[None, :])
+    rows, cols = np.nonzero(valid)
+    expected = world.expected(owners[rows], cols, slot)
+    value = physics.value_of_completion(expected.offload, expected.local, config.system)
+    t_res = resource_trust(world.willingness[cols], world.radio_up(cols, slot),
+                           world.load(cols, slot) < config.overload)
+    return InRange(valid, rows, cols, expected, value, t_res)
+
+
+def oracle_choice(world, owners: np.ndarray, slot: int, thetas: np.ndarray) -> np.ndarray:
+    """The paper's rule with the hidden reliability as T_beh: each task's chosen device, -1 where none reaches
+    its theta."""
+    pool = in_range(world, owners, slot)
+    trust = pool.dense(pool.expected.reliability(world.config.weights) * pool.t_res, 0.0)
+    choice = select(trust, pool.dense(pool.value, -np.inf), pool.valid, np.asarray(thetas)[:, None])
+    return np.where(choice >= 0, choice, -1)
