@@ -23,7 +23,7 @@ from model.config import SlotClock
 from simulator.config import SimConfig
 
 
-def _step(message: str) -> float:
+def step(message: str) -> float:
     print(f"==> {message}", file=sys.stderr, flush=True)
     return time.perf_counter()
 
@@ -80,25 +80,25 @@ def run_demo(sim: SimConfig, bootstrap: str | None, out: str, epochs: int, owner
 
     timings: dict[str, float] = {}
     settings = KafkaSettings.resolve(bootstrap)
-    started = _step(f"broker at {settings.bootstrap}")
+    started = step(f"broker at {settings.bootstrap}")
     if settings.is_local:
         print(f"    {LocalBroker().start()}", file=sys.stderr)
     topics = Topics()
     ensure_topics(settings, topics.partitions())
 
-    started = _step("model: BM trained on an earlier run of the paper's setting (cached after the first demo)")
+    started = step("model: BM trained on an earlier run of the paper's setting (cached after the first demo)")
     checkpoint = cached_checkpoint(sim, epochs, state_dir() / "demo")
     timings["model_s"] = time.perf_counter() - started
 
     clock = sim.clock
     now_slot = (int(time.time() * 1000) - clock.origin_ms) // clock.slot_ms
     live = replace(sim, clock=SlotClock(origin_ms=clock.origin_ms + now_slot * clock.slot_ms, slot_ms=clock.slot_ms))
-    started = _step(f"simulate {live.tasks} tasks of {live.devices} devices over {live.slots} slots onto Kafka")
+    started = step(f"simulate {live.tasks} tasks of {live.devices} devices over {live.slots} slots onto Kafka")
     publisher = KafkaPublisher(settings, topics)
     summary = Simulator(live).run([publisher, ParquetSink(out)], progress=sys.stderr.isatty())
     timings["publish_s"] = time.perf_counter() - started
 
-    started = _step("trustbeam run --until-end (Beam FnApiRunner)")
+    started = step("trustbeam run --until-end (Beam FnApiRunner)")
     config = JobConfig(str(checkpoint))
     (report,) = run(settings, config, group="demo", follow=False)
     timings["pipeline_s"] = time.perf_counter() - started

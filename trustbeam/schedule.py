@@ -1,0 +1,199 @@
+"""``trustbeam schedule-demo``: how a downstream scheduler uses trustbeam, as a closed loop.
+
+1. The simulated world's first ``warmup`` slots run with the random-in-range policy (as the data
+   BM was trained on); they are published and the pipeline scores them.
+2. Each following slot: the simulator issues tasks (owner, theta); the scheduler asks the client
+   (:class:`trustbeam.client.TrustClient`, following the live ``collaborator-rankings`` and
+   ``trust-scores`` topics) for each owner's best collaborator at the task's theta; owners the
+   client has no answer for fall back to random-in-range (counted). The tasks run, their outcomes
+   are published as events, and a pipeline cycle (``trustbeam run`` semantics, one bounded cycle)
+   scores the slot, which the client reads before the next slot's tasks.
+3. Achieved VoC per task: the trustbeam arm's tasks really ran; on the same tasks, with the same
+   random numbers for success, random-in-range selection and the oracle (the paper's rule with the
+   hidden reliability as T_beh) are evaluated as counterfactuals. A failed task achieves 0; so does
+   an oracle task with no candidate reaching theta.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from beam_pipeline.options import JobConfig
+from beam_pipeline.run import Ledger, run_cycle
+from model.voc import oracle_choice
+from simulator.config import SimConfig
+from simulator.engine import Simulator, Summary
+from simulator.publish import KafkaPublisher
+from trustbeam.client import TrustClient
+from trustbeam.kafka import KafkaSettings, Topics, ensure_topics
+
+ARMS = ("trustbeam", "random", "oracle")
+
+
+@dataclass
+class ScheduleReport:
+    tasks: int = 0
+    achieved: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ARMS, 0.0))  # summed VoC
+    answered: int = 0  # trustbeam tasks answered by the client (the rest fell back to random)
+    oracle_without_candidate: int = 0
+    ages_s: list[float] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)
+    cycle_s: list[float] = field(default_factory=list)
+    events_read: int = 0
+    events_published: int = 0
+
+    def summary(self) -> dict:
+        n = max(self.tasks, 1)
+        return {"tasks": self.tasks, "slots": len(self.slots),
+                "mean_voc": {arm: round(v / n, 4) for arm, v in self.achieved.items()},
+                "answered_share": round(self.answered / n, 4),
+                "oracle_no_candidate_share": round(self.oracle_without_candidate / n, 4),
+                "score_age_s": {"median": round(float(np.median(self.ages_s)), 1) if self.ages_s else None,
+                                "max": round(max(self.ages_s), 1) if self.ages_s else None},
+                "cycle_s": {"median": round(float(np.median(self.cycle_s)), 1) if self.cycle_s else None},
+                "events_published": self.events_published, "events_read_by_pipeline": self.events_read}
+
+
+def schedule_loop(sim: SimConfig, settings: KafkaSettings, job: JobConfig, warmup: int, loop: int,
+                  snapshot: Path, now=time.time) -> ScheduleReport:
+    """Run the closed loop on ``job.topics`` (created if missing); see the module docstring."""
+    if warmup < 1 or loop < 1 or warmup + loop > sim.slots:
+        raise ValueError(f"--warmup/--loop: need 1 <= each and warmup + loop <= {sim.slots} slots "
+                         f"(got {warmup}, {loop})")
+    ensure_topics(settings, job.topics.partitions())
+    simulator = Simulator(sim)
+    publisher = KafkaPublisher(settings, job.topics)
+    report = ScheduleReport()
+    for slot in range(warmup):
+        _publish_slot(simulator, publisher, slot)
+    ledger = _cycle(settings, job, Ledger(), report)
+    client = TrustClient(settings, job.topics, group=f"schedule-{uuid.uuid4().hex[:8]}", snapshot=snapshot,
+                         now=now)
+    try:
+        client.catch_up()
+        for slot in range(warmup, warmup + loop):
+            publisher.write("status", simulator.status_table(slot))
+            events = _run_slot(simulator, client, slot, report)
+            publisher.write("events", events)
+            publisher.sink.flush()
+            ledger = _cycle(settings, job, ledger, report)
+            client.catch_up()
+            client.checkpoint()
+    finally:
+        client.close()
+        publisher.close()
+    report.events_published = publisher.sent["events"]
+    return report
+
+
+def _publish_slot(simulator: Simulator, publisher: KafkaPublisher, slot: int) -> None:
+    """A warm-up slot as the simulator runs it (random-in-range)."""
+    publisher.write("status", simulator.status_table(slot))
+    tasks = simulator.slot_tasks(slot)
+    events, _ = simulator.events_table(slot, 0, tasks, tasks, Summary())
+    publisher.write("events", events)
+    publisher.sink.flush()
+
+
+def _cycle(settings: KafkaSettings, job: JobConfig, ledger: Ledger, report: ScheduleReport) -> Ledger:
+    ledger, cycle = run_cycle(settings, job, ledger, final=True, snapshot_dir=Path(ledger_dir(job)))
+    report.cycle_s.append(cycle.seconds)
+    report.events_read += cycle.counters.get("events_read", 0)  # new records only (replays counted apart)
+    return ledger
+
+
+def ledger_dir(job: JobConfig) -> str:
+    return str(Ledger.directory() / f"schedule-{job.topics.events}")
+
+
+def _run_slot(simulator: Simulator, client: TrustClient, slot: int, report: ScheduleReport):
+    """One slot's tasks under the three arms; returns the trustbeam arm's events (what really ran)."""
+    config, world = simulator.config, simulator.world
+    tasks = simulator.slot_tasks(slot)
+    rng = np.random.default_rng([config.seed, 9, slot])
+    owners = rng.integers(0, config.devices, size=len(tasks))
+    thetas = rng.uniform(*config.threshold_range, size=len(tasks))
+    draws = rng.random((2, len(tasks)))
+    index = np.arange(tasks.start, tasks.stop, dtype=np.int64)
+    row_of = {device: k for k, device in enumerate(world.ids.to_pylist())}
+
+    chosen = np.full(len(tasks), -1, dtype=np.int64)
+    for k, (owner, theta) in enumerate(zip(world.ids.take(owners).to_pylist(), thetas)):
+        choice = client.best(owner, theta=float(theta))
+        if choice.collaborator is not None:
+            chosen[k] = row_of[choice.collaborator]
+            report.ages_s.append(choice.age_s)
+    answered = chosen >= 0
+    fallback, _ = simulator.choose(np.random.default_rng([config.seed, 10, slot]), owners[~answered], slot)
+    chosen[~answered] = fallback
+    random_pick, _ = simulator.choose(np.random.default_rng([config.seed, 11, slot]), owners, slot)
+    oracle = oracle_choice(world, owners, slot, thetas)
+
+    ran = simulator.outcome(slot, index, tasks, owners, chosen, thetas, draws)
+    report.achieved["trustbeam"] += float(ran.voc.sum())
+    report.achieved["random"] += float(simulator.outcome(slot, index, tasks, owners, random_pick, thetas,
+                                                         draws).voc.sum())
+    has = oracle >= 0
+    report.achieved["oracle"] += float(simulator.outcome(slot, index[has], tasks, owners[has], oracle[has],
+                                                         thetas[has], draws[:, has]).voc.sum())
+    report.tasks += len(tasks)
+    report.answered += int(answered.sum())
+    report.oracle_without_candidate += int((~has).sum())
+    report.slots.append(slot)
+    return ran.events
+
+
+def live_config(sim: SimConfig) -> SimConfig:
+    """The same world with its clock starting at the current slot."""
+    from model.config import SlotClock
+
+    clock = sim.clock
+    now_slot = (int(time.time() * 1000) - clock.origin_ms) // clock.slot_ms
+    return replace(sim, clock=SlotClock(origin_ms=clock.origin_ms + now_slot * clock.slot_ms, slot_ms=clock.slot_ms))
+
+
+def tagged_topics() -> Topics:
+    tag = time.strftime("%Y%m%d-%H%M%S")
+    return Topics(*(f"schedule-{tag}-{name}" for name in ("events", "status", "scores", "rankings", "dead-letter")))
+
+
+def run_schedule_demo(sim: SimConfig, bootstrap: str | None, epochs: int, warmup: int, loop: int) -> int:
+    """The command: broker, cached demo model, the closed loop, and the achieved-VoC table."""
+    import json
+    import sys
+
+    from deploy.local.broker import LocalBroker
+    from model.checkpoint import load
+    from model.config import RankingConfig
+    from trustbeam.demo import step, cached_checkpoint
+    from trustbeam.state import state_dir
+
+    settings = KafkaSettings.resolve(bootstrap)
+    step(f"broker at {settings.bootstrap}")
+    if settings.is_local:
+        print(f"    {LocalBroker().start()}", file=sys.stderr)
+    step("model: BM trained on an earlier run of the paper's setting (cached, shared with `trustbeam demo`)")
+    checkpoint = cached_checkpoint(sim, epochs, state_dir() / "demo")
+    window = load(checkpoint)[0].config.window
+    topics = tagged_topics()
+    ranking = RankingConfig(owner_slots=window, scores_per_owner=10)  # rank every owner seen in the last S slots
+    job = JobConfig(str(checkpoint), ranking=ranking, topics=topics)
+    live = live_config(sim)
+    step(f"closed loop: {warmup} warm-up slots, then {loop} slots of {len(Simulator(live).slot_tasks(warmup))} "
+          f"tasks scheduled from the live topics ({topics.rankings})")
+    started = time.perf_counter()
+    report = schedule_loop(live, settings, job, warmup, loop, state_dir() / "schedule" / f"{topics.rankings}.json")
+    summary = report.summary()
+    print(f"\nAchieved VoC per task over {report.tasks} tasks in {len(report.slots)} slots "
+          f"(a failed task, or an oracle task with no candidate reaching theta, achieves 0):")
+    print("| selection | mean VoC |\n|---|---|")
+    for arm in ARMS:
+        print(f"| {arm} | {summary['mean_voc'][arm]:.4f} |")
+    print(json.dumps({**summary, "topics": {"rankings": topics.rankings, "scores": topics.scores},
+                      "checkpoint": str(checkpoint), "seconds": round(time.perf_counter() - started, 1)}, indent=2))
+    return 0 if report.answered else 1
