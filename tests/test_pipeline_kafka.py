@@ -1,6 +1,7 @@
 """The job end to end on the real local broker: simulator -> Kafka -> pipeline -> output topics.
 
-The published scores must equal the offline scorer's (``trustbeam score``) within 1e-5, bad input
+The published scores must equal the offline scorer's (``trustbeam score``) within 1e-5 (on either
+backend, torch or onnxruntime), the Parquet sink must hold what was published, bad input
 must land in dead-letter with counters that add up, and catch-up cycles must neither lose a slot
 nor publish one twice.
 """
@@ -17,8 +18,10 @@ import pytest
 
 from beam_pipeline.run import Ledger, run, run_cycle
 from deploy.local.broker import LocalBroker
+from exporters.onnx import export_onnx
+from exporters.parquet import read_results
 from model.scoring import score_log
-from schemas import CollaboratorRanking, TrustScore, from_json, to_json
+from schemas import CollaboratorRanking, TrustScore, from_arrow, from_json, to_json
 from simulator.publish import KafkaPublisher
 from tests.pipeline_fixtures import SIM, job, run_tables, write_checkpoint
 from tests.records import event
@@ -147,3 +150,21 @@ def test_catch_up_cycles_equal_one_uninterrupted_run(broker, checkpoint, tmp_pat
     assert 0 < replayed[-1] < events.filter(pc.less_equal(events["slot"], 9)).num_rows  # bounded replay
     assert len(list(tmp_path.glob("run/status-*.parquet"))) == 1 and ledger.status_snapshot
     assert_same(published(broker, topics), offline(checkpoint, events, status, set(range(sim.slots - 2))))
+
+
+def test_the_onnx_backend_publishes_the_same_and_the_parquet_sink_holds_what_was_published(
+        broker, checkpoint, tmp_path) -> None:
+    export_onnx(checkpoint)
+    topics = fresh_topics(broker)
+    events, status = run_tables()
+    publish(broker, topics, events, status)
+    config = job(checkpoint, topics=topics, backend="onnx", parquet_out=str(tmp_path / "lake"))
+    _, report = run_cycle(broker.settings, config, Ledger(), final=True, snapshot_dir=tmp_path)
+
+    got = published(broker, topics)
+    assert_same(got, offline(checkpoint, events, status))  # torch offline vs onnxruntime in the pipeline
+    lake = (from_arrow(TrustScore, read_results(str(tmp_path / "lake"), "trust_scores")),
+            from_arrow(CollaboratorRanking, read_results(str(tmp_path / "lake"), "collaborator_rankings")))
+    for kafka_records, parquet_records in zip(got, lake):
+        assert sorted(map(to_json, parquet_records)) == sorted(map(to_json, kafka_records))
+    assert report.counters["parquet_files"] == 2 * SIM.slots
