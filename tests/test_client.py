@@ -10,7 +10,7 @@ import pytest
 
 from exporters.kafka import KafkaSink, message
 from schemas import CollaboratorRanking, RankedCandidate, TrustScore, to_json
-from trustbeam.client import TrustClient
+from exporters.client import TrustClient
 from trustbeam.kafka import Topics, ensure_topics
 
 pytestmark = pytest.mark.kafka

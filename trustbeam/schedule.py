@@ -3,7 +3,7 @@
 1. The simulated world's first ``warmup`` slots run with the random-in-range policy (as the data
    BM was trained on); they are published and the pipeline scores them.
 2. Each following slot: the simulator issues tasks (owner, theta); the scheduler asks the client
-   (:class:`trustbeam.client.TrustClient`, following the live ``collaborator-rankings`` and
+   (:class:`exporters.client.TrustClient`, following the live ``collaborator-rankings`` and
    ``trust-scores`` topics) for each owner's best collaborator at the task's theta; owners the
    client has no answer for fall back to random-in-range (counted). The tasks run, their outcomes
    are published as events, and a pipeline cycle (``trustbeam run`` semantics, one bounded cycle)
@@ -29,7 +29,7 @@ from model.voc import oracle_choice
 from simulator.config import SimConfig
 from simulator.engine import Simulator, Summary
 from simulator.publish import KafkaPublisher
-from trustbeam.client import TrustClient
+from exporters.client import TrustClient
 from trustbeam.kafka import KafkaSettings, Topics, ensure_topics
 
 ARMS = ("trustbeam", "random", "oracle")
