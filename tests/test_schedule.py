@@ -37,4 +37,5 @@ def test_the_loop_schedules_from_the_live_topics_and_its_outcomes_flow_back(brok
     assert report.achieved["trustbeam"] == pytest.approx(ran)  # the arm's VoC is what the published tasks achieved
     summary = report.summary()
     assert all(0 <= summary["mean_voc"][arm] <= 1 for arm in ARMS)
+    assert min(report.ages_s) >= 0 and sorted(report.ages_s)[len(report.ages_s) // 2] == 0  # the previous slot's
     assert len(report.cycle_s) == loop + 1 and (tmp_path / "client.json").exists()

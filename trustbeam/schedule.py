@@ -60,8 +60,9 @@ class ScheduleReport:
 
 
 def schedule_loop(sim: SimConfig, settings: KafkaSettings, job: JobConfig, warmup: int, loop: int,
-                  snapshot: Path, now=time.time) -> ScheduleReport:
-    """Run the closed loop on ``job.topics`` (created if missing); see the module docstring."""
+                  snapshot: Path) -> ScheduleReport:
+    """Run the closed loop on ``job.topics`` (created if missing); see the module docstring. The scheduler's
+    clock is the simulation's: a slot's tasks are decided at its start, so a score's age is simulated time."""
     if warmup < 1 or loop < 1 or warmup + loop > sim.slots:
         raise ValueError(f"--warmup/--loop: need 1 <= each and warmup + loop <= {sim.slots} slots "
                          f"(got {warmup}, {loop})")
@@ -72,11 +73,13 @@ def schedule_loop(sim: SimConfig, settings: KafkaSettings, job: JobConfig, warmu
     for slot in range(warmup):
         _publish_slot(simulator, publisher, slot)
     ledger = _cycle(settings, job, Ledger(), report)
+    clock = {"now_s": 0.0}
     client = TrustClient(settings, job.topics, group=f"schedule-{uuid.uuid4().hex[:8]}", snapshot=snapshot,
-                         now=now)
+                         now=lambda: clock["now_s"])
     try:
         client.catch_up()
         for slot in range(warmup, warmup + loop):
+            clock["now_s"] = sim.clock.start_ms(slot) / 1000
             publisher.write("status", simulator.status_table(slot))
             events = _run_slot(simulator, client, slot, report)
             publisher.write("events", events)
