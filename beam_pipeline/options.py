@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_pipeline import artifacts
+from beam_pipeline.artifacts import CHECKPOINT_FILES, ONNX_FILES
 from model.checkpoint import load
 from model.config import RankingConfig, SystemParams
 from model.graphs import DeviceIndex
@@ -25,11 +27,13 @@ class TrustbeamOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser) -> None:
-        parser.add_argument("--checkpoint", help="model checkpoint directory (trustbeam train --out)")
+        parser.add_argument("--checkpoint", help="model checkpoint (trustbeam train --out): a directory, or a URI "
+                                                 "on any filesystem Beam supports (gs://, s3://, hdfs://)")
         parser.add_argument("--backend", choices=BACKENDS, default="torch",
                             help="where the model runs: torch (default, faster here; see bench/onnx_bench.py) "
                                  "or onnx (onnxruntime on the graphs of `trustbeam export-onnx`)")
-        parser.add_argument("--onnx_model", help="directory of `trustbeam export-onnx` (default CHECKPOINT/onnx)")
+        parser.add_argument("--onnx_model", help="`trustbeam export-onnx` output, a directory or URI "
+                                                 "(default CHECKPOINT/onnx); ONNX loads from here only")
         parser.add_argument("--parquet_out", help="also write scores and rankings to Parquet under this path or URI, "
                                                   "partitioned by slot date (exporters.parquet)")
         parser.add_argument("--shards", type=int, default=4, help="device shards holding slot sequences in state")
@@ -37,6 +41,14 @@ class TrustbeamOptions(PipelineOptions):
                             help="allowed lateness, in slots: later events for a slot go to dead-letter")
         parser.add_argument("--kafka_io", choices=("python", "xlang"), default="python",
                             help="python: kafka-python source (local runners); xlang: Beam's Java KafkaIO")
+        parser.add_argument("--kafka_expansion_service", default=None,
+                            help="host:port of a running Java IO expansion service for --kafka_io=xlang (Flink: "
+                                 "the one in deploy/flink, which runs Java transforms as processes); default: "
+                                 "Beam starts its own from the downloaded jar (Dataflow)")
+        defaults = Topics()
+        for name in ("events", "status", "scores", "rankings", "dead_letter"):
+            parser.add_argument(f"--{name}_topic", default=getattr(defaults, name),
+                                help=f"Kafka topic: {name.replace('_', ' ')} (default {getattr(defaults, name)})")
         parser.add_argument("--owner_slots", type=int, default=RankingConfig.owner_slots,
                             help="owners with a task in this many recent slots are ranked")
         parser.add_argument("--range_m", type=float, default=RankingConfig.range_m,
@@ -63,11 +75,11 @@ class JobConfig:
     topics: Topics = field(default_factory=Topics)
 
     def __post_init__(self) -> None:
-        if not (Path(self.checkpoint) / "config.json").is_file():
-            raise ValueError(f"--checkpoint: {self.checkpoint!r} is not a checkpoint directory (no config.json)")
+        if not artifacts.exists(self.checkpoint, CHECKPOINT_FILES[0]):
+            raise ValueError(f"--checkpoint: model not found: {self.checkpoint!r} holds no checkpoint (no config.json)")
         if self.backend not in BACKENDS:
             raise ValueError(f"--backend: must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
-        if self.backend == "onnx" and not (Path(self.onnx_dir) / "manifest.json").is_file():
+        if self.backend == "onnx" and not artifacts.exists(self.onnx_dir, ONNX_FILES[0]):
             raise ValueError(f"--onnx_model: {self.onnx_dir!r} holds no ONNX export (no manifest.json); "
                              f"run `trustbeam export-onnx --checkpoint {self.checkpoint}`")
         if not 1 <= self.shards <= 4096:
@@ -76,23 +88,24 @@ class JobConfig:
             raise ValueError(f"--lateness_slots: must be >= 0 (got {self.lateness_slots!r})")
 
     @classmethod
-    def from_options(cls, options: PipelineOptions, topics: Topics = Topics()) -> "JobConfig":
+    def from_options(cls, options: PipelineOptions) -> "JobConfig":
         o = options.view_as(TrustbeamOptions)
         if not o.checkpoint:
             raise ValueError("--checkpoint: required (a directory written by `trustbeam train`)")
         ranking = RankingConfig(owner_slots=o.owner_slots, range_m=o.range_m or None, top_k=o.top_k,
                                 scores_per_owner=o.scores_per_owner, default_threshold=o.default_threshold)
-        return cls(o.checkpoint, o.backend, o.onnx_model, o.parquet_out, o.shards, o.lateness_slots, ranking, topics=topics)
+        topics = Topics(o.events_topic, o.status_topic, o.scores_topic, o.rankings_topic, o.dead_letter_topic)
+        return cls(o.checkpoint, o.backend, o.onnx_model, o.parquet_out, o.shards, o.lateness_slots, ranking,
+                   topics=topics)
 
     @property
     def onnx_dir(self) -> str:
-        return self.onnx_model or str(Path(self.checkpoint) / "onnx")
+        return self.onnx_model or f"{self.checkpoint.rstrip('/')}/onnx"
 
     def stages(self) -> tuple[Stages, DeviceIndex, str]:
         """The model's stages on the chosen backend, the device index and the model version (loaded once per
-        process). The ONNX export must come from this checkpoint."""
-        onnx_dir = str(Path(self.onnx_dir).resolve()) if self.backend == "onnx" else None
-        return _load(str(Path(self.checkpoint).resolve()), onnx_dir)
+        process, copied first when remote). The ONNX export must come from this checkpoint."""
+        return _load(_absolute(self.checkpoint), _absolute(self.onnx_dir) if self.backend == "onnx" else None)
 
     def shard_rows(self, index: DeviceIndex) -> list[np.ndarray]:
         """Device rows of each shard: crc32 of the device id modulo the shard count."""
@@ -100,11 +113,16 @@ class JobConfig:
         return [np.flatnonzero(shard == k) for k in range(self.shards)]
 
 
+def _absolute(uri: str) -> str:
+    return uri if artifacts.is_remote(uri) else str(Path(uri.removeprefix("file://")).resolve())
+
+
 @lru_cache(maxsize=4)
 def _load(checkpoint: str, onnx_dir: str | None) -> tuple[Stages, DeviceIndex, str]:
-    model, index, manifest = load(checkpoint)
+    model, index, manifest = load(artifacts.localize(checkpoint, CHECKPOINT_FILES))
     if onnx_dir is None:
         return TorchStages(model), index, manifest["model_version"]
     from exporters.onnx import OnnxStages
 
-    return OnnxStages(onnx_dir, expect_content_hash=manifest["content_hash"]), index, manifest["model_version"]
+    return (OnnxStages(artifacts.localize(onnx_dir, ONNX_FILES), expect_content_hash=manifest["content_hash"]),
+            index, manifest["model_version"])

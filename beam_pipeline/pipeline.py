@@ -26,7 +26,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from kafka.partitioner.default import murmur2
 
 from beam_pipeline.kafka_io import PartitionRange, ProduceRecords, RawBatch, ReadKafka
-from beam_pipeline.options import JobConfig
+from beam_pipeline.options import JobConfig, TrustbeamOptions
 from beam_pipeline.parquet_io import ReadParquet
 from beam_pipeline.transforms import ScoreSlots, outputs, wire_records
 from exporters.kafka import message
@@ -154,15 +154,15 @@ def streaming_pipeline(options: PipelineOptions, settings: KafkaSettings, config
     from apache_beam.io.kafka import ReadFromKafka, WriteToKafka
 
     topics = config.topics
-    consumer_config = {"bootstrap.servers": settings.bootstrap, "group.id": "trustbeam-run",
-                       "auto.offset.reset": "earliest", **{k.replace("_", "."): v for k, v in settings.security.items()}}
-    producer_config = {"bootstrap.servers": settings.bootstrap, "enable.idempotence": "true", "acks": "all",
-                       **{k.replace("_", "."): v for k, v in settings.security.items()}}
+    consumer_config = {**settings.java_config(), "group.id": "trustbeam-run", "auto.offset.reset": "earliest"}
+    producer_config = {**settings.java_config(), "enable.idempotence": "true", "acks": "all"}
+    expansion = options.view_as(TrustbeamOptions).kafka_expansion_service  # None: Beam starts one from its jar
     p = beam.Pipeline(options=options)
     raw = {}
     for name, topic in (("Events", topics.events), ("Status", topics.status)):
         raw[name] = (p | f"Read{name}" >> ReadFromKafka(consumer_config, [topic], with_metadata=True,
-                                                         commit_offset_in_finalize=True, timestamp_policy="CreateTime")
+                                                         commit_offset_in_finalize=True, timestamp_policy="CreateTime",
+                                                         expansion_service=expansion)
                      | f"Batch{name}" >> _batches(topic))
     out = (raw["Events"], raw["Status"]) | "Score" >> ScoreSlots(config)
     records = out["scores"] | "Wire" >> beam.FlatMap(wire_records, config.topics)
@@ -174,5 +174,5 @@ def streaming_pipeline(options: PipelineOptions, settings: KafkaSettings, config
         (pcoll | f"Only{name}" >> beam.Filter(lambda r, t=topic: r[0] == t)
          | f"Row{name}" >> beam.Map(lambda r: beam.Row(key=r[1], value=r[2],
                                                        headers=[beam.Row(key=k, value=v) for k, v in r[3]]))
-         | f"Write{name}" >> WriteToKafka(producer_config, topic, with_headers=True))
+         | f"Write{name}" >> WriteToKafka(producer_config, topic, with_headers=True, expansion_service=expansion))
     return p

@@ -6,6 +6,7 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.options import JobConfig
@@ -21,7 +22,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.mark.parametrize("args, message", [
     ([], "--checkpoint: required"),
-    (["--checkpoint", "/nonexistent"], "is not a checkpoint directory"),
+    (["--checkpoint", "/nonexistent"], "--checkpoint: model not found"),
     (["--shards", "0"], "--shards: must lie in 1..4096"),
     (["--lateness_slots", "-1"], "--lateness_slots: must be >= 0"),
     (["--top_k", "0"], "RankingConfig.top_k: must be >= 1"),
@@ -55,3 +56,40 @@ def test_trustbeam_score_writes_valid_wire_records(checkpoint, tmp_path, capsys)
     assert summary["trust_scores"] == len(scores) > 0 and summary["rankings"] == len(rankings) > 0
     assert max(len(r.candidates) for r in rankings) <= 2
     assert main(["score", "--events", "x", "--out", "y"]) == 2  # no checkpoint: a clear error, not a traceback
+
+
+class TbTestFileSystem(LocalFileSystem):
+    """A Beam filesystem with its own scheme over local files: stands in for gs:// or s3:// here."""
+
+    @classmethod
+    def scheme(cls) -> str:
+        return "tbtest"
+
+    @staticmethod
+    def _strip(path: str) -> str:
+        return path.removeprefix("tbtest://")
+
+    def join(self, base: str, *paths: str) -> str:
+        return "/".join([base.rstrip("/"), *paths])
+
+    def exists(self, path: str) -> bool:
+        return super().exists(self._strip(path))
+
+    def open(self, path: str, *args, **kwargs):
+        return super().open(self._strip(path), *args, **kwargs)
+
+
+def test_a_model_on_a_beam_filesystem_is_copied_once_and_verified(checkpoint, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TRUSTBEAM_STATE_DIR", str(tmp_path))
+    uri = f"tbtest://{checkpoint}"
+    config = JobConfig(uri)
+    stages, index, version = config.stages()
+    local = JobConfig(str(checkpoint)).stages()
+    assert version == local[2] and index == local[1]
+    copies = list((tmp_path / "artifacts").iterdir())
+    assert len(copies) == 1 and sorted(p.name for p in copies[0].iterdir()) == ["config.json", "node2vec.npy",
+                                                                                "weights.pt"]
+    with pytest.raises(ValueError, match="--checkpoint: model not found"):
+        JobConfig(f"tbtest://{tmp_path}/nothing")
+    with pytest.raises(ValueError, match="no Beam filesystem handles this scheme"):
+        JobConfig("nosuch://bucket/model")

@@ -25,6 +25,7 @@ from schemas import CollaboratorRanking, TrustScore, from_arrow, from_json, to_j
 from simulator.publish import KafkaPublisher
 from tests.pipeline_fixtures import SIM, job, run_tables, write_checkpoint
 from tests.records import event
+from trustbeam.cli import main
 from trustbeam.kafka import Topics, ensure_topics, make_producer, read_to_end
 
 pytestmark = pytest.mark.kafka
@@ -168,3 +169,31 @@ def test_the_onnx_backend_publishes_the_same_and_the_parquet_sink_holds_what_was
     for kafka_records, parquet_records in zip(got, lake):
         assert sorted(map(to_json, parquet_records)) == sorted(map(to_json, kafka_records))
     assert report.counters["parquet_files"] == 2 * SIM.slots
+
+
+def test_the_portable_runner_publishes_what_the_local_runner_does(broker, checkpoint, tmp_path, monkeypatch) -> None:
+    """`trustbeam run --runner PortableRunner --job_endpoint embed --environment_type LOOPBACK`: the portable
+    submission path (the translation Flink receives), against FnApiRunner on the same input topics."""
+    monkeypatch.setenv("TRUSTBEAM_STATE_DIR", str(tmp_path))
+    inputs = fresh_topics(broker)
+    events, status = run_tables()
+    publish(broker, inputs, events, status)
+    results = {}
+    for runner, extra in (("FnApiRunner", []), ("PortableRunner", ["--job_endpoint=embed",
+                                                                   "--environment_type=LOOPBACK"])):
+        outputs = fresh_topics(broker)
+        args = ["run", "--until-end", "--runner", runner, "--bootstrap", broker.settings.bootstrap,
+                "--group", f"g-{runner}", "--checkpoint", str(checkpoint), "--shards", "3",
+                "--events_topic", inputs.events, "--status_topic", inputs.status, "--scores_topic", outputs.scores,
+                "--rankings_topic", outputs.rankings, "--dead_letter_topic", outputs.dead_letter, *extra]
+        assert main(args) == 0
+        scores, rankings = published(broker, outputs)
+        results[runner] = (sorted(map(to_json, scores)), sorted(map(to_json, rankings)))
+        assert scores and rankings
+    assert results["PortableRunner"] == results["FnApiRunner"]
+
+
+def test_submission_refuses_missing_topics_by_option(broker, checkpoint, capsys) -> None:
+    code = main(["run", "--until-end", "--bootstrap", broker.settings.bootstrap, "--checkpoint", str(checkpoint),
+                 "--events_topic", "no-such-events"])
+    assert code == 2 and "--events_topic: topic 'no-such-events'" in capsys.readouterr().err

@@ -242,15 +242,16 @@ def cmd_run(args: argparse.Namespace, beam_args: list[str]) -> int:
     from beam_pipeline.options import TrustbeamOptions
     from beam_pipeline.pipeline import streaming_pipeline
     from beam_pipeline.run import run
-    from trustbeam.kafka import KafkaSettings, wait_until_answering
+    from trustbeam.kafka import KafkaSettings, check_topics, wait_until_answering
 
     config = _job_config(beam_args)
     settings = KafkaSettings.resolve(args.bootstrap)
+    wait_until_answering(settings)
+    check_topics(settings, config.topics)
     options = PipelineOptions(beam_args, runner=args.runner, streaming=True)
     if options.view_as(TrustbeamOptions).kafka_io == "xlang":  # Flink/Dataflow: Beam's Java KafkaIO, unbounded
         streaming_pipeline(options, settings, config).run().wait_until_finish()
         return 0
-    wait_until_answering(settings)
     for report in run(settings, config, args.group, follow=args.follow, poll_s=args.poll_seconds,
                       max_cycles=args.max_cycles, runner=args.runner, beam_args=beam_args):
         print(json.dumps({"published_slots": report.published_slots[:3] + (["..."] if len(report.published_slots) > 3

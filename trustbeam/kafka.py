@@ -10,6 +10,7 @@ settings' repr hides them.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -65,6 +66,33 @@ class KafkaSettings:
     def client_args(self) -> dict[str, Any]:
         """Keyword arguments for any kafka-python client."""
         return {"bootstrap_servers": self.bootstrap.split(","), **self.security}
+
+    def java_config(self) -> dict[str, str]:
+        """The same settings for Java Kafka clients (Beam's cross-language KafkaIO on Flink/Dataflow).
+
+        SASL credentials become ``sasl.jaas.config`` (PLAIN or SCRAM login module); TLS files are PEM
+        (``ssl.truststore.*`` from the CA file; ``ssl.keystore.*`` needs the certificate and key in one
+        PEM file, as Java clients read them)."""
+        s = self.security
+        out = {"bootstrap.servers": self.bootstrap}
+        if "security_protocol" in s:
+            out["security.protocol"] = s["security_protocol"]
+        if "sasl_mechanism" in s:
+            out["sasl.mechanism"] = s["sasl_mechanism"]
+        if "sasl_plain_username" in s or "sasl_plain_password" in s:
+            module = ("org.apache.kafka.common.security.scram.ScramLoginModule"
+                      if s.get("sasl_mechanism", "PLAIN").startswith("SCRAM") else
+                      "org.apache.kafka.common.security.plain.PlainLoginModule")
+            user, password = (json.dumps(s.get(k, "")) for k in ("sasl_plain_username", "sasl_plain_password"))
+            out["sasl.jaas.config"] = f"{module} required username={user} password={password};"
+        if "ssl_cafile" in s:
+            out.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": s["ssl_cafile"]})
+        if "ssl_certfile" in s or "ssl_keyfile" in s:
+            if s.get("ssl_certfile") != s.get("ssl_keyfile"):
+                raise ValueError("KAFKA_SSL_CERTFILE/KAFKA_SSL_KEYFILE: Java clients need the certificate and key "
+                                 "in one PEM file; point both variables at it")
+            out.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": s["ssl_certfile"]})
+        return out
 
     def __repr__(self) -> str:
         return f"KafkaSettings(bootstrap={self.bootstrap!r}, security={sorted(self.security)!r})"
@@ -123,6 +151,21 @@ def ensure_topics(settings: KafkaSettings, partitions: Mapping[str, int]) -> lis
         return missing
     finally:
         client.close()
+
+
+def check_topics(settings: KafkaSettings, topics: Topics) -> None:
+    """Raise ValueError naming the option of each topic the brokers do not have (checked before submission)."""
+    client = admin(settings)
+    try:
+        existing = set(client.list_topics())
+    finally:
+        client.close()
+    missing = [f"--{name}_topic: topic {getattr(topics, name)!r}" for name in ("events", "status", "scores",
+                                                                            "rankings", "dead_letter")
+               if getattr(topics, name) not in existing]
+    if missing:
+        raise ValueError(f"{'; '.join(missing)}: not found at {settings.bootstrap} (create them, e.g. "
+                         "`trustbeam broker start` locally, or name existing topics)")
 
 
 def make_producer(settings: KafkaSettings, **overrides: Any) -> KafkaProducer:

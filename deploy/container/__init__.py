@@ -1,0 +1,1 @@
+"""The Beam SDK worker image: its Dockerfile and the requirement files derived from setup.py."""
