@@ -13,7 +13,7 @@ Measured (one process, torch backend, S = 32, BM's default widths, the simulator
   2 cores), passed with ``--ingest``; re-measure with that benchmark.
 
 Then, for 10k, 100k and 1M devices at the paper's density of work (0.2 tasks per device per slot, so
-an owner has ~140 candidates in range) and at ``--events-per-device`` 10 (millions of events per slot at
+an owner has the measured ~110 candidates in range) and at ``--events-per-device`` 10 (millions of events per slot at
 100k devices): events/s, cores for ingest, core-seconds of scoring per slot, the parallelism that closes
 a slot within ``--close-budget`` seconds, state per device and in total, and shards (``--shards`` =
 parallelism x 4, so each worker core holds a few shards and rebalances evenly). The parallelism is the
@@ -35,7 +35,7 @@ import numpy as np
 
 from bench.report import emit
 
-SLOT_S, WINDOW, CANDIDATES = 60.0, 32, 140
+SLOT_S, WINDOW = 60.0, 32
 
 
 def measure() -> dict:
@@ -74,10 +74,13 @@ def measure() -> dict:
     result = score_slot(stages, index, frame, last, ranking, SystemParams(), "bench")
     score_s = time.perf_counter() - started
     owners = int(frame.recent_owner.sum())
-    pairs = owners * CANDIDATES  # about; the exact count is what score_slot saw within range
+    xy = frame.status[:, 3:5]
+    distance = np.hypot(*(xy[frame.recent_owner][:, None, :] - xy[None, :, :]).transpose(2, 0, 1))
+    pairs = int(((distance <= ranking.range_m) & (distance > 0)).sum())  # the pairs score_slot rated
     return {"state_bytes_per_device": round(state), "state_bound_bytes_per_device": bound,
             "sequence_ms_per_device": round(1000 * sequence_s / len(index), 3),
             "pair_us": round(1e6 * score_s / max(pairs, 1), 2), "owners_scored": owners,
+            "candidates_per_owner": round(pairs / max(owners, 1), 1),
             "records": len(result.scores) + len(result.rankings), "threads": torch.get_num_threads()}
 
 
@@ -85,7 +88,8 @@ def plan(devices: int, events_per_device: float, m: dict, ingest_per_core: float
     events_s = devices * events_per_device / SLOT_S
     ingest_cores = events_s / ingest_per_core
     owners = devices * min(1.0, events_per_device)
-    scoring_core_s = (devices * m["sequence_ms_per_device"] / 1000 + owners * CANDIDATES * m["pair_us"] / 1e6) \
+    pairs = owners * m["candidates_per_owner"]
+    scoring_core_s = (devices * m["sequence_ms_per_device"] / 1000 + pairs * m["pair_us"] / 1e6) \
         * m["threads"]  # measured with `threads` cores: core-seconds
     parallelism = max(2, math.ceil(max(ingest_cores * 1.5, scoring_core_s / budget_s)))
     parallelism = 2 * math.ceil(parallelism / 2)  # whole 2-slot TaskManagers
@@ -106,7 +110,7 @@ def main() -> None:
     rows = [plan(n, rate, measured, args.ingest, args.close_budget)
             for rate in (0.2, args.events_per_device) for n in (10_000, 100_000, 1_000_000)]
     emit("capacity_bench", rows, {"measured": measured, "ingest_events_per_core_s": args.ingest,
-                                  "slot_s": SLOT_S, "window": WINDOW, "candidates_per_owner": CANDIDATES,
+                                  "slot_s": SLOT_S, "window": WINDOW,
                                   "close_budget_s": args.close_budget})
 
 
