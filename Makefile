@@ -29,6 +29,8 @@ bench: $(STAMP)
 	$(PY) -m bench.simulator_bench
 	$(PY) -m bench.scan_bench
 	$(PY) -m bench.pipeline_bench
+	$(PY) -m bench.onnx_bench
+	$(PY) -m bench.capacity_bench
 
 schemas: $(STAMP)
 	$(PY) -m schemas.jsonschema
