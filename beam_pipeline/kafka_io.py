@@ -20,6 +20,7 @@ cannot be fetched on the development machine, so local runs use this source:
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -84,8 +85,14 @@ def plan(settings: KafkaSettings, topics: list[str], start: dict[tuple[str, int]
     for tp in partitions:
         key = (tp.topic, tp.partition)
         first = max(start.get(key, begin[tp]), begin[tp])
-        ranges.append(PartitionRange(tp.topic, tp.partition, min(first, end[tp]), end[tp],
-                                     new_from.get(key, first)))
+        seen = new_from.get(key, first)
+        if seen > end[tp]:  # the partition ends before what was read: the broker lost or recreated its log
+            log.warning("%s/%d ends at offset %d but %d were read before: the broker lost its log (a restarted "
+                        "memory-only broker, or a recreated topic); reading it again from %d. Slots already "
+                        "published stay published; events the broker lost cannot be recovered.",
+                        tp.topic, tp.partition, end[tp], seen, begin[tp])
+            first = seen = begin[tp]
+        ranges.append(PartitionRange(tp.topic, tp.partition, min(first, end[tp]), end[tp], seen))
     return ranges
 
 
@@ -103,9 +110,10 @@ class _WholeRange(beam.transforms.core.RestrictionProvider):
 class ReadPartition(beam.DoFn):
     """Splittable read of one partition's planned offset range, as RawBatch elements."""
 
-    def __init__(self, settings: KafkaSettings, max_batch: int = 5000) -> None:
+    def __init__(self, settings: KafkaSettings, max_batch: int = 5000, max_ahead_ms: float = 86_400_000) -> None:
         self.settings = settings
         self.max_batch = max_batch
+        self.max_ahead_ms = max_ahead_ms  # the watermark never runs further past the wall clock
         self.read = Metrics.counter("kafka", "records_read")
 
     def setup(self) -> None:
@@ -139,7 +147,8 @@ class ReadPartition(beam.DoFn):
             if claimed:
                 self.read.inc(len(claimed))
                 stamps = np.fromiter((r.timestamp for r in claimed), np.int64, len(claimed))
-                watermark.set_watermark(Timestamp(micros=int(stamps.max()) * 1000))
+                newest = min(int(stamps.max()), int(time.time() * 1000 + self.max_ahead_ms))
+                watermark.set_watermark(Timestamp(micros=max(newest, 0) * 1000))
                 yield RawBatch(element.topic, element.partition,
                                np.fromiter((r.offset for r in claimed), np.int64, len(claimed)), stamps,
                                [r.value for r in claimed], element.new_from)
@@ -150,13 +159,14 @@ class ReadPartition(beam.DoFn):
 class ReadKafka(beam.PTransform):
     """The planned partition ranges -> RawBatch elements."""
 
-    def __init__(self, settings: KafkaSettings, ranges: list[PartitionRange], max_batch: int = 5000) -> None:
+    def __init__(self, settings: KafkaSettings, ranges: list[PartitionRange], max_batch: int = 5000,
+                 max_ahead_ms: float = 86_400_000) -> None:
         super().__init__()
-        self.settings, self.ranges, self.max_batch = settings, ranges, max_batch
+        self.settings, self.ranges, self.max_batch, self.max_ahead_ms = settings, ranges, max_batch, max_ahead_ms
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         return (pbegin | "Ranges" >> beam.Create(self.ranges)
-                | "Read" >> beam.ParDo(ReadPartition(self.settings, self.max_batch)))
+                | "Read" >> beam.ParDo(ReadPartition(self.settings, self.max_batch, self.max_ahead_ms)))
 
 
 class ProduceRecords(beam.DoFn):

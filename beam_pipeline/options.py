@@ -20,6 +20,7 @@ from trustbeam.kafka import Topics
 
 
 BACKENDS = ("torch", "onnx")
+MAX_FUTURE_S = 86_400.0  # a day: simulated runs publish up to hours ahead; years ahead is forged
 
 
 class TrustbeamOptions(PipelineOptions):
@@ -39,6 +40,9 @@ class TrustbeamOptions(PipelineOptions):
         parser.add_argument("--shards", type=int, default=4, help="device shards holding slot sequences in state")
         parser.add_argument("--lateness_slots", type=int, default=1,
                             help="allowed lateness, in slots: later events for a slot go to dead-letter")
+        parser.add_argument("--max_future_s", type=float, default=MAX_FUTURE_S,
+                            help="events timed more than this far past the processing time go to dead-letter, "
+                                 "and no watermark runs ahead of it (a forged far-future time cannot close slots)")
         parser.add_argument("--kafka_io", choices=("python", "xlang"), default="python",
                             help="python: kafka-python source (local runners); xlang: Beam's Java KafkaIO")
         parser.add_argument("--kafka_expansion_service", default=None,
@@ -73,6 +77,7 @@ class JobConfig:
     ranking: RankingConfig = field(default_factory=RankingConfig)
     params: SystemParams = field(default_factory=SystemParams)
     topics: Topics = field(default_factory=Topics)
+    max_future_s: float = MAX_FUTURE_S
 
     def __post_init__(self) -> None:
         if not artifacts.exists(self.checkpoint, CHECKPOINT_FILES[0]):
@@ -84,6 +89,8 @@ class JobConfig:
                              f"run `trustbeam export-onnx --checkpoint {self.checkpoint}`")
         if not 1 <= self.shards <= 4096:
             raise ValueError(f"--shards: must lie in 1..4096 (got {self.shards!r})")
+        if not self.max_future_s > 0:
+            raise ValueError(f"--max_future_s: must be > 0 seconds (got {self.max_future_s!r})")
         if self.lateness_slots < 0:
             raise ValueError(f"--lateness_slots: must be >= 0 (got {self.lateness_slots!r})")
 
@@ -96,7 +103,7 @@ class JobConfig:
                                 scores_per_owner=o.scores_per_owner, default_threshold=o.default_threshold)
         topics = Topics(o.events_topic, o.status_topic, o.scores_topic, o.rankings_topic, o.dead_letter_topic)
         return cls(o.checkpoint, o.backend, o.onnx_model, o.parquet_out, o.shards, o.lateness_slots, ranking,
-                   topics=topics)
+                   topics=topics, max_future_s=o.max_future_s)
 
     @property
     def onnx_dir(self) -> str:

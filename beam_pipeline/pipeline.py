@@ -44,7 +44,8 @@ def identity(body: dict[str, Any]) -> tuple:
 
 
 class PublishClosed(beam.DoFn):
-    """All SlotScores of a cycle -> the wire records of the closed, unpublished slots, in slot order.
+    """All SlotScores of a cycle -> the wire records of the closed, unpublished slots, in identity order
+    (slot, owner, collaborator).
 
     ``marks`` are the identities of the last record in each output partition: records at or
     before them were sent by a cycle that died before saving its ledger, and are not sent again.
@@ -65,7 +66,8 @@ class PublishClosed(beam.DoFn):
                 continue
             published.append(result.slot)
             yield beam.pvalue.TaggedOutput(CLOSED, result)
-            for topic, record in outputs(result, self.config.topics):
+            # identity order within each partition, so that a partition's tail marks a prefix of the slot
+            for topic, record in sorted(outputs(result, self.config.topics), key=lambda o: identity(vars(o[1]))):
                 partition = (murmur2(record.owner.encode()) & 0x7FFFFFFF) % self.partitions[topic]
                 mark = self.marks.get((topic, partition))
                 if mark is not None and identity(vars(record)) <= mark:
@@ -113,8 +115,11 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
     an earlier cycle kept, read as already-seen input."""
     topics = config.topics
     p = beam.Pipeline(options=options)
-    raw_events = p | "ReadEvents" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.events], max_batch)
-    raw_status = p | "ReadStatus" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.status], max_batch)
+    ahead_ms = config.max_future_s * 1000
+    raw_events = p | "ReadEvents" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.events], max_batch,
+                                               ahead_ms)
+    raw_status = p | "ReadStatus" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.status], max_batch,
+                                               ahead_ms)
     if status_snapshot:
         kept = p | "KeptStatus" >> ReadParquet([status_snapshot], seen=True)
         raw_status = (raw_status, kept) | "AllStatus" >> beam.Flatten()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import shutil
 import tempfile
 import time
@@ -35,11 +36,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import numpy as np
 import pyarrow.parquet as pq
 from kafka import TopicPartition
+from kafka.errors import KafkaError
 
 from beam_pipeline.kafka_io import consumer, plan
 from beam_pipeline.options import JobConfig
 from beam_pipeline.pipeline import cycle_pipeline, identity
-from trustbeam.kafka import KafkaSettings, end_offsets
+from exporters.kafka import DeliveryError
+from trustbeam.kafka import KafkaSettings, end_offsets, wait_until_answering
 from trustbeam.state import state_dir
 
 log = logging.getLogger(__name__)
@@ -183,14 +186,34 @@ def _partition_counts(settings: KafkaSettings, topics: list[str]) -> dict[str, i
 
 
 def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, poll_s: float = 5.0,
-        max_cycles: int | None = None, runner: str = "FnApiRunner", beam_args: list[str] | None = None
-        ) -> Iterator[CycleReport]:
-    """Cycles until the end (one) or forever (``follow``), saving the ledger after each."""
+        max_cycles: int | None = None, runner: str = "FnApiRunner", beam_args: list[str] | None = None,
+        backoff: "Backoff | None" = None) -> Iterator[CycleReport]:
+    """Cycles until the end (one) or forever (``follow``), saving the ledger after each.
+
+    In ``follow`` mode a cycle that fails because the brokers are unreachable (or its topics are gone)
+    is reported and retried after a bounded exponential backoff instead of ending the run; the
+    ledger is only saved after a cycle succeeds, so a failed cycle is simply done again.
+    """
     ledger = Ledger.load(group)
+    backoff = backoff or Backoff()
     cycles = 0
     while True:
         previous = ledger.status_snapshot
-        ledger, report = run_cycle(settings, config, ledger, final=not follow, runner=runner, beam_args=beam_args)
+        try:
+            if follow:
+                wait_until_answering(settings, timeout_s=10.0)
+            next_ledger, report = run_cycle(settings, config, ledger, final=not follow, runner=runner,
+                                            beam_args=beam_args)
+        except Exception as error:  # noqa: BLE001 - classified below; anything else propagates
+            if not follow or not broker_trouble(error):
+                raise
+            delay = backoff.next()
+            log.error("cycle failed, brokers at %s unreachable or topics missing (%s); retry %d in %.1f s",
+                      settings.bootstrap, _first_line(error), backoff.failures, delay)
+            time.sleep(delay)
+            continue
+        backoff.reset()
+        ledger = next_ledger
         ledger.save(group)
         if previous and previous != ledger.status_snapshot:
             Path(previous).unlink(missing_ok=True)
@@ -199,3 +222,42 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
         if not follow or (max_cycles is not None and cycles >= max_cycles):
             return
         time.sleep(poll_s)
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with full jitter: first ``initial_s``, doubling up to ``max_s``."""
+
+    initial_s: float = 1.0
+    max_s: float = 30.0
+    failures: int = 0
+    rng: random.Random = field(default_factory=random.Random)
+
+    def next(self) -> float:
+        self.failures += 1
+        ceiling = min(self.max_s, self.initial_s * 2 ** (self.failures - 1))
+        return ceiling / 2 + self.rng.random() * ceiling / 2
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+_BROKER_TROUBLE = ("KafkaConnectionError", "NoBrokersAvailable", "KafkaTimeoutError", "did not answer",
+                   "does not exist at", "do not exist at", "UnknownTopicOrPartition", "ECONNREFUSED",
+                   "Connection refused", "not delivered", "undelivered", "NodeNotReady", "LeaderNotAvailable")
+
+
+def broker_trouble(error: BaseException) -> bool:
+    """Whether a failure comes from the brokers (unreachable, topics gone), through Beam's wrapping."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, (KafkaError, TimeoutError, ConnectionError, DeliveryError)):
+            return True
+        if any(marker in f"{type(seen).__name__}: {seen}" for marker in _BROKER_TROUBLE):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__

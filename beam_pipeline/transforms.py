@@ -86,7 +86,7 @@ class _Parse(beam.DoFn):
         self.config = config
         self.published_through = published_through  # slots at or below were published by an earlier run
         self.counters = {name: _counter(f"{self.KIND}_{name}")
-                         for name in ("read", "valid", "invalid", "unknown_device", "late", "replayed")}
+                         for name in ("read", "valid", "invalid", "unknown_device", "late", "future", "replayed")}
 
     def setup(self) -> None:
         self.stages, self.index, _ = self.config.stages()
@@ -124,16 +124,20 @@ class ParseEvents(_Parse):
         slots = self.clock.slot_of(table["event_time_ms"].to_numpy())
         new = batch.offsets[positions] >= batch.new_from  # replayed records were dead-lettered when new
         before_origin = slots < 0
-        late = new & (before_origin | (slots <= self.published_through))
-        for p, s in zip(positions[late], slots[late]):
-            reason = "before the clock's origin" if s < 0 else f"late: slot {s} was already published"
+        horizon_ms = time.time() * 1000 + self.config.max_future_s * 1000
+        future = new & (table["event_time_ms"].to_numpy() > horizon_ms)
+        late = new & ~future & (before_origin | (slots <= self.published_through))
+        for p, s, ahead in zip(positions[late | future], slots[late | future], future[late | future]):
+            reason = (f"in the future: more than {self.config.max_future_s:g} s past the processing time" if ahead
+                      else "before the clock's origin" if s < 0 else f"late: slot {s} was already published")
             letters.append(dead_letter(self.config.topics.dead_letter, batch.topic, batch.partition,
                                        int(batch.offsets[p]), original(batch, p), f"{self.RECORD.NAME}: {reason}"))
         self.counters["late"].inc(int(late.sum()))
-        self.counters["valid"].inc(int((new & ~late).sum()))
+        self.counters["future"].inc(int(future.sum()))
+        self.counters["valid"].inc(int((new & ~late & ~future).sum()))
         for letter in letters:
             yield beam.pvalue.TaggedOutput(DEAD, letter)
-        keep = ~late & ~before_origin
+        keep = ~late & ~before_origin & ~(table["event_time_ms"].to_numpy() > horizon_ms)
         table, slots, offsets = table.filter(pa.array(keep)), slots[keep], batch.offsets[positions][keep]
         if table.num_rows:
             yield beam.pvalue.TaggedOutput(NEWEST, int(pc.max(table["event_time_ms"]).as_py()))

@@ -113,7 +113,8 @@ def test_until_end_publishes_the_offline_scores_and_dead_letters_bad_input(broke
     assert_same(published(broker, topics), offline(checkpoint, events, status))
     c = report.counters
     assert c["events_read"] == events.num_rows + len(bad) + 1
-    assert c["events_read"] == c["events_valid"] + c["events_invalid"] + c["events_unknown_device"] + c["events_late"]
+    assert c["events_read"] == (c["events_valid"] + c["events_invalid"] + c["events_unknown_device"] + c["events_late"]
+                                + c.get("events_future", 0))
     assert (c["events_invalid"], c["events_unknown_device"], c["events_late"], c["events_duplicate"]) == (4, 1, 1, 1)
     dead = read_to_end(broker.settings, topics.dead_letter)
     assert sorted(r.value for r in dead) == sorted(bad)
