@@ -201,7 +201,7 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
         previous = ledger.status_snapshot
         try:
             if follow:
-                wait_until_answering(settings, timeout_s=10.0)
+                wait_until_answering(settings, timeout_s=3.0)
             next_ledger, report = run_cycle(settings, config, ledger, final=not follow, runner=runner,
                                             beam_args=beam_args)
         except Exception as error:  # noqa: BLE001 - classified below; anything else propagates

@@ -60,11 +60,20 @@ def _counter(name: str) -> Any:
     return Metrics.counter("trustbeam", name)
 
 
+DEAD_LETTER_MAX_BYTES = 256 << 10  # below any producer's request limit, whatever arrived
+
+
 def dead_letter(topic: str, source: str, partition: int, offset: int, value: bytes, reason: str
                 ) -> tuple[str, bytes, bytes, list[tuple[str, bytes]]]:
-    """A record for the dead-letter topic: the original bytes, where they came from, and why."""
+    """A record for the dead-letter topic: the original bytes, where they came from, and why.
+
+    A message too large to forward is cut to its first DEAD_LETTER_MAX_BYTES, with its full size in a
+    ``truncated_from`` header (the source offset still names the whole original)."""
     headers = [("reason", reason.encode()[:1000]), ("source_topic", source.encode()),
                ("source_partition", str(partition).encode()), ("source_offset", str(offset).encode())]
+    if len(value) > DEAD_LETTER_MAX_BYTES:
+        headers.append(("truncated_from", str(len(value)).encode()))
+        value = value[:DEAD_LETTER_MAX_BYTES]
     return topic, f"{source}/{partition}/{offset}".encode(), value, headers
 
 

@@ -196,3 +196,135 @@ def _wait_for_output(settings, topics, process: subprocess.Popen, timeout_s: flo
                 return
     finally:
         consumer.close()
+
+
+def outage(work: Path, port: int, pause_s: float = 3.0, seed: int = 6) -> dict[str, Any]:
+    """``--follow`` cycles through a broker SIGKILL and restart (memory broker: the logs come back empty)."""
+    from beam_pipeline.options import JobConfig
+    from beam_pipeline.run import Backoff, run
+    from deploy.local.broker import LocalBroker
+    from trustbeam.kafka import ensure_topics
+
+    os.environ["TRUSTBEAM_STATE_DIR"] = str(work / "outage-state")
+    sim, events, status = small_run(seed, slots=12, tasks=540)
+    checkpoint = untrained_checkpoint(work / "outage-model", sim)
+    broker = LocalBroker(port=port, state_dir=work / "outage-broker")
+    broker.start()
+    topics = fresh_topics(broker.settings)
+    slot_of = sim.clock.slot_of(events["event_time_ms"].to_numpy())
+    half = sim.slots // 2
+    publish(broker.settings, topics, events.filter(slot_of < half), status)
+    config = JobConfig(str(checkpoint), shards=3, lateness_slots=0, topics=topics)
+    reports, failure = [], []
+    stop = threading.Event()
+
+    def follow() -> None:
+        try:
+            for report in run(broker.settings, config, "outage", follow=True, poll_s=0.5,
+                              backoff=Backoff(initial_s=0.5, max_s=4.0)):
+                reports.append((time.monotonic(), report))
+                if stop.is_set():
+                    return
+        except Exception as error:  # noqa: BLE001 - the harness reports it
+            failure.append(error)
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    _wait(lambda: reports or failure, 300)
+    before = {s for _, r in reports for s in r.published_slots}
+    os.kill(broker.pid(), signal.SIGKILL)
+    down_at = time.monotonic()
+    time.sleep(pause_s)
+    broker.start()
+    ensure_topics(broker.settings, topics.partitions())
+    restarted_at = time.monotonic()
+    publish(broker.settings, topics, events.filter(slot_of >= half), status)
+    expected_after = set(range(half, sim.slots - 1))  # the last slot waits for a later event (lateness 0)
+    _wait(lambda: failure or expected_after <= {s for t, r in reports if t > restarted_at for s in r.published_slots},
+          300)
+    stop.set()
+    thread.join(timeout=120)
+    broker.stop()
+    after = {s for t, r in reports if t > restarted_at for s in r.published_slots}
+    return {"outage_s": round(restarted_at - down_at, 1), "crashed": bool(failure),
+            "error": str(failure[0])[:200] if failure else "", "slots_before": len(before),
+            "slots_after_recovery": len(after & expected_after), "slots_expected_after": len(expected_after),
+            "republished_before_outage_slots": len(after & before), "cycles": len(reports)}
+
+
+def _wait(condition, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout_s} s")
+        time.sleep(0.2)
+
+
+def hostile_messages(valid: dict, seed: int = 0) -> dict[str, bytes]:
+    """One bad message of each kind, built from a valid event's fields (``valid``, without schema_version)."""
+    rng = random.Random(seed)
+
+    def wire(**changes: Any) -> bytes:
+        return json.dumps({"schema_version": 1, **valid, **changes}, separators=(",", ":")).encode()
+
+    good = wire(event_id=f"{valid['event_id']}-ok")
+    far_future = int(time.time() * 1000) + 10 * 365 * 86_400_000
+    return {
+        "random_bytes": bytes(rng.getrandbits(8) for _ in range(64)),
+        "truncated": good[: len(good) // 2],
+        "oversized": wire(event_id="x" * (1 << 20)),
+        "wrong_type": wire(event_id="h-type", task_size_bits="big"),
+        "nan": wire(event_id="h-nan").replace(b'"trust_threshold":', b'"trust_threshold":NaN,"_":').replace(
+            b',"_":' + str(valid["trust_threshold"]).encode(), b""),
+        "infinity": wire(event_id="h-inf", density_cycles_per_bit=1.0).replace(
+            b'"density_cycles_per_bit":1.0', b'"density_cycles_per_bit":Infinity'),
+        "negative_size": wire(event_id="h-neg", task_size_bits=-5.0),
+        "owner_is_collaborator": wire(event_id="h-self", collaborator=valid["owner"]),
+        "unknown_schema_version": wire(event_id="h-v9", schema_version=9),
+        "far_future": wire(event_id="h-future", event_time_ms=far_future),
+        "before_origin": wire(event_id="h-past", event_time_ms=5),
+        "unknown_device": wire(event_id="h-stranger", collaborator="nobody"),
+        "control_characters": wire(event_id="h-ctl", owner="dev\u0000one"),
+        "duplicate": wire(),
+    }
+
+
+def hostile(settings, work: Path, seed: int = 5) -> dict[str, Any]:
+    """A valid run plus one message of every bad kind in one cycle: where each went, and the counters."""
+    from beam_pipeline.options import JobConfig
+    from beam_pipeline.run import Ledger, run_cycle
+    from trustbeam.kafka import make_producer, read_to_end
+
+    sim, events, status = small_run(seed)
+    checkpoint = untrained_checkpoint(work / f"hostile-model-{seed}", sim)
+    topics = fresh_topics(settings)
+    publish(settings, topics, events, status)
+    valid = events.slice(0, 1).drop_columns(["slot"]).to_pylist()[0]
+    bad = hostile_messages(valid, seed)
+    producer = make_producer(settings, max_request_size=4 << 20)
+    for value in bad.values():
+        producer.send(topics.events, key=b"hostile", value=value)
+    producer.flush()
+    producer.close()
+    config = JobConfig(str(checkpoint), shards=3, topics=topics)
+    _, report = run_cycle(settings, config, Ledger(), final=True, snapshot_dir=work)
+    letters = [(bytes(r.value), dict(r.headers)) for r in read_to_end(settings, topics.dead_letter)]
+    c = report.counters
+
+    def reason(value: bytes) -> str:  # a cut-down letter matches its original's prefix and size
+        for body, headers in letters:
+            if body == value or (b"truncated_from" in {k.encode() for k in headers} and value.startswith(body)
+                                 and int(headers["truncated_from"]) == len(value)):
+                return headers["reason"].decode()
+        return ""
+
+    landed = {kind: reason(value) for kind, value in bad.items()}
+    got, repeats = published_keys(settings, topics)
+    return {"kinds": len(bad), "dead_lettered": sum(bool(v) for k, v in landed.items() if k != "duplicate"),
+            "reasons": landed, "duplicates_dropped": c.get("events_duplicate", 0),
+            "read": c.get("events_read", 0),
+            "accounted": sum(c.get(f"events_{k}", 0) for k in ("valid", "invalid", "unknown_device", "late",
+                                                                "future")),
+            "valid_events": events.num_rows,
+            "outputs_equal_clean_run": same_values(got, offline_keys(checkpoint, topics, events, status)),
+            "duplicates_published": repeats}
