@@ -63,6 +63,9 @@ def _counter(name: str) -> Any:
 DEAD_LETTER_MAX_BYTES = 256 << 10  # below any producer's request limit, whatever arrived
 
 
+REPLAYED = "_replayed"  # column ParseEvents adds for CloseSlot: the row was read by an earlier cycle
+
+
 def dead_letter(topic: str, source: str, partition: int, offset: int, value: bytes, reason: str
                 ) -> tuple[str, bytes, bytes, list[tuple[str, bytes]]]:
     """A record for the dead-letter topic: the original bytes, where they came from, and why.
@@ -147,6 +150,7 @@ class ParseEvents(_Parse):
         for letter in letters:
             yield beam.pvalue.TaggedOutput(DEAD, letter)
         keep = ~late & ~before_origin & ~(table["event_time_ms"].to_numpy() > horizon_ms)
+        table = table.append_column(REPLAYED, pa.array(~new))  # so CloseSlot counts only new duplicates
         table, slots, offsets = table.filter(pa.array(keep)), slots[keep], batch.offsets[positions][keep]
         if table.num_rows:
             yield beam.pvalue.TaggedOutput(NEWEST, int(pc.max(table["event_time_ms"]).as_py()))
@@ -223,9 +227,11 @@ class CloseSlot(beam.DoFn):
                 events=beam.DoFn.StateParam(EVENTS), close=beam.DoFn.TimerParam(CLOSE),
                 expire=beam.DoFn.TimerParam(EXPIRE)) -> Iterator[Any]:
         slot, table = element
+        replayed = table[REPLAYED].to_numpy(zero_copy_only=False)
+        table = table.drop_columns([REPLAYED])
         current = load(state, None) or OpenSlot()
         if current.expired:
-            self.late.inc(table.num_rows)
+            self.late.inc(int((~replayed).sum()))
             for record in from_arrow(CollaborationEvent, table):
                 yield beam.pvalue.TaggedOutput(DEAD, dead_letter(
                     self.config.topics.dead_letter, self.config.topics.events, -1, -1, to_json(record),
@@ -236,7 +242,7 @@ class CloseSlot(beam.DoFn):
         fresh = np.zeros(len(ids), dtype=bool)
         fresh[first] = True
         fresh &= np.array([i not in current.seen for i in ids], dtype=bool)
-        self.duplicates.inc(int((~fresh).sum()))
+        self.duplicates.inc(int((~fresh & ~replayed).sum()))  # a replayed copy was counted when it was new
         if not fresh.any():
             return
         current.seen.update(ids[fresh].tolist())
