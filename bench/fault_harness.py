@@ -55,8 +55,9 @@ def small_run(seed: int = 5, devices: int = 30, slots: int = 8, tasks: int = 360
     return sim, memory["events"], memory["status"]
 
 
-def untrained_checkpoint(directory: Path, sim, window: int = 6) -> Path:
-    """A seeded, untrained BM over the run's devices (parity and plumbing need no training)."""
+def untrained_checkpoint(directory: Path, sim, window: int = 6, small: bool = True) -> Path:
+    """A seeded, untrained BM over the run's devices (parity and plumbing need no training); ``small``
+    shrinks the widths for speed, else BM's defaults (the paper's)."""
     import torch
 
     from model.bimamba import MambaConfig
@@ -70,8 +71,9 @@ def untrained_checkpoint(directory: Path, sim, window: int = 6) -> Path:
     torch.manual_seed(0)
     config = BMConfig(gnn=GNNConfig(node_dim=8, psi_dim=4, time_dim=4, widths=(8, 16, 8)),
                       mamba=MambaConfig(d_model=8, d_state=4, n_layers=1), node2vec=Node2VecConfig(dim=8),
-                      window=window, levels=5, head_hidden=8, clock=sim.clock)
-    features = np.random.default_rng(0).normal(size=(sim.devices, 8)).astype(np.float32)
+                      window=window, levels=5, head_hidden=8, clock=sim.clock) if small else \
+        BMConfig(window=window, clock=sim.clock)
+    features = np.random.default_rng(0).normal(size=(sim.devices, config.node2vec.dim)).astype(np.float32)
     save(BM(config, features), DeviceIndex(tuple(device_ids(sim.devices).to_pylist())), directory)
     return directory
 
@@ -328,3 +330,138 @@ def hostile(settings, work: Path, seed: int = 5) -> dict[str, Any]:
             "valid_events": events.num_rows,
             "outputs_equal_clean_run": same_values(got, offline_keys(checkpoint, topics, events, status)),
             "duplicates_published": repeats}
+
+
+def load(settings, work: Path, devices: int = 5000, slots: int = 40, tasks_per_device_slot: float = 0.2,
+         pace_s: float = 3.0, seed: int = 7) -> dict[str, Any]:
+    """``trustbeam run --follow`` (its own process) while the simulator publishes slot after slot."""
+    import pickle
+
+    from beam_pipeline.options import JobConfig
+    from model.scoring import DeviceHistory, slot_part, status_arrays
+    from simulator.config import SimConfig
+    from simulator.engine import MemorySink, Simulator
+    from simulator.publish import KafkaPublisher
+
+    sim = SimConfig(devices=devices, tasks=int(devices * tasks_per_device_slot * slots), slots=slots,
+                    status_every=10, seed=seed)
+    memory = MemorySink()
+    Simulator(sim).run([memory])
+    events, status = memory["events"], memory["status"]
+    checkpoint = untrained_checkpoint(work / f"load-model-{devices}", sim, window=32, small=False)
+    topics = fresh_topics(settings)
+    env = {**os.environ, "TRUSTBEAM_STATE_DIR": str(work / f"load-state-{uuid.uuid4().hex[:6]}")}
+    command = [sys.executable, "-m", "trustbeam.cli", "run", "--follow", "--poll-seconds", "1", "--bootstrap",
+               settings.bootstrap, "--group", "load", f"--checkpoint={checkpoint}", "--shards=4",
+               *topic_args(topics)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    reports: list[dict] = []
+    reader = threading.Thread(target=lambda: reports.extend(json.loads(line) for line in process.stdout
+                                                            if line.startswith("{")), daemon=True)
+    reader.start()
+    publisher = KafkaPublisher(settings, topics)
+    slot_of = sim.clock.slot_of(events["event_time_ms"].to_numpy())
+    status_slot = sim.clock.slot_of(status["time_ms"].to_numpy())
+    started, peak_kb = time.monotonic(), 0
+    for slot in range(slots):
+        publisher.write("status", status.filter(status_slot == slot))
+        publisher.write("events", events.filter(slot_of == slot))
+        publisher.sink.flush()
+        peak_kb = max(peak_kb, _peak_rss_kb(process.pid))
+        time.sleep(max(0.0, started + (slot + 1) * pace_s - time.monotonic()))
+    publisher.close()
+    expected = set(range(slots - 2))  # the last slots wait for events past the allowed lateness
+    _wait(lambda: expected <= {s for r in reports for s in r["published_slots"]} or process.poll() is not None,
+          max(600, 10 * slots))
+    peak_kb = max(peak_kb, _peak_rss_kb(process.pid))
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    seconds = time.monotonic() - started
+    _, repeats = published_keys(settings, topics)
+    read = sum(r["counters"].get("events_read", 0) for r in reports)
+    accounted = sum(r["counters"].get(f"events_{k}", 0) for r in reports
+                    for k in ("valid", "invalid", "unknown_device", "late", "future"))
+    config = JobConfig(str(checkpoint), topics=topics)
+    stages, index, _ = config.stages()
+    history = DeviceHistory(np.arange(len(index)))
+    history.add_status(*status_arrays(index, status))
+    for slot in range(slots):
+        history.add_part(slot_part(stages, index, events.filter(slot_of == slot), slot))
+    history.prune(slots - 32, int(sim.clock.start_ms(slots - 1)))
+    state = len(pickle.dumps(history, protocol=pickle.HIGHEST_PROTOCOL))
+    return {"devices": devices, "slots": slots, "events": events.num_rows, "status_rows": status.num_rows,
+            "seconds": round(seconds, 1), "cycles": len(reports), "events_read": read,
+            "events_lost": events.num_rows - accounted, "duplicates_published": repeats,
+            "slots_published": len({s for r in reports for s in r["published_slots"]}),
+            "peak_rss_mb": round(peak_kb / 1024), "state_mb": round(state / 2**20, 2),
+            "state_bytes_per_device": round(state / devices),
+            "state_bound_mb": round(devices * 32 * (32 * 4 + 16) / 2**20, 2)}
+
+
+def _peak_rss_kb(pid: int) -> int:
+    """VmHWM of a live process (its peak resident set), in kB; 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        return 0
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--kill-delays", type=float, nargs="+", default=[2.0, 5.0, 9.0])
+    parser.add_argument("--load-devices", type=int, default=5000)
+    parser.add_argument("--load-slots", type=int, default=40)
+    parser.add_argument("--soak-minutes", type=float, default=0.0,
+                        help="run the load scenario at least this long (slots paced 3 s apart)")
+    args = parser.parse_args()
+    from deploy.local.broker import LocalBroker
+    from tests.conftest import free_port
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        broker = LocalBroker(port=free_port(), state_dir=work / "broker")
+        broker.start()
+        try:
+            kills = [kill_restart(broker.settings, work, kill, seed)
+                     for seed in range(5, 5 + args.seeds)
+                     for kill in ["first-output", *(f"delay:{d}" for d in args.kill_delays)]]
+            outages = [outage(work, free_port(), pause_s=6.0)]
+            bad = hostile(broker.settings, work)
+            slots = max(args.load_slots, math.ceil(args.soak_minutes * 60 / 3.0))
+            loaded = load(broker.settings, work, devices=args.load_devices, slots=slots)
+        finally:
+            broker.stop()
+    rows = [{"scenario": f"restart kill={k['kill']} seed={k['seed']}", "ok": k["equal_to_uninterrupted"],
+             "lost": k["slots_lost"] + k["records_missing"], "duplicates": k["duplicates_published"],
+             "detail": f"{k['attempts']} runs, {k['seconds']} s"} for k in kills]
+    rows += [{"scenario": f"broker outage {o['outage_s']} s", "ok": not o["crashed"] and
+              o["slots_after_recovery"] == o["slots_expected_after"], "lost": 0,
+              "duplicates": o["republished_before_outage_slots"],
+              "detail": f"{o['slots_after_recovery']}/{o['slots_expected_after']} slots after recovery"}
+             for o in outages]
+    rows.append({"scenario": f"hostile input, {bad['kinds']} kinds", "ok": bad["dead_lettered"] == bad["kinds"] - 1
+                 and bad["read"] == bad["accounted"], "lost": bad["read"] - bad["accounted"],
+                 "duplicates": bad["duplicates_published"],
+                 "detail": f"{bad['dead_lettered']} dead-lettered, {bad['duplicates_dropped']} duplicate dropped"})
+    rows.append({"scenario": f"load {loaded['devices']} devices x {loaded['slots']} slots", "ok":
+                 loaded["events_lost"] == 0 and loaded["duplicates_published"] == 0,
+                 "lost": loaded["events_lost"], "duplicates": loaded["duplicates_published"],
+                 "detail": f"peak RSS {loaded['peak_rss_mb']} MB, state {loaded['state_mb']} MB "
+                           f"(bound {loaded['state_bound_mb']} MB), {loaded['seconds']} s"})
+    emit("fault_harness", rows, {"kill_points_survived": sum(k["equal_to_uninterrupted"] for k in kills),
+                                 "kill_points": len(kills), "outages_survived": sum(not o["crashed"] for o in outages),
+                                 "bad_inputs_by_kind": {k: int(bool(v)) for k, v in bad["reasons"].items()},
+                                 "events_lost": sum(r["lost"] for r in rows),
+                                 "duplicates_published": sum(r["duplicates"] for r in rows),
+                                 "load": loaded, "outages": outages, "restarts": kills})
+
+
+if __name__ == "__main__":
+    main()
