@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 
@@ -154,3 +155,21 @@ def test_sink_delivery_failures_are_counted_and_raised(tmp_path) -> None:
         sink.flush()
     assert sink.failed == 5 and sum(failures) == 5 and sink.delivered == 0
     broker.stop()
+
+
+def test_secrets_never_reach_logs_or_errors(monkeypatch, capsys, caplog, tmp_path) -> None:
+    secret = "hunter2-very-secret"
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD", secret)
+    monkeypatch.setenv("KAFKA_SASL_USERNAME", "trustbeam")
+    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("TRUSTBEAM_STATE_DIR", str(tmp_path))
+    caplog.set_level(logging.DEBUG)
+    settings = KafkaSettings.resolve(f"127.0.0.1:{free_port()}")  # nobody listens there
+    assert settings.java_config()["sasl.jaas.config"].endswith(f'password="{secret}";')  # handed to clients only
+    assert main(["run", "--until-end", "--bootstrap", settings.bootstrap, "--checkpoint", str(tmp_path)]) == 2
+    assert main(["simulate", "--devices", "5", "--tasks", "5", "--slots", "1", "--publish", "--bootstrap",
+                 settings.bootstrap, "--out", str(tmp_path / "sim")]) == 2
+    out = capsys.readouterr()
+    seen = out.out + out.err + "\n".join(f"{r.getMessage()} {r.args}" for r in caplog.records)
+    assert "error" in out.err and secret not in seen and secret not in repr(settings)

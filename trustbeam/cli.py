@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from kafka.errors import KafkaError
+
 from model.config import SlotClock
 from simulator.config import ChannelModel, Policy, SimConfig, parse_mix
 
@@ -53,9 +55,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     publisher = None
     if args.publish:
         from simulator.publish import KafkaPublisher
-        from trustbeam.kafka import KafkaSettings, Topics, ensure_topics
+        from trustbeam.kafka import KafkaSettings, Topics, ensure_topics, wait_until_answering
 
         settings = KafkaSettings.resolve(args.bootstrap)
+        wait_until_answering(settings, timeout_s=5.0)
         ensure_topics(settings, Topics().partitions())
         publisher = KafkaPublisher(settings, rate=args.rate)
         sinks.append(publisher)
@@ -395,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("kafka.cluster").setLevel(logging.CRITICAL)  # "metadata refresh cancelled" on close
     try:
         return args.handler(args, rest) if getattr(args, "beam_options", False) else args.handler(args)
-    except (ValueError, RuntimeError, TimeoutError, FileNotFoundError) as error:
+    except (ValueError, RuntimeError, TimeoutError, FileNotFoundError, KafkaError) as error:
         print(f"trustbeam {args.command}: error: {error}", file=sys.stderr)
         return 2
 
