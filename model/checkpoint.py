@@ -140,7 +140,11 @@ def load(directory: str | os.PathLike[str], expect: dict[str, Any] | None = None
     if features.shape != (len(index), config.node2vec.dim):
         raise CheckpointError(f"{root}: node2vec table {features.shape} does not fit {len(index)} devices")
     model = BM(config, features)
-    state = torch.load(root / "weights.pt", weights_only=True)
+    try:
+        state = torch.load(root / "weights.pt", weights_only=True)
+    except Exception as error:  # pickle.UnpicklingError and kin: anything but plain tensors is refused
+        raise CheckpointError(f"{root}/weights.pt: refused, not a plain tensor file (weights-only loading): "
+                              f"{str(error).splitlines()[0][:200]}") from None
     expected = set(model.state_dict()) - set(_DERIVED)
     if set(state) != expected:
         raise CheckpointError(f"{root}: weights do not fit the config (missing {sorted(expected - set(state))[:3]}, "

@@ -93,3 +93,26 @@ def test_a_model_on_a_beam_filesystem_is_copied_once_and_verified(checkpoint, tm
         JobConfig(f"tbtest://{tmp_path}/nothing")
     with pytest.raises(ValueError, match="no Beam filesystem handles this scheme"):
         JobConfig("nosuch://bucket/model")
+
+
+class _Payload:
+    def __reduce__(self):
+        return (print, ("this would have run on load",))
+
+
+def test_a_checkpoint_with_pickled_code_is_refused_even_with_matching_hashes(checkpoint, tmp_path) -> None:
+    """An attacker who can rewrite every file (and so every hash) still cannot run code at load."""
+    import pickle
+    import shutil
+
+    from model.checkpoint import CheckpointError, _content_hash, file_sha256, load
+
+    forged = tmp_path / "forged"
+    shutil.copytree(checkpoint, forged)
+    (forged / "weights.pt").write_bytes(pickle.dumps({"x": _Payload()}))
+    manifest = json.loads((forged / "config.json").read_text())
+    manifest["files"]["weights.pt"] = file_sha256(forged / "weights.pt")
+    manifest["content_hash"] = _content_hash(manifest["config"], manifest["ids"], manifest["files"])
+    (forged / "config.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="weights.pt: refused, not a plain tensor file"):
+        load(forged)
