@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow bench schemas clean
+.PHONY: setup demo test test-slow bench faults schemas clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,9 @@ bench: $(STAMP)
 	$(PY) -m bench.pipeline_bench
 	$(PY) -m bench.onnx_bench
 	$(PY) -m bench.capacity_bench
+
+faults: $(STAMP)
+	$(PY) -m bench.fault_harness --soak-minutes 10
 
 schemas: $(STAMP)
 	$(PY) -m schemas.jsonschema
