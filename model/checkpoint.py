@@ -83,6 +83,20 @@ def config_from_dict(cls: type, data: dict[str, Any], where: str = "config") -> 
         raise CheckpointError(f"{where}: {error}") from None
 
 
+def read_manifest(root: Path, name: str, fmt: str, error: type[Exception], missing: str) -> dict[str, Any]:
+    """An artifact's JSON manifest, checked for its format; ``error`` (with ``missing`` when absent) otherwise."""
+    try:
+        manifest = json.loads((root / name).read_text())
+    except FileNotFoundError:
+        raise error(f"{root}: {missing}") from None
+    except json.JSONDecodeError as decode_error:
+        raise error(f"{root}/{name}: not JSON ({decode_error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != fmt:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise error(f"{root}: format {found!r} is not {fmt!r}")
+    return manifest
+
+
 def save(model: BM, index: DeviceIndex, directory: str | os.PathLike[str], metadata: dict[str, Any] | None = None
          ) -> str:
     """Write a checkpoint; returns its content hash."""
@@ -118,14 +132,7 @@ def load(directory: str | os.PathLike[str], expect: dict[str, Any] | None = None
          ) -> tuple[BM, DeviceIndex, dict[str, Any]]:
     """Load and verify a checkpoint. ``expect`` maps config fields (e.g. ``clock``) to required values."""
     root = Path(directory)
-    try:
-        manifest = json.loads((root / "config.json").read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{root}: not a checkpoint (no config.json)") from None
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{root}/config.json: not JSON ({error})") from None
-    if manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{root}: format {manifest.get('format')!r} is not {FORMAT!r}")
+    manifest = read_manifest(root, "config.json", FORMAT, CheckpointError, "not a checkpoint (no config.json)")
     files = {name: file_sha256(root / name) for name in ("weights.pt", "node2vec.npy") if (root / name).exists()}
     if files != manifest.get("files"):
         raise CheckpointError(f"{root}: file hashes do not match the manifest (altered or incomplete)")

@@ -8,15 +8,13 @@ Execution providers: TensorRT, then CUDA, then CPU, whichever this onnxruntime b
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from model.bm import BMConfig
-from model.checkpoint import CheckpointError, config_from_dict, file_sha256
+from model.checkpoint import CheckpointError, config_from_dict, file_sha256, read_manifest
 from model.gnn import batched_inputs
 from model.graphs import DeviceIndex, SlotGraph
 from model.stages import chunks, pairs
@@ -52,14 +50,8 @@ class OnnxStages:
         from exporters.onnx.export import FORMAT, STAGE_FILES
 
         root = Path(directory)
-        try:
-            manifest: dict[str, Any] = json.loads((root / "manifest.json").read_text())
-        except FileNotFoundError:
-            raise OnnxModelError(f"{root}: no manifest.json; run `trustbeam export-onnx --checkpoint DIR`") from None
-        except json.JSONDecodeError as error:
-            raise OnnxModelError(f"{root}/manifest.json: not JSON ({error})") from None
-        if manifest.get("format") != FORMAT:
-            raise OnnxModelError(f"{root}: format {manifest.get('format')!r} is not {FORMAT!r}")
+        manifest = read_manifest(root, "manifest.json", FORMAT, OnnxModelError,
+                                 "no manifest.json; run `trustbeam export-onnx --checkpoint DIR`")
         if expect_content_hash is not None and manifest.get("source_content_hash") != expect_content_hash:
             raise OnnxModelError(f"{root}: exported from checkpoint {manifest.get('model_version')!r}, not the one "
                                  f"configured (content hash {expect_content_hash[:12]}...); export it again")
