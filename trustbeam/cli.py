@@ -257,7 +257,8 @@ def cmd_run(args: argparse.Namespace, beam_args: list[str]) -> int:
         return 0
     for report in run(settings, config, args.group, follow=args.follow, poll_s=args.poll_seconds,
                       max_cycles=args.max_cycles, runner=args.runner, beam_args=beam_args):
-        print(json.dumps({"published_slots": report.published_slots, "slots": len(report.published_slots), "records_published": report.records_published,
+        print(json.dumps({"published_slots": report.published_slots, "slots": len(report.published_slots),
+                          "records_published": report.records_published,
                           "seconds": report.seconds, "counters": report.counters}), flush=True)
     return 0
 

@@ -28,6 +28,13 @@ def step(message: str) -> float:
     return time.perf_counter()
 
 
+def live_config(sim: SimConfig) -> SimConfig:
+    """The same world with its clock starting at the current slot."""
+    clock = sim.clock
+    now_slot = (int(time.time() * 1000) - clock.origin_ms) // clock.slot_ms
+    return replace(sim, clock=SlotClock(origin_ms=clock.origin_ms + now_slot * clock.slot_ms, slot_ms=clock.slot_ms))
+
+
 def cached_checkpoint(sim: SimConfig, epochs: int, root: Path) -> Path:
     """A BM checkpoint trained on ``sim`` (default clock); trained on first use, then reused."""
     import pyarrow.parquet as pq
@@ -90,9 +97,7 @@ def run_demo(sim: SimConfig, bootstrap: str | None, out: str, epochs: int, owner
     checkpoint = cached_checkpoint(sim, epochs, state_dir() / "demo")
     timings["model_s"] = time.perf_counter() - started
 
-    clock = sim.clock
-    now_slot = (int(time.time() * 1000) - clock.origin_ms) // clock.slot_ms
-    live = replace(sim, clock=SlotClock(origin_ms=clock.origin_ms + now_slot * clock.slot_ms, slot_ms=clock.slot_ms))
+    live = live_config(sim)
     started = step(f"simulate {live.tasks} tasks of {live.devices} devices over {live.slots} slots onto Kafka")
     publisher = KafkaPublisher(settings, topics)
     summary = Simulator(live).run([publisher, ParquetSink(out)], progress=sys.stderr.isatty())

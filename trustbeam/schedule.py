@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -151,15 +151,6 @@ def _run_slot(simulator: Simulator, client: TrustClient, slot: int, report: Sche
     return ran.events
 
 
-def live_config(sim: SimConfig) -> SimConfig:
-    """The same world with its clock starting at the current slot."""
-    from model.config import SlotClock
-
-    clock = sim.clock
-    now_slot = (int(time.time() * 1000) - clock.origin_ms) // clock.slot_ms
-    return replace(sim, clock=SlotClock(origin_ms=clock.origin_ms + now_slot * clock.slot_ms, slot_ms=clock.slot_ms))
-
-
 def tagged_topics() -> Topics:
     tag = time.strftime("%Y%m%d-%H%M%S")
     return Topics(*(f"schedule-{tag}-{name}" for name in ("events", "status", "scores", "rankings", "dead-letter")))
@@ -173,7 +164,7 @@ def run_schedule_demo(sim: SimConfig, bootstrap: str | None, epochs: int, warmup
     from deploy.local.broker import LocalBroker
     from model.checkpoint import load
     from model.config import RankingConfig
-    from trustbeam.demo import step, cached_checkpoint
+    from trustbeam.demo import cached_checkpoint, live_config, step
     from trustbeam.state import state_dir
 
     settings = KafkaSettings.resolve(bootstrap)
