@@ -36,6 +36,7 @@ from exporters.kafka import KafkaSink, Message
 from trustbeam.kafka import KafkaSettings, end_offsets
 
 log = logging.getLogger(__name__)
+MAX_AHEAD_MS = 86_400_000  # a day: how far past the wall clock a watermark may run (--max_future_s)
 
 POLL_MS = 500
 IDLE_POLLS = 20  # consecutive empty polls before a partition below its planned end is reported stuck
@@ -110,7 +111,7 @@ class _WholeRange(beam.transforms.core.RestrictionProvider):
 class ReadPartition(beam.DoFn):
     """Splittable read of one partition's planned offset range, as RawBatch elements."""
 
-    def __init__(self, settings: KafkaSettings, max_batch: int = 5000, max_ahead_ms: float = 86_400_000) -> None:
+    def __init__(self, settings: KafkaSettings, max_batch: int = 5000, max_ahead_ms: float = MAX_AHEAD_MS) -> None:
         self.settings = settings
         self.max_batch = max_batch
         self.max_ahead_ms = max_ahead_ms  # the watermark never runs further past the wall clock
@@ -160,7 +161,7 @@ class ReadKafka(beam.PTransform):
     """The planned partition ranges -> RawBatch elements."""
 
     def __init__(self, settings: KafkaSettings, ranges: list[PartitionRange], max_batch: int = 5000,
-                 max_ahead_ms: float = 86_400_000) -> None:
+                 max_ahead_ms: float = MAX_AHEAD_MS) -> None:
         super().__init__()
         self.settings, self.ranges, self.max_batch, self.max_ahead_ms = settings, ranges, max_batch, max_ahead_ms
 

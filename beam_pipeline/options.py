@@ -12,6 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline import artifacts
 from beam_pipeline.artifacts import CHECKPOINT_FILES, ONNX_FILES
+from beam_pipeline.kafka_io import MAX_AHEAD_MS
 from model.checkpoint import load
 from model.config import RankingConfig, SystemParams
 from model.graphs import DeviceIndex
@@ -20,7 +21,7 @@ from trustbeam.kafka import Topics
 
 
 BACKENDS = ("torch", "onnx")
-MAX_FUTURE_S = 86_400.0  # a day: simulated runs publish up to hours ahead; years ahead is forged
+MAX_FUTURE_S = MAX_AHEAD_MS / 1000  # a day: simulated runs publish up to hours ahead; years ahead is forged
 
 
 class TrustbeamOptions(PipelineOptions):

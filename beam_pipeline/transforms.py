@@ -61,13 +61,10 @@ def _counter(name: str) -> Any:
 
 
 DEAD_LETTER_MAX_BYTES = 256 << 10  # below any producer's request limit, whatever arrived
-
-
 REPLAYED = "_replayed"  # column ParseEvents adds for CloseSlot: the row was read by an earlier cycle
 
 
-def dead_letter(topic: str, source: str, partition: int, offset: int, value: bytes, reason: str
-                ) -> tuple[str, bytes, bytes, list[tuple[str, bytes]]]:
+def dead_letter(topic: str, source: str, partition: int, offset: int, value: bytes, reason: str) -> Message:
     """A record for the dead-letter topic: the original bytes, where they came from, and why.
 
     A message too large to forward is cut to its first DEAD_LETTER_MAX_BYTES, with its full size in a
@@ -136,11 +133,11 @@ class ParseEvents(_Parse):
         slots = self.clock.slot_of(table["event_time_ms"].to_numpy())
         new = batch.offsets[positions] >= batch.new_from  # replayed records were dead-lettered when new
         before_origin = slots < 0
-        horizon_ms = time.time() * 1000 + self.config.max_future_s * 1000
-        future = new & (table["event_time_ms"].to_numpy() > horizon_ms)
+        ahead = table["event_time_ms"].to_numpy() > time.time() * 1000 + self.config.max_future_s * 1000
+        future = new & ahead
         late = new & ~future & (before_origin | (slots <= self.published_through))
-        for p, s, ahead in zip(positions[late | future], slots[late | future], future[late | future]):
-            reason = (f"in the future: more than {self.config.max_future_s:g} s past the processing time" if ahead
+        for p, s, is_future in zip(positions[late | future], slots[late | future], future[late | future]):
+            reason = (f"in the future: more than {self.config.max_future_s:g} s past the processing time" if is_future
                       else "before the clock's origin" if s < 0 else f"late: slot {s} was already published")
             letters.append(dead_letter(self.config.topics.dead_letter, batch.topic, batch.partition,
                                        int(batch.offsets[p]), original(batch, p), f"{self.RECORD.NAME}: {reason}"))
@@ -149,7 +146,7 @@ class ParseEvents(_Parse):
         self.counters["valid"].inc(int((new & ~late & ~future).sum()))
         for letter in letters:
             yield beam.pvalue.TaggedOutput(DEAD, letter)
-        keep = ~late & ~before_origin & ~(table["event_time_ms"].to_numpy() > horizon_ms)
+        keep = ~late & ~before_origin & ~ahead
         table = table.append_column(REPLAYED, pa.array(~new))  # so CloseSlot counts only new duplicates
         table, slots, offsets = table.filter(pa.array(keep)), slots[keep], batch.offsets[positions][keep]
         if table.num_rows:

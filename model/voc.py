@@ -102,5 +102,4 @@ def oracle_choice(world, owners: np.ndarray, slot: int, thetas: np.ndarray) -> n
     its theta."""
     pool = in_range(world, owners, slot)
     trust = pool.dense(pool.expected.reliability(world.config.weights) * pool.t_res, 0.0)
-    choice = select(trust, pool.dense(pool.value, -np.inf), pool.valid, np.asarray(thetas)[:, None])
-    return np.where(choice >= 0, choice, -1)
+    return select(trust, pool.dense(pool.value, -np.inf), pool.valid, np.asarray(thetas)[:, None])
