@@ -30,6 +30,8 @@ from model.history import History
 from model.node2vec import Node2VecConfig
 from model.sequence import SequenceKind, sequence_encoder
 
+Readout = Literal["expected", "max"]
+
 
 @dataclass(frozen=True)
 class BMConfig:
@@ -42,7 +44,7 @@ class BMConfig:
     levels: int = 11
     head_hidden: int = 64
     dropout: float = 0.0
-    readout: Literal["expected", "max"] = "expected"
+    readout: Readout = "expected"
     sequence: SequenceKind = "bimamba"  # the learned baselines swap this encoder (see model.sequence)
 
     def __post_init__(self) -> None:
@@ -86,9 +88,9 @@ class BM(nn.Module):
         y_i, y_j = y[: len(src)], y[len(src):]
         return self.head(torch.cat([y_i, y_j], dim=-1))
 
-    def t_beh(self, logits: torch.Tensor) -> torch.Tensor:
-        """(P, levels) logits -> (P,) T_beh by the configured readout."""
-        if self.config.readout == "max":
+    def t_beh(self, logits: torch.Tensor, readout: Readout | None = None) -> torch.Tensor:
+        """(P, levels) logits -> (P,) T_beh by ``readout`` (default: the configured one)."""
+        if (readout or self.config.readout) == "max":
             return self.level_values[logits.argmax(-1)]
         return logits.softmax(-1) @ self.level_values
 

@@ -12,7 +12,9 @@ simulation's and the training's); the report gives mean and std over runs.
 from __future__ import annotations
 
 import json
+import math
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -23,12 +25,12 @@ import pyarrow as pa
 import torch
 
 from model.baselines import BetaReputation, OnlineScorer, QSTrust, predict_edges
-from model.bm import BMConfig
+from model.bm import BMConfig, Readout
 from model.graphs import DeviceIndex
 from model.history import History
 from model.metrics import mae, rmse
 from model.plots import plot_curves
-from model.train import TrainConfig, predict, targets, time_split, train_bm
+from model.train import TrainConfig, predict, targets, time_split, train_bm, training_features
 from model.voc import THETAS, Scorer, voc_curves
 
 LEARNED = {"bm": "bimamba", "lstm": "lstm", "transformer": "transformer", "gnn": "last"}
@@ -49,6 +51,20 @@ def per_slot_rmse(prediction: np.ndarray, target: np.ndarray, slot: np.ndarray, 
     """RMSE within each test slot (the long-term curve); NaN for a slot without edges."""
     return [scores(prediction[slot == t], target[slot == t]).rmse if (slot == t).any() else float("nan")
             for t in slots]
+
+
+CALIBRATION_BINS = np.linspace(0.0, 1.0, 11)  # predicted T_beh in [0, 0.1), ..., [0.9, 1.0]
+
+
+def calibration(prediction: np.ndarray, target: np.ndarray) -> dict[str, list[float]]:
+    """Reliability diagram of ``prediction``: per bin of predicted value, the share of predictions in it and
+    the mean target of those (NaN for an empty bin). A calibrated method's mean target matches its bin."""
+    bins = np.clip(np.digitize(prediction, CALIBRATION_BINS[1:-1]), 0, len(CALIBRATION_BINS) - 2)
+    count = np.bincount(bins, minlength=len(CALIBRATION_BINS) - 1)
+    total = np.bincount(bins, weights=target, minlength=len(CALIBRATION_BINS) - 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / count, np.nan)
+    return {"share": (count / max(len(prediction), 1)).tolist(), "mean_target": mean.tolist()}
 
 
 def truth_for(history: History, slots: list[int], truth: pa.Table) -> np.ndarray:
@@ -74,11 +90,11 @@ class Simulated:
     events: pa.Table
 
 
-def learned_scorer(model, history: History) -> Scorer:
+def learned_scorer(model, history: History, readout: Readout | None = None) -> Scorer:
     def score(src: np.ndarray, dst: np.ndarray, end: int) -> np.ndarray:
         model.eval()
         with torch.no_grad():
-            return model.t_beh(model.pair_logits(history, src, dst, np.full(len(src), end))).numpy()
+            return model.t_beh(model.pair_logits(history, src, dst, np.full(len(src), end)), readout).numpy()
 
     return score
 
@@ -97,36 +113,49 @@ def online_scorer(scorer: OnlineScorer, history: History) -> Scorer:
     return score
 
 
+def accuracy(prediction: np.ndarray, observed: np.ndarray, hidden: np.ndarray | None, edge_slot: np.ndarray,
+             test_slots: list[int]) -> dict:
+    """RMSE/MAE, the per-slot RMSE curve and the calibration bins against the observed T_col (and the truth)."""
+    s = scores(prediction, observed)
+    row = {"rmse": s.rmse, "mae": s.mae, "rmse_per_slot": per_slot_rmse(prediction, observed, edge_slot, test_slots),
+           **{f"calibration_{k}": v for k, v in calibration(prediction, observed).items()}}
+    if hidden is not None:
+        s = scores(prediction, hidden)
+        row.update(rmse_truth=s.rmse, mae_truth=s.mae, calibration_mean_truth=calibration(prediction, hidden)["mean_target"])
+    return row
+
+
 def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods: list[str],
-                 simulated: Simulated | None = None) -> dict[str, dict]:
-    """One run: every method's scores on the test period, its seconds, and (simulated) its VoC curve."""
+                 simulated: Simulated | None = None, voc: bool = True) -> dict[str, dict]:
+    """One run: every method's scores on the test period, its seconds, and (simulated, ``voc``) its VoC curve."""
     train_slots, test_slots = time_split(history, train.test_fraction)
     _, _, end, observed = targets(history, test_slots)
     edge_slot = end + 1
     hidden = truth_for(history, test_slots, simulated.truth) if simulated else None
     out: dict[str, dict] = {}
     scorers: dict[str, Scorer] = {}
+    features = training_features(history, config, train) if set(methods) & set(LEARNED) else None
     for method in methods:
         started = time.perf_counter()
+        predicted: dict[str, np.ndarray] = {}
         if method in LEARNED:
-            model, _, _ = train_bm(history, replace(config, sequence=LEARNED[method]), train)
-            prediction = predict(model, history, test_slots)[0]
+            model, _, _ = train_bm(history, replace(config, sequence=LEARNED[method]), train, features=features)
+            predicted[method] = predict(model, history, test_slots)[0]
             scorers[method] = learned_scorer(model, history)
+            if method == "bm":  # the paper's literal readout of the same model: the most probable level
+                predicted["bm_max"] = predict(model, history, test_slots, readout="max")[0]
+                scorers["bm_max"] = learned_scorer(model, history, readout="max")
         elif method in RULES:
-            prediction = predict_edges(RULES[method](len(history.index)), history, test_slots)
+            predicted[method] = predict_edges(RULES[method](len(history.index)), history, test_slots)
             scorers[method] = online_scorer(RULES[method](len(history.index)), history)
         elif method == "oracle" and hidden is not None:
-            prediction = hidden
+            predicted[method] = hidden
         else:
             continue
-        row: dict = {"seconds": time.perf_counter() - started}
-        s = scores(prediction, observed)
-        row.update(rmse=s.rmse, mae=s.mae, rmse_per_slot=per_slot_rmse(prediction, observed, edge_slot, test_slots))
-        if hidden is not None:
-            s = scores(prediction, hidden)
-            row.update(rmse_truth=s.rmse, mae_truth=s.mae)
-        out[method] = row
-    if simulated is not None:
+        seconds = time.perf_counter() - started
+        for name, prediction in predicted.items():
+            out[name] = {"seconds": seconds, **accuracy(prediction, observed, hidden, edge_slot, test_slots)}
+    if simulated is not None and voc:
         curves = voc_curves(simulated.world, simulated.events, history.first_slot, test_slots, scorers,
                             seed=train.seed)
         for method, curve in curves.items():
@@ -141,24 +170,43 @@ def summarize(runs: list[dict[str, dict]]) -> dict[str, dict[str, dict]]:
         summary[method] = {}
         for metric in runs[0][method]:
             values = np.array([r[method][metric] for r in runs], dtype=np.float64)
-            mean, std = values.mean(axis=0), values.std(axis=0)
+            with warnings.catch_warnings():  # a curve point empty in every run (NaN) stays NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean, std = np.nanmean(values, axis=0), np.nanstd(values, axis=0)
             summary[method][metric] = {"mean": mean.tolist(), "std": std.tolist()}
     return summary
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _number(value: float, digits: int) -> str:
+    return "" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str]) -> str:
     metrics = [m for m in ("rmse", "mae", "rmse_truth", "mae_truth", "seconds")
                if any(m in row for row in summary.values())]
-    lines = [f"# {title}", "", "| method | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
-    for method, row in summary.items():
-        cells = [("" if m not in row else f"{row[m]['mean']:.1f}" if m == "seconds"
-                  else f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}") for m in metrics]
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    lines = [f"# {title}", ""] + _table(["method", *metrics], [
+        [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m == "seconds"
+                     else f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}") for m in metrics]
+        for method, row in summary.items()])
     curves = {method: row["voc"] for method, row in summary.items() if "voc" in row}
     if curves:
-        lines += ["", "Achieved VoC per task versus the trust threshold theta (mean over runs):", "",
-                  "| method | " + " | ".join(f"θ={t}" for t in THETAS) + " |", "|---" * (len(THETAS) + 1) + "|"]
-        lines += [f"| {m} | " + " | ".join(f"{v:.3f}" for v in c["mean"]) + " |" for m, c in curves.items()]
+        lines += ["", "Achieved VoC per task versus the trust threshold theta (mean over runs):", ""]
+        lines += _table(["method", *(f"θ={t}" for t in THETAS)],
+                        [[m, *(f"{v:.3f}" for v in c["mean"])] for m, c in curves.items()])
+    bins = [f"{lo:.1f}-{hi:.1f}" for lo, hi in zip(CALIBRATION_BINS[:-1], CALIBRATION_BINS[1:])]
+    truth = any("calibration_mean_truth" in row for row in summary.values())
+    lines += ["", "Calibration on the test edges, per bin of predicted T_beh: share of predictions in the bin (%), "
+              "mean observed next-slot T_col" + (", mean hidden truth" if truth else "") + " (means over runs):", ""]
+    lines += _table(["method", *bins], [
+        [method] + [" / ".join([_number(100 * row["calibration_share"]["mean"][k], 1),
+                                _number(row["calibration_mean_target"]["mean"][k], 2),
+                                *([_number(row["calibration_mean_truth"]["mean"][k], 2)] if truth else [])])
+                    if row["calibration_share"]["mean"][k] > 0 else "–" for k in range(len(bins))]
+        for method, row in summary.items() if "calibration_share" in row])
     return "\n".join(lines + [""] + [f"- {note}" for note in notes]) + "\n"
 
 
@@ -193,7 +241,7 @@ def simulated_log(sim_config) -> tuple[pa.Table, pa.Table]:
 
 
 def evaluate_simulated(sim_config, config: BMConfig, train: TrainConfig, runs: int, methods: list[str],
-                       progress: Callable[[str], None] = lambda _: None) -> list[dict[str, dict]]:
+                       progress: Callable[[str], None] = lambda _: None, voc: bool = True) -> list[dict[str, dict]]:
     from simulator.world import World
 
     results = []
@@ -206,7 +254,7 @@ def evaluate_simulated(sim_config, config: BMConfig, train: TrainConfig, runs: i
                                       index=DeviceIndex(tuple(world.ids.to_pylist())), first_slot=0)
         results.append(evaluate_run(history, replace(config, clock=sim_config.clock),
                                     replace(train, seed=train.seed + run), methods,
-                                    Simulated(truth, world, events)))
+                                    Simulated(truth, world, events), voc))
         progress(f"run {run + 1}/{runs} done")
     return results
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from model.bm import BM, BMConfig
+from model.bm import BM, BMConfig, Readout
 from model.history import History
 from model.metrics import mae, rmse
 from model.node2vec import Graph, node2vec_embeddings
@@ -77,15 +77,20 @@ def targets(history: History, slots: Iterable[int]) -> tuple[np.ndarray, np.ndar
     return src, dst, end, np.concatenate([g.t_col for _, g in graphs])
 
 
-def predict(model: BM, history: History, slots: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(T_beh predictions, T_col targets) for every edge of the target slots."""
-    src, dst, end, t_col = targets(history, slots)
-    if not len(src):
-        return np.zeros(0), t_col
+def predict(model: BM, history: History, slots: Iterable[int], readout: Readout | None = None,
+            chunk_slots: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """(T_beh predictions, T_col targets) for every edge of the target slots, ``chunk_slots`` slots at a time."""
+    ordered = sorted(set(slots))
+    parts = [ordered[k:k + chunk_slots] for k in range(0, len(ordered), chunk_slots)]
+    t_beh, t_col = [np.zeros(0)], [np.zeros(0)]
     model.eval()
     with torch.no_grad():
-        t_beh = model.t_beh(model.pair_logits(history, src, dst, end)).numpy()
-    return t_beh, t_col
+        for part in parts:
+            src, dst, end, observed = targets(history, part)
+            if len(src):
+                t_beh.append(model.t_beh(model.pair_logits(history, src, dst, end), readout).numpy())
+                t_col.append(observed)
+    return np.concatenate(t_beh), np.concatenate(t_col)
 
 
 def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequence[int], config: TrainConfig,
@@ -163,22 +168,30 @@ def deterministic() -> Iterator[None]:
         torch.use_deterministic_algorithms(previous)
 
 
-def train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool = False
-             ) -> tuple[BM, np.ndarray, TrainReport]:
+def train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool = False,
+             features: np.ndarray | None = None) -> tuple[BM, np.ndarray, TrainReport]:
     """Select a setting by blocked CV on the training period, refit it, and score the test period once.
 
-    Runs are deterministic on the CPU for a given seed (a test checks bit-identical predictions).
+    ``features``: a node2vec table already computed by :func:`training_features` for the same history,
+    config and seed (the learned methods of one evaluation run share it). Runs are deterministic on
+    the CPU for a given seed (a test checks bit-identical predictions).
     """
     with deterministic():
-        return _train_bm(history, config, train, progress)
+        return _train_bm(history, config, train, progress, features)
 
 
-def _train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool
-              ) -> tuple[BM, np.ndarray, TrainReport]:
-    train_slots, test_slots = time_split(history, train.test_fraction)
+def training_features(history: History, config: BMConfig, train: TrainConfig) -> np.ndarray:
+    """The node2vec table over the training period's edges (what :func:`train_bm` computes when not given one)."""
+    train_slots, _ = time_split(history, train.test_fraction)
     if len(train_slots) < 2:
         raise ValueError(f"events: need at least 2 training slots with edges (got {len(train_slots)})")
-    features = node2vec_table(history, range(train_slots[-1] + 1), config, train.seed)
+    return node2vec_table(history, range(train_slots[-1] + 1), config, train.seed)
+
+
+def _train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool,
+              features: np.ndarray | None) -> tuple[BM, np.ndarray, TrainReport]:
+    train_slots, test_slots = time_split(history, train.test_fraction)
+    features = training_features(history, config, train) if features is None else features
     folds = blocked_folds(train_slots, min(train.folds, len(train_slots)))
     search = []
     candidates = settings(train)

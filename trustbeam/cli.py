@@ -170,10 +170,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.quick:
         config = BMConfig(gnn=GNNConfig(node_dim=16, psi_dim=8, time_dim=8), node2vec=Node2VecConfig(dim=16,
                           walks_per_node=4, epochs=1), mamba=MambaConfig(d_model=32, d_state=8, n_layers=2), window=8)
-        train = TrainConfig(epochs=args.epochs or 4, patience=2, lr=3e-3)
+        train = TrainConfig(epochs=args.epochs or 4, patience=args.patience or 2, lr=3e-3)
         sim = SimConfig(devices=60, tasks=3000, slots=30)
     else:
-        config, train, sim = BMConfig(), TrainConfig(epochs=args.epochs or 40), SimConfig()
+        config, train, sim = BMConfig(), TrainConfig(epochs=args.epochs or 40, patience=args.patience or 5), SimConfig()
+    if args.test_fraction is not None:
+        train = replace(train, test_fraction=args.test_fraction)
+    if args.sim_slots is not None:  # the same task density per slot
+        sim = replace(sim, slots=args.sim_slots, tasks=round(sim.tasks * args.sim_slots / sim.slots))
     runs = args.runs or (2 if args.quick else 10)
     methods = args.methods or [*LEARNED, *RULES, "oracle"]
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else (lambda _: None)
@@ -186,7 +190,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         title, notes = f"trustbeam evaluation on {Path(args.events).name}", ["no hidden truth: scores are against "
                                                                            "the observed next-slot T_col only"]
     else:
-        results = evaluate_simulated(sim, config, train, runs, methods, say)
+        results = evaluate_simulated(sim, config, train, runs, methods, say, voc=not args.no_voc)
         title, notes = "trustbeam evaluation on the simulated paper setting", [
             "rmse/mae: against the observed next-slot T_col; *_truth: against the simulator's hidden expected "
             "reliability; oracle predicts the truth, so its rmse is the noise floor"]
@@ -338,7 +342,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", required=True, help="directory for report.json and report.md")
     evaluate.add_argument("--quick", action="store_true", help="small sizes, for the test suite")
     evaluate.add_argument("--runs", type=int, default=None, help="seeds (default 10, quick 2)")
-    evaluate.add_argument("--epochs", type=int, default=None)
+    evaluate.add_argument("--epochs", type=int, default=None, help="most epochs per fit (default 40, quick 4)")
+    evaluate.add_argument("--patience", type=int, default=None, help="early-stopping patience (default 5, quick 2)")
+    evaluate.add_argument("--test-fraction", type=float, default=None,
+                          help="share of slots tested (default 0.2; 0.8 trains on the first 20%% for a long horizon)")
+    evaluate.add_argument("--sim-slots", type=int, default=None,
+                          help="simulated slots (default 100), tasks scaled to keep the tasks per slot")
+    evaluate.add_argument("--no-voc", action="store_true", help="skip the selection (VoC) experiment")
     evaluate.add_argument("--methods", nargs="+", default=None,
                           choices=["bm", "lstm", "transformer", "gnn", "beta", "qs_trust", "oracle"])
     evaluate.add_argument("--quiet", action="store_true")
