@@ -16,7 +16,7 @@ from model.evaluate import simulated_log
 from model.gnn import GNNConfig
 from model.history import History
 from model.node2vec import Node2VecConfig
-from model.train import TrainConfig, blocked_folds, predict, time_split, train_bm
+from model.train import TrainConfig, blocked_folds, predict, time_split, train_bm, training_features
 from simulator.config import SimConfig
 
 SMALL = BMConfig(gnn=GNNConfig(node_dim=8, psi_dim=4, time_dim=4, widths=(8, 16, 8)),
@@ -52,6 +52,7 @@ def test_readouts_and_loss() -> None:
     literal = BM(BMConfig(**{**SMALL.__dict__, "readout": "max"}), np.zeros((3, 8), dtype=np.float32))
     assert literal.t_beh(torch.tensor([[0.0, 0.0, 0.0, 3.0, 2.9]])).item() == pytest.approx(0.75)
     assert model.loss(torch.tensor([[0.0, 0.0, 50.0, 0.0, 0.0]]), torch.tensor([0.5])).item() < 1e-6
+    assert model.t_beh(torch.tensor([[0.0, 0.0, 0.0, 3.0, 2.9]]), readout="max").item() == pytest.approx(0.75)
 
 
 def test_time_split_never_mixes_and_folds_are_contiguous(history: History) -> None:
@@ -128,7 +129,20 @@ def test_cli_train_writes_a_loadable_checkpoint(tmp_path, capsys) -> None:
 
 def test_training_is_deterministic_for_a_seed(history: History) -> None:
     train = TrainConfig(epochs=2, patience=2, lr=1e-2, chunk_slots=4, seed=3)
-    first, _, report = train_bm(history, SMALL, train)
-    second, _, _ = train_bm(history, SMALL, train)
+    first, features, report = train_bm(history, SMALL, train)
+    np.testing.assert_array_equal(features, training_features(history, SMALL, train))
+    second, _, _ = train_bm(history, SMALL, train, features=features)  # a run's learned methods share the table
     np.testing.assert_array_equal(predict(first, history, report.test_slots)[0],
                                   predict(second, history, report.test_slots)[0])
+
+
+def test_prediction_by_chunks_equals_one_pass(history: History) -> None:
+    model = BM(SMALL, np.random.default_rng(0).normal(size=(len(history.index), 8)).astype(np.float32))
+    slots = list(range(3, history.slots))
+    whole, whole_targets = predict(model, history, slots, chunk_slots=len(slots))
+    parts, part_targets = predict(model, history, slots, chunk_slots=2)
+    np.testing.assert_allclose(parts, whole, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(part_targets, whole_targets)
+    assert len(whole) == sum(len(history.graphs[t].src) for t in slots if history.graphs[t] is not None)
+    literal, _ = predict(model, history, slots, readout="max", chunk_slots=5)
+    assert set(np.round(literal * (SMALL.levels - 1), 6)) <= set(range(SMALL.levels))  # levels only

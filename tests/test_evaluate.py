@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from model.evaluate import scores, summarize, truth_for
+from model.evaluate import calibration, scores, summarize, truth_for
 from model.graphs import DeviceIndex, SlotGraph
 from model.history import History
 from trustbeam.cli import main
@@ -19,6 +19,24 @@ def test_scores_by_hand() -> None:
     s = scores(np.array([0.5, 1.0, 0.0]), np.array([1.0, 1.0, 0.5]))
     assert s.rmse == pytest.approx(math.sqrt((0.25 + 0 + 0.25) / 3))
     assert s.mae == pytest.approx(1 / 3)
+
+
+def test_calibration_by_hand() -> None:
+    prediction = np.array([0.05, 0.15, 0.12, 0.95, 1.0, 0.5])
+    target = np.array([0.0, 0.2, 0.4, 1.0, 0.8, 0.6])
+    got = calibration(prediction, target)
+    assert got["share"] == pytest.approx([1 / 6, 2 / 6, 0, 0, 0, 1 / 6, 0, 0, 0, 2 / 6])
+    mean = got["mean_target"]
+    assert mean[0] == 0.0 and mean[1] == pytest.approx(0.3) and mean[5] == pytest.approx(0.6)
+    assert mean[9] == pytest.approx(0.9)  # 1.0 falls in the last bin, not past it
+    assert all(math.isnan(mean[k]) for k in (2, 3, 4, 6, 7, 8))
+
+
+def test_summary_skips_empty_points_but_keeps_all_empty_ones() -> None:
+    runs = [{"bm": {"curve": [0.2, float("nan")]}}, {"bm": {"curve": [0.4, float("nan")]}},
+            {"bm": {"curve": [float("nan"), float("nan")]}}]
+    curve = summarize(runs)["bm"]["curve"]
+    assert curve["mean"][0] == pytest.approx(0.3) and math.isnan(curve["mean"][1])
 
 
 def test_summary_mean_and_std() -> None:
@@ -39,7 +57,7 @@ def test_truth_is_aligned_with_test_targets() -> None:
 def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     assert main(["evaluate", "--quick", "--runs", "1", "--epochs", "2", "--quiet", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
-    for method in ("bm", "lstm", "transformer", "gnn", "beta", "qs_trust", "oracle"):
+    for method in ("bm", "bm_max", "lstm", "transformer", "gnn", "beta", "qs_trust", "oracle"):
         assert set(report[method]["rmse"]) == {"mean", "std"} and 0 <= report[method]["rmse"]["mean"] <= 1
     assert report["oracle"]["rmse_truth"]["mean"] == 0.0
     per_slot = report["bm"]["rmse_per_slot"]["mean"]
@@ -52,6 +70,9 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     assert max(curves["oracle"]) > curves["random"][0]  # trusting the truth beats picking at random
     assert curves["oracle"][-1] <= curves["oracle"][0] + 0.05  # a strict threshold leaves tasks unserved
     assert "Achieved VoC" in (tmp_path / "report.md").read_text()
+    for method in ("bm", "bm_max", "qs_trust"):  # the reliability diagram covers every prediction
+        assert sum(report[method]["calibration_share"]["mean"]) == pytest.approx(1.0)
+    assert "Calibration on the test edges" in (tmp_path / "report.md").read_text()
     for png in ("voc_vs_theta.png", "rmse_per_slot.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({png})" in (tmp_path / "report.md").read_text()
 
