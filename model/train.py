@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import itertools
 import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -43,6 +47,7 @@ class TrainConfig:
     chunk_slots: int = 8  # target slots per optimisation step
     seed: int = 0
     grid: dict[str, tuple[float, ...]] = field(default_factory=dict)  # empty: no search, use the fields above
+    workers: int = 1  # processes scoring grid settings in parallel (each with cores // workers threads)
 
 
 @dataclass
@@ -146,6 +151,37 @@ def settings(train: TrainConfig) -> list[TrainConfig]:
     return [replace(train, **dict(zip(names, values))) for values in itertools.product(*(train.grid[n] for n in names))]
 
 
+def cv_score(history: History, config: BMConfig, features: np.ndarray, setting: TrainConfig,
+             folds: list[list[int]]) -> float:
+    """Mean validation RMSE of ``setting`` over the blocked folds, each fitted on the other folds."""
+    scores = []
+    for k, val in enumerate(folds):
+        fit_slots = [s for j, f in enumerate(folds) if j != k for s in f]
+        scores.append(fit(build(config, features, setting), history, fit_slots, val, setting).best_rmse)
+    return float(np.mean(scores))
+
+
+def _grid_worker(threads: int) -> None:
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+
+
+def _cv_task(args: tuple) -> float:
+    return cv_score(*args)
+
+
+def cv_scores(history: History, config: BMConfig, features: np.ndarray, candidates: list[TrainConfig],
+              folds: list[list[int]], workers: int, progress: bool) -> list[float]:
+    """:func:`cv_score` of every candidate; in ``workers`` spawned processes when more than one."""
+    bar = functools.partial(tqdm, desc="grid", total=len(candidates), disable=not progress)
+    if workers <= 1:
+        return [cv_score(history, config, features, c, folds) for c in bar(candidates)]
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_grid_worker,
+                             initargs=(threads,)) as pool:
+        return list(bar(pool.map(_cv_task, [(history, config, features, c, folds) for c in candidates])))
+
+
 @dataclass
 class TrainReport:
     setting: dict[str, float]
@@ -180,30 +216,32 @@ def train_bm(history: History, config: BMConfig, train: TrainConfig, progress: b
         return _train_bm(history, config, train, progress, features)
 
 
-def training_features(history: History, config: BMConfig, train: TrainConfig) -> np.ndarray:
-    """The node2vec table over the training period's edges (what :func:`train_bm` computes when not given one)."""
-    train_slots, _ = time_split(history, train.test_fraction)
+def split_for_training(history: History, train: TrainConfig) -> tuple[list[int], list[int]]:
+    """:func:`time_split`, refusing a log too short to train on."""
+    train_slots, test_slots = time_split(history, train.test_fraction)
     if len(train_slots) < 2:
         raise ValueError(f"events: need at least 2 training slots with edges (got {len(train_slots)})")
+    return train_slots, test_slots
+
+
+def training_features(history: History, config: BMConfig, train: TrainConfig) -> np.ndarray:
+    """The node2vec table over the training period's edges (what :func:`train_bm` computes when not given one)."""
+    train_slots, _ = split_for_training(history, train)
     return node2vec_table(history, range(train_slots[-1] + 1), config, train.seed)
 
 
 def _train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool,
               features: np.ndarray | None) -> tuple[BM, np.ndarray, TrainReport]:
-    train_slots, test_slots = time_split(history, train.test_fraction)
+    train_slots, test_slots = split_for_training(history, train)
     features = training_features(history, config, train) if features is None else features
     folds = blocked_folds(train_slots, min(train.folds, len(train_slots)))
     search = []
     candidates = settings(train)
     if len(candidates) > 1:
-        for setting in tqdm(candidates, desc="grid", disable=not progress):
-            scores = []
-            for k, val in enumerate(folds):
-                fit_slots = [s for j, f in enumerate(folds) if j != k for s in f]
-                scores.append(fit(build(config, features, setting), history, fit_slots, val, setting).best_rmse)
-            search.append({"lr": setting.lr, "weight_decay": setting.weight_decay, "dropout": setting.dropout,
-                           "cv_rmse": float(np.mean(scores))})
-        chosen = candidates[int(np.argmin([row["cv_rmse"] for row in search]))]
+        cv = cv_scores(history, config, features, candidates, folds, train.workers, progress)
+        search = [{"lr": c.lr, "weight_decay": c.weight_decay, "dropout": c.dropout, "cv_rmse": score}
+                  for c, score in zip(candidates, cv)]
+        chosen = candidates[int(np.argmin(cv))]
     else:
         chosen = candidates[0]
     model = build(config, features, chosen)

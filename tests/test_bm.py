@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -97,8 +98,6 @@ def test_training_beats_the_constant_and_checkpoints_round_trip(history: History
 
 @pytest.mark.parametrize("kind", ["lstm", "transformer", "last"])
 def test_learned_baselines_share_the_pipeline_and_ignore_padding(kind, history: History) -> None:
-    from dataclasses import replace
-
     from model.sequence import sequence_encoder
 
     encoder = sequence_encoder(kind, SMALL.mamba, SMALL.window).eval()
@@ -134,6 +133,18 @@ def test_training_is_deterministic_for_a_seed(history: History) -> None:
     second, _, _ = train_bm(history, SMALL, train, features=features)  # a run's learned methods share the table
     np.testing.assert_array_equal(predict(first, history, report.test_slots)[0],
                                   predict(second, history, report.test_slots)[0])
+
+
+def test_grid_search_picks_the_best_cv_setting_in_any_number_of_processes(history: History) -> None:
+    grid = TrainConfig(epochs=2, patience=1, chunk_slots=4, folds=3, grid={"lr": (1e-1, 1e-3), "dropout": (0.0,)})
+    _, _, serial = train_bm(history, SMALL, grid)
+    assert [(row["lr"], row["dropout"]) for row in serial.search] == [(1e-1, 0.0), (1e-3, 0.0)]
+    best = min(serial.search, key=lambda row: row["cv_rmse"])
+    assert serial.setting == {"lr": best["lr"], "weight_decay": grid.weight_decay, "dropout": 0.0}
+    _, _, parallel = train_bm(history, SMALL, replace(grid, workers=2))
+    assert [row["cv_rmse"] for row in parallel.search] == pytest.approx([row["cv_rmse"] for row in serial.search],
+                                                                       rel=1e-4)
+    assert parallel.setting == serial.setting
 
 
 def test_prediction_by_chunks_equals_one_pass(history: History) -> None:

@@ -117,7 +117,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = replace(BMConfig(), clock=clock, window=args.window, sequence=args.sequence)
     history = History.from_events(events, config.clock, config.weights)
     train = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout, epochs=args.epochs,
-                        patience=args.patience, seed=args.seed, grid=PAPER_GRID if args.grid == "paper" else {})
+                        patience=args.patience, seed=args.seed, grid=PAPER_GRID if args.grid == "paper" else {},
+                        workers=args.workers)
     started = time.perf_counter()
     model, _, report = train_bm(history, config, train, progress=args.progress or sys.stderr.isatty())
     seconds = time.perf_counter() - started
@@ -321,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--grid", choices=["none", "paper"], default="none",
                        help="paper: blocked 5-fold CV over the paper's lr x L2 x dropout grid")
+    train.add_argument("--workers", type=int, default=1, help="processes scoring grid settings in parallel")
     train.add_argument("--progress", action="store_true")
     train.set_defaults(handler=cmd_train)
 
