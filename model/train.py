@@ -225,9 +225,14 @@ def split_for_training(history: History, train: TrainConfig) -> tuple[list[int],
 
 
 def training_features(history: History, config: BMConfig, train: TrainConfig) -> np.ndarray:
-    """The node2vec table over the training period's edges (what :func:`train_bm` computes when not given one)."""
+    """The node2vec table over the training period's edges (what :func:`train_bm` computes when not given one).
+
+    Under torch's deterministic algorithms, like training: the skip-gram's scatter reductions otherwise
+    differ in the last bit between calls.
+    """
     train_slots, _ = split_for_training(history, train)
-    return node2vec_table(history, range(train_slots[-1] + 1), config, train.seed)
+    with deterministic():
+        return node2vec_table(history, range(train_slots[-1] + 1), config, train.seed)
 
 
 def _train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool,
