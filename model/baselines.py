@@ -14,6 +14,9 @@ successes and ``1 - T_col`` failures.
   weighted by their observation counts; ``T = a*D_ij + (1 - a)*Rec_j`` with
   ``a = n_ij / (n_ij + k)`` (more own observations, more own weight), and 0.5
   when nothing is known.
+* Running mean (``mean``): the mean T_col of every edge read so far, the same for
+  every pair; a method that beats it knows something about the devices, not
+  only the log's level.
 """
 
 from __future__ import annotations
@@ -113,6 +116,19 @@ class QSTrust:
         recommended = np.where(others > 0, (self.weighted[dst] - direct * count) / np.maximum(others, 1e-12), 0.5)
         own = count / (count + self.params.k)
         return own * direct + (1 - own) * recommended
+
+
+class RunningMean:
+    def __init__(self, n: int) -> None:
+        self.total, self.count = 0.0, 0
+
+    def advance(self, graph: SlotGraph | None) -> None:
+        if graph is not None:
+            self.total += float(graph.t_col.sum())
+            self.count += len(graph.t_col)
+
+    def score(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        return np.full(len(src), self.total / self.count if self.count else 0.5)
 
 
 def predict_edges(scorer: OnlineScorer, history: History, slots: Iterable[int]) -> np.ndarray:

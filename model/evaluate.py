@@ -24,7 +24,7 @@ import pyarrow as pa
 
 import torch
 
-from model.baselines import BetaReputation, OnlineScorer, QSTrust, predict_edges
+from model.baselines import BetaReputation, OnlineScorer, QSTrust, RunningMean, predict_edges
 from model.bm import BMConfig, Readout
 from model.graphs import DeviceIndex
 from model.history import History
@@ -34,7 +34,7 @@ from model.train import TrainConfig, predict, targets, time_split, train_bm, tra
 from model.voc import THETAS, Scorer, voc_curves
 
 LEARNED = {"bm": "bimamba", "lstm": "lstm", "transformer": "transformer", "gnn": "last"}
-RULES: dict[str, Callable[[int], OnlineScorer]] = {"beta": BetaReputation, "qs_trust": QSTrust}
+RULES: dict[str, Callable[[int], OnlineScorer]] = {"beta": BetaReputation, "qs_trust": QSTrust, "mean": RunningMean}
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from model.baselines import BetaParams, QSParams, beta_reputation, qs_trust
+from model.baselines import BetaParams, QSParams, RunningMean, beta_reputation, predict_edges, qs_trust
 from model.graphs import DeviceIndex, SlotGraph
 from model.history import History
 
@@ -39,6 +39,16 @@ def test_qs_trust_by_hand() -> None:
     # slot 3: a->c direct = 0.5*1.0 + 0.5*0.5 = 0.75 (2 obs), rec from b = 0.0 -> 0.5*0.75 + 0.5*0
     # b->c: direct 0.0 (1 obs), rec from a = 0.75 -> (1/3)*0 + (2/3)*0.75; a->b: nothing known -> 0.5
     assert out.tolist() == pytest.approx([t_2, 0.375, 0.5, 0.5])
+
+
+def test_running_mean_by_hand() -> None:
+    out = predict_edges(RunningMean(3), tiny(), [0, 2, 3])
+    # slot 0: nothing read yet -> 0.5; slot 2: mean of 1.0, 0.0; slot 3: mean of 1.0, 0.0, 0.5 for every pair
+    assert out.tolist() == pytest.approx([0.5, 0.5, 0.5, 0.5, 0.5, 0.5])
+    scorer = RunningMean(3)
+    for graph in tiny().graphs:
+        scorer.advance(graph)
+    assert scorer.score(np.array([0]), np.array([1])).tolist() == pytest.approx([(1.0 + 0.0 + 0.5 + 0.2 + 0.4 + 0.9) / 6])
 
 
 def test_rules_track_a_degrading_collaborator() -> None:

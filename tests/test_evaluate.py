@@ -57,7 +57,7 @@ def test_truth_is_aligned_with_test_targets() -> None:
 def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     assert main(["evaluate", "--quick", "--runs", "1", "--epochs", "2", "--quiet", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
-    for method in ("bm", "bm_max", "lstm", "transformer", "gnn", "beta", "qs_trust", "oracle"):
+    for method in ("bm", "bm_max", "lstm", "transformer", "gnn", "beta", "qs_trust", "mean", "oracle"):
         assert set(report[method]["rmse"]) == {"mean", "std"} and 0 <= report[method]["rmse"]["mean"] <= 1
     assert report["oracle"]["rmse_truth"]["mean"] == 0.0
     per_slot = report["bm"]["rmse_per_slot"]["mean"]

@@ -352,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="simulated slots (default 100), tasks scaled to keep the tasks per slot")
     evaluate.add_argument("--no-voc", action="store_true", help="skip the selection (VoC) experiment")
     evaluate.add_argument("--methods", nargs="+", default=None,
-                          choices=["bm", "lstm", "transformer", "gnn", "beta", "qs_trust", "oracle"])
+                          choices=["bm", "lstm", "transformer", "gnn", "beta", "qs_trust", "mean", "oracle"])
     evaluate.add_argument("--quiet", action="store_true")
     evaluate.set_defaults(handler=cmd_evaluate)
 
