@@ -210,12 +210,8 @@ def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str]) 
     return "\n".join(lines + [""] + [f"- {note}" for note in notes]) + "\n"
 
 
-def write_report(out: Path, title: str, runs: list[dict[str, dict]], setup: dict, notes: list[str]) -> dict:
-    """report.json (every figure), report.md (tables) and the PNG plots."""
-    out.mkdir(parents=True, exist_ok=True)
-    summary = summarize(runs)
-    report = {"title": title, "setup": setup, **summary, "runs": runs}
-    (out / "report.json").write_text(json.dumps(report, indent=2))
+def report_figures(out: Path, summary: dict[str, dict[str, dict]]) -> list[Path]:
+    """The PNG plots of a summary: VoC versus theta (Fig. 3b) and RMSE per test slot (Fig. 3a)."""
     figures = []
     voc = {m: row["voc"] for m, row in summary.items() if "voc" in row}
     if voc:
@@ -224,8 +220,20 @@ def write_report(out: Path, title: str, runs: list[dict[str, dict]], setup: dict
     per_slot = {m: row["rmse_per_slot"] for m, row in summary.items() if "rmse_per_slot" in row}
     if per_slot:
         slots = list(range(len(next(iter(per_slot.values()))["mean"])))
+        smooth = max(1, len(slots) // 25) if len(slots) > 50 else 1
+        title = "Long-term accuracy per slot" + (f" (rolling mean over {smooth} slots)" if smooth > 1 else "")
         figures.append(plot_curves(out / "rmse_per_slot.png", slots, per_slot, "test slot",
-                                   "RMSE vs next-slot T_col", "Long-term accuracy per slot"))
+                                   "RMSE vs next-slot T_col", title, smooth))
+    return figures
+
+
+def write_report(out: Path, title: str, runs: list[dict[str, dict]], setup: dict, notes: list[str]) -> dict:
+    """report.json (every figure), report.md (tables) and the PNG plots."""
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarize(runs)
+    report = {"title": title, "setup": setup, **summary, "runs": runs}
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    figures = report_figures(out, summary)
     text = markdown(title, summary, notes) + "".join(f"\n![{p.stem}]({p.name})\n" for p in figures)
     (out / "report.md").write_text(text)
     return report

@@ -11,13 +11,29 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
+def rolling_mean(values: np.ndarray, width: int) -> np.ndarray:
+    """Mean over the ``width`` points ending at each point (fewer at the start), NaN points skipped."""
+    valid = ~np.isnan(values)
+    total = np.concatenate([[0.0], np.cumsum(np.where(valid, values, 0.0))])
+    count = np.concatenate([[0], np.cumsum(valid)])
+    end = np.arange(1, len(values) + 1)
+    start = np.maximum(end - width, 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (total[end] - total[start]) / (count[end] - count[start])
+
+
 def plot_curves(path: Path, x: list[float], curves: dict[str, dict[str, list[float]]], xlabel: str, ylabel: str,
-                title: str) -> Path:
-    """One line per method with a +-1 std band; ``curves[method] = {"mean": [...], "std": [...]}``."""
+                title: str, smooth: int = 1) -> Path:
+    """One line per method with a +-1 std band; ``curves[method] = {"mean": [...], "std": [...]}``.
+
+    ``smooth`` > 1 draws the rolling mean over that many points (for long, noisy per-slot curves).
+    """
     figure, axes = plt.subplots(figsize=(7, 4.2), dpi=120)
     for method, curve in curves.items():
         mean, std = np.asarray(curve["mean"], dtype=float), np.asarray(curve["std"], dtype=float)
-        axes.plot(x, mean, marker="o", markersize=3, label=method)
+        if smooth > 1:
+            mean, std = rolling_mean(mean, smooth), rolling_mean(std, smooth)
+        axes.plot(x, mean, marker="o" if smooth == 1 else None, markersize=3, label=method)
         axes.fill_between(x, mean - std, mean + std, alpha=0.15)
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)

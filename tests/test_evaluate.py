@@ -39,6 +39,14 @@ def test_summary_skips_empty_points_but_keeps_all_empty_ones() -> None:
     assert curve["mean"][0] == pytest.approx(0.3) and math.isnan(curve["mean"][1])
 
 
+def test_rolling_mean_by_hand() -> None:
+    from model.plots import rolling_mean
+
+    got = rolling_mean(np.array([1.0, 3.0, float("nan"), 5.0, 7.0]), 2)
+    assert got[:2].tolist() == [1.0, 2.0] and got[2] == 3.0 and got[3] == 5.0 and got[4] == 6.0
+    assert math.isnan(rolling_mean(np.array([float("nan")]), 3)[0])
+
+
 def test_summary_mean_and_std() -> None:
     runs = [{"bm": {"rmse": 0.2, "mae": 0.1}}, {"bm": {"rmse": 0.4, "mae": 0.3}}]
     assert summarize(runs) == {"bm": {"rmse": {"mean": pytest.approx(0.3), "std": pytest.approx(0.1)},
