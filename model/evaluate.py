@@ -59,7 +59,7 @@ CALIBRATION_BINS = np.linspace(0.0, 1.0, 11)  # predicted T_beh in [0, 0.1), ...
 def calibration(prediction: np.ndarray, target: np.ndarray) -> dict[str, list[float]]:
     """Reliability diagram of ``prediction``: per bin of predicted value, the share of predictions in it and
     the mean target of those (NaN for an empty bin). A calibrated method's mean target matches its bin."""
-    bins = np.clip(np.digitize(prediction, CALIBRATION_BINS[1:-1]), 0, len(CALIBRATION_BINS) - 2)
+    bins = np.digitize(prediction, CALIBRATION_BINS[1:-1])  # 0 .. 9; 1.0 falls in the last bin
     count = np.bincount(bins, minlength=len(CALIBRATION_BINS) - 1)
     total = np.bincount(bins, weights=target, minlength=len(CALIBRATION_BINS) - 1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -182,7 +182,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _number(value: float, digits: int) -> str:
-    return "" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+    return "" if math.isnan(value) else f"{value:.{digits}f}"
 
 
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str]) -> str:
