@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 
 import pytest
 from kafka import KafkaConsumer
+from kafka.errors import KafkaError
 
 from deploy.local.broker import LocalBroker
 from exporters.kafka import DeliveryError, KafkaSink, message
@@ -154,6 +156,8 @@ def test_sink_delivery_failures_are_counted_and_raised(tmp_path) -> None:
             sink.send(("doomed", b"k", b"v%d" % n, []))
         sink.flush()
     assert sink.failed == 5 and sum(failures) == 5 and sink.delivered == 0
+    with contextlib.suppress(KafkaError):  # the broker is gone: close now rather than in a flush at exit
+        producer.close(timeout=0)
     broker.stop()
 
 
