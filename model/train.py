@@ -166,10 +166,6 @@ def _grid_worker(threads: int) -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def _cv_task(args: tuple) -> float:
-    return cv_score(*args)
-
-
 def cv_scores(history: History, config: BMConfig, features: np.ndarray, candidates: list[TrainConfig],
               folds: list[list[int]], workers: int, progress: bool) -> list[float]:
     """:func:`cv_score` of every candidate; in ``workers`` spawned processes when more than one."""
@@ -179,7 +175,7 @@ def cv_scores(history: History, config: BMConfig, features: np.ndarray, candidat
     threads = max(1, (os.cpu_count() or 1) // workers)
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_grid_worker,
                              initargs=(threads,)) as pool:
-        return list(bar(pool.map(_cv_task, [(history, config, features, c, folds) for c in candidates])))
+        return list(bar(pool.map(functools.partial(cv_score, history, config, features, folds=folds), candidates)))
 
 
 @dataclass
