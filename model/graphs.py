@@ -3,12 +3,16 @@
 In slot s there is an edge i -> j when collaborator j served owner i; its
 weight T_col(i, j) is the mean over their tasks in that slot of
 ``a1 * p_tr + a2 * p_com`` (the two outcome flags), or of the observed
-``reliability`` for graded logs. The same function serves the offline path
-(whole files) and the streaming path (one slot's batch).
+``reliability`` for graded logs. Each edge also keeps its evidence (tasks, tasks
+with flags, transmissions and computations that succeeded) and its tasks' mean
+profile (size, density), which BM's pair head and the evidence tracks read. The
+same function serves the offline path (whole files) and the streaming path (one
+slot's batch).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,32 +29,79 @@ EDGES_SCHEMA = pa.schema([
     pa.field("t_col", pa.float64(), nullable=False),
     pa.field("tasks", pa.int64(), nullable=False),
     pa.field("offset", pa.float64(), nullable=False),  # mean position of the tasks within the slot, [0, 1)
+    pa.field("flagged", pa.int64(), nullable=False),  # tasks that carry the tr/com flags
+    pa.field("tr", pa.int64(), nullable=False),  # of those, transmissions that succeeded
+    pa.field("com", pa.int64(), nullable=False),  # ... and computations that succeeded
+    pa.field("size_bits", pa.float64(), nullable=False),  # mean task size (NaN where none is known)
+    pa.field("density", pa.float64(), nullable=False),  # mean cycles per bit (NaN where none is known)
+    pa.field("time_ratio", pa.float64(), nullable=False),  # mean reported offload time / local time (NaN: none)
 ])
 
 
 def task_weight(events: pa.Table, weights: TrustWeights) -> np.ndarray:
     """a1 * tr + a2 * com per event, or the graded reliability where the flags are null."""
 
-    def floats(name: str) -> np.ndarray:
-        return pc.cast(events[name], pa.float64()).to_numpy(zero_copy_only=False)  # nulls -> NaN
+    flags = collaboration_weight(_floats(events, "tr_success"), _floats(events, "com_success"), weights)
+    return np.where(np.isnan(flags), _floats(events, "reliability"), flags)
 
-    flags = collaboration_weight(floats("tr_success"), floats("com_success"), weights)
-    return np.where(np.isnan(flags), floats("reliability"), flags)
+
+def _floats(events: pa.Table, name: str) -> np.ndarray:
+    return pc.cast(events[name], pa.float64()).to_numpy(zero_copy_only=False)  # nulls -> NaN
+
+
+def reported_time_ratio(events: pa.Table) -> np.ndarray:
+    """Each task's reported offload time over the owner's local time (NaN where either is missing or zero)."""
+    offload, local = _floats(events, "t_total_s"), _floats(events, "t_local_s")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((local > 0) & (offload > 0), offload / local, np.nan)
 
 
 def slot_edges(events: pa.Table, clock: SlotClock, weights: TrustWeights) -> pa.Table:
-    """One row per (slot, owner, collaborator) with T_col, the task count and the mean in-slot offset."""
+    """One row per (slot, owner, collaborator): T_col, the evidence counts, the mean in-slot offset and
+    the mean task profile."""
     times = events["event_time_ms"].to_numpy()
     slots = clock.slot_of(times)
     offsets = (times - clock.start_ms(slots)) / clock.slot_ms
+    tr, com = _floats(events, "tr_success"), _floats(events, "com_success")
+    flagged = ~np.isnan(tr)
     table = pa.table({"slot": slots, "owner": events["owner"], "collaborator": events["collaborator"],
-                      "w": task_weight(events, weights), "offset": offsets})
+                      "w": task_weight(events, weights), "offset": offsets, "flagged": flagged.astype(np.int64),
+                      "tr": np.nan_to_num(tr).astype(np.int64), "com": np.nan_to_num(com).astype(np.int64),
+                      "size": _floats(events, "task_size_bits"), "density": _floats(events, "density_cycles_per_bit"),
+                      "ratio": reported_time_ratio(events)})
     grouped = table.group_by(["slot", "owner", "collaborator"]).aggregate(
-        [("w", "mean"), ("w", "count"), ("offset", "mean")])
+        [("w", "mean"), ("w", "count"), ("offset", "mean"), ("flagged", "sum"), ("tr", "sum"), ("com", "sum"),
+         ("size", "mean"), ("density", "mean"), ("ratio", "mean")])
+
+    def profile(name: str) -> pa.Array:  # the mean of the known values; NaN where the edge's tasks have none
+        return pc.fill_null(pc.cast(grouped[f"{name}_mean"], pa.float64()), float("nan"))
+
     out = pa.table({"slot": grouped["slot"], "owner": grouped["owner"], "collaborator": grouped["collaborator"],
-                    "t_col": grouped["w_mean"], "tasks": grouped["w_count"], "offset": grouped["offset_mean"]},
+                    "t_col": grouped["w_mean"], "tasks": grouped["w_count"], "offset": grouped["offset_mean"],
+                    "flagged": grouped["flagged_sum"], "tr": grouped["tr_sum"], "com": grouped["com_sum"],
+                    "size_bits": profile("size"), "density": profile("density"), "time_ratio": profile("ratio")},
                    schema=EDGES_SCHEMA)
     return out.sort_by([("slot", "ascending"), ("owner", "ascending"), ("collaborator", "ascending")])
+
+
+def device_keys(ids: pa.Array | pa.ChunkedArray | list[str]) -> np.ndarray:
+    """(n,) int64 keys of device ids: the first 63 bits of blake2b, the same in every process and version.
+
+    The scorer and the streaming job key devices by them, so a device the model never saw has an
+    identity too (collision odds: about n^2 / 2^64, 5e-10 for 100k devices)."""
+    names = ids.to_pylist() if hasattr(ids, "to_pylist") else ids
+    return np.fromiter((int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") >> 1
+                        for name in names), np.int64, len(names))
+
+
+def pair_keys(owners: np.ndarray, collaborators: np.ndarray) -> np.ndarray:
+    """(P,) int64 keys of (owner, collaborator) device-key pairs: a 63-bit mix of the two (splitmix64)."""
+    with np.errstate(over="ignore"):
+        x = owners.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ collaborators.astype(np.uint64)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(1)).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -78,13 +129,29 @@ class DeviceIndex:
 
 @dataclass(frozen=True)
 class SlotGraph:
-    """One slot's edges as integer arrays over a DeviceIndex (src = owner, dst = collaborator)."""
+    """One slot's edges as integer arrays over a DeviceIndex (src = owner, dst = collaborator).
+
+    The evidence arrays default to one graded task per edge (no flags) and the profile to unknown."""
 
     slot: int
     src: np.ndarray  # (E,)
     dst: np.ndarray  # (E,)
     t_col: np.ndarray  # (E,)
     offset: np.ndarray  # (E,)
+    tasks: np.ndarray | None = None  # (E,) tasks behind T_col
+    flagged: np.ndarray | None = None  # (E,) of those, tasks with the tr/com flags
+    tr: np.ndarray | None = None  # (E,) transmissions that succeeded
+    com: np.ndarray | None = None  # (E,) computations that succeeded
+    profile: np.ndarray | None = None  # (E, 2) mean task size (bit) and density (cycle/bit), NaN unknown
+    time_ratio: np.ndarray | None = None  # (E,) mean reported offload time / local time, NaN unknown
+
+    def __post_init__(self) -> None:
+        e = len(self.src)
+        defaults = {"tasks": np.ones(e), "flagged": np.zeros(e), "tr": np.zeros(e), "com": np.zeros(e),
+                    "profile": np.full((e, 2), np.nan), "time_ratio": np.full(e, np.nan)}
+        for name, value in defaults.items():
+            object.__setattr__(self, name, value if getattr(self, name) is None
+                               else np.asarray(getattr(self, name), dtype=np.float64))
 
     @property
     def active(self) -> np.ndarray:
@@ -98,11 +165,15 @@ def slot_graphs(edges: pa.Table, index: DeviceIndex) -> dict[int, SlotGraph]:
     known = (src >= 0) & (dst >= 0)
     slots = edges["slot"].to_numpy()[known]
     src, dst = src[known], dst[known]
-    t_col, offset = edges["t_col"].to_numpy()[known], edges["offset"].to_numpy()[known]
+    column = {name: edges[name].to_numpy()[known].astype(np.float64)
+              for name in ("t_col", "offset", "tasks", "flagged", "tr", "com", "size_bits", "density", "time_ratio")}
+    profile = np.stack([column["size_bits"], column["density"]], axis=1)
     graphs = {}
     bounds = np.flatnonzero(np.diff(slots)) + 1  # edges are sorted by slot
     for part in np.split(np.arange(len(slots)), bounds):
         if len(part):
             s = int(slots[part[0]])
-            graphs[s] = SlotGraph(s, src[part], dst[part], t_col[part], offset[part])
+            graphs[s] = SlotGraph(s, src[part], dst[part], column["t_col"][part], column["offset"][part],
+                                  column["tasks"][part], column["flagged"][part], column["tr"][part],
+                                  column["com"][part], profile[part], column["time_ratio"][part])
     return graphs

@@ -48,6 +48,13 @@ def transmission_rate(distance_m: Array, tx_w: Array, params: SystemParams) -> A
     return params.bandwidth_hz * xp.log2(1.0 + snr(distance_m, tx_w, params))
 
 
+def outage_success(distance_m: Array, tx_w: Array, params: SystemParams, outage_snr_db: float) -> Array:
+    """P(transmission succeeds) under Rayleigh fading: the instantaneous SNR clears the outage threshold,
+    exp(-SNR_th / mean SNR). With g = d^-alpha0 it is exp(-c * d^alpha0), c = SNR_th * N0 / p_tr."""
+    xp = _ops(distance_m, tx_w)
+    return xp.exp(-(10.0 ** (outage_snr_db / 10.0)) / snr(distance_m, tx_w, params))
+
+
 def transmission(
     size_bits: Array, distance_m: Array, tx_w_owner: Array, rx_w_collab: Array, params: SystemParams
 ) -> Cost:

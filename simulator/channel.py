@@ -33,11 +33,10 @@ class RayleighChannel:
     """Closed-form outage probability under Rayleigh fading at the path-loss mean SNR."""
 
     def __init__(self, params: SystemParams, outage_snr_db: float) -> None:
-        self.params = params
-        self.snr_threshold = 10.0 ** (outage_snr_db / 10.0)
+        self.params, self.outage_snr_db = params, outage_snr_db
 
     def p_tr(self, distance_m: np.ndarray, tx_w: np.ndarray) -> np.ndarray:
-        return np.exp(-self.snr_threshold / physics.snr(distance_m, tx_w, self.params))
+        return physics.outage_success(distance_m, tx_w, self.params, self.outage_snr_db)
 
 
 class Ns3Channel:

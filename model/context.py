@@ -1,0 +1,53 @@
+"""A pair's physical context: what the paper's system model (eqs. 2-9) says about offloading i -> j.
+
+From the two devices' latest statuses and the owner's task profile: the distance d_ij, both CPUs,
+and the offload cost (transmission at d_ij plus computation at j's nominal CPU) against running
+the task at i. BM's pair head reads :meth:`PairPhysics.features`; the scorer reads the same costs
+for the value of completion V. NaN wherever a status or the profile is unknown.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from model import physics
+from model.config import SystemParams
+from model.physics import Cost
+from model.status import CPU, RX, TX, X, Y
+
+PHYSICS_COLUMNS = ("distance_m", "cpu_owner_hz", "cpu_collaborator_hz", "offload_over_local")
+
+
+class PairPhysics(NamedTuple):
+    distance_m: np.ndarray  # (P,)
+    offload: Cost  # t_tot, E_tot of offloading the task i -> j
+    local: Cost  # t, E of running it at i
+    cpu_owner_hz: np.ndarray  # (P,)
+    cpu_collaborator_hz: np.ndarray  # (P,)
+
+    def features(self) -> np.ndarray:
+        """(P, 4) float32 PHYSICS_COLUMNS: the head's raw physical input."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = self.offload.time_s / self.local.time_s
+        return np.stack([self.distance_m, self.cpu_owner_hz, self.cpu_collaborator_hz, ratio],
+                        axis=1).astype(np.float32)
+
+    def value(self, params: SystemParams) -> np.ndarray:
+        """V of the task at j if it succeeds, in [0, 1]; 0 where anything is unknown."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            voc = physics.value_of_completion(self.offload, self.local, params)
+        return np.clip(np.nan_to_num(voc, nan=0.0), 0.0, 1.0)
+
+
+def pair_physics(status_i: np.ndarray, status_j: np.ndarray, profile: np.ndarray, params: SystemParams
+                 ) -> PairPhysics:
+    """status_i, status_j: (P, 8) STATUS_COLUMNS of owners and candidates; profile: (P, 2) task size (bit) and
+    density (cycle/bit)."""
+    distance = np.hypot(status_i[:, X] - status_j[:, X], status_i[:, Y] - status_j[:, Y])
+    size, density = profile[:, 0], profile[:, 1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        offload = physics.offload(size, density, distance, status_i[:, TX], status_j[:, RX], status_j[:, CPU], params)
+        local = physics.computation(size, density, status_i[:, CPU], params)
+    return PairPhysics(distance, offload, local, status_i[:, CPU], status_j[:, CPU])

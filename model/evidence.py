@@ -1,0 +1,229 @@
+"""Forgetting-weighted evidence: what each device and each pair has shown so far, at several memories.
+
+Every task is one unit of evidence in six channels (:data:`CHANNELS`): the task itself (n), its
+T_col weight (w), whether it carries the tr/com flags (f), the flags (tr, com), and the
+transmission again weighted by the on-time factor of the task's reported times (ton: what a
+computation could be expected to achieve given how late the offload left it, so that
+P(com | tr) counted against ton measures j's behaviour rather than its CPU or its owners'). Evidence is
+kept per *role*: a device as collaborator (every channel), a device as owner (n, w: what it
+reports of others, e.g. a rater's bias) and a pair owner -> collaborator (every channel). Each
+sum forgets by a factor lambda per slot, for each lambda of :class:`EvidenceConfig` at once, so a
+device whose last success was 30 slots ago carries lambda**30 of it, however its slots were
+pooled elsewhere.
+
+:class:`EvidenceState` holds the sums as of each key's last update (decayed lazily on read), the
+same arrays in the streaming shards and offline. :class:`EvidenceTrack` records every update, so
+offline code can ask for any key at any slot. :func:`pair_evidence_features` turns the sums of a
+pair's three roles into the head's input (smoothed rates, log counts, recency).
+
+Glossary: lambda (``lams``) is the forgetting factor per slot; N, W, F, TR, COM, TON the channels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from model.channel import OnTimeCurve
+from model.graphs import SlotGraph
+
+CHANNELS = ("n", "w", "f", "tr", "com", "ton")
+N, W, F, TR, COM, TON = range(len(CHANNELS))
+ROLES = ("collaborator", "owner", "pair")
+NEVER = 10 ** 9  # slots since the last update of a key never seen
+
+
+@dataclass(frozen=True)
+class EvidenceConfig:
+    lams: tuple[float, ...] = (0.7, 0.9, 0.95, 0.98)  # forgetting factors per slot, short to long memory
+    recency_cap: int = 100  # slots since the last task, capped (and scaled by it) in the features
+    on_time: tuple[float, ...] = ()  # OnTimeCurve factors weighting the ton channel (fitted in training); none: 1
+
+    def __post_init__(self) -> None:
+        if not self.lams or any(not 0 < lam <= 1 for lam in self.lams):
+            raise ValueError(f"EvidenceConfig.lams: each must lie in (0, 1] (got {self.lams!r})")
+
+    @property
+    def features(self) -> int:
+        """Width of :func:`pair_evidence_features`."""
+        return len(self.lams) * 13 + 2
+
+    def on_time_factor(self, time_ratio: np.ndarray) -> np.ndarray:
+        return OnTimeCurve(self.on_time)(time_ratio) if self.on_time else np.ones(len(time_ratio))
+
+
+def find(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, found) of ``keys`` in the sorted array ``sorted_keys``."""
+    at = np.searchsorted(sorted_keys, keys)
+    if not len(sorted_keys):
+        return at, np.zeros(len(keys), bool)
+    return at, (at < len(sorted_keys)) & (sorted_keys[np.minimum(at, len(sorted_keys) - 1)] == keys)
+
+
+def decay(lams: np.ndarray, gap: np.ndarray) -> np.ndarray:
+    """(k, L) factors lambda**gap for gaps (k,) in slots."""
+    return np.power(lams[None, :], np.maximum(gap, 0)[:, None].astype(np.float64))
+
+
+@dataclass
+class EvidenceState:
+    """Decayed sums per int64 key: ``values[k]`` (L, C) as of slot ``slots[k]``, keys sorted.
+
+    ``tags`` holds an int64 given with each key when it is first seen (a pair's owner key), so that
+    a reader can pick keys by it."""
+
+    lams: np.ndarray
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    values: np.ndarray | None = None  # (m, L, C)
+    tags: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __post_init__(self) -> None:
+        self.lams = np.asarray(self.lams, np.float64)
+        if self.values is None:
+            self.values = np.zeros((0, len(self.lams), len(CHANNELS)))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def update(self, keys: np.ndarray, slot: int, increments: np.ndarray, tags: np.ndarray | None = None
+               ) -> np.ndarray:
+        """Add (k, C) increments at ``slot`` (keys unique, slot >= their last update); returns the rows updated."""
+        keys = np.asarray(keys, np.int64)
+        tags = np.zeros(len(keys), np.int64) if tags is None else np.asarray(tags, np.int64)
+        order = np.argsort(keys)
+        keys, increments, tags = keys[order], increments[order], tags[order]
+        at, known = find(self.keys, keys)
+        if (~known).any():  # new keys start at zero evidence
+            new = keys[~known]
+            merged = np.concatenate([self.keys, new])
+            position = np.argsort(merged, kind="stable")
+            self.keys = merged[position]
+            self.slots = np.concatenate([self.slots, np.full(len(new), slot, np.int64)])[position]
+            self.values = np.concatenate([self.values, np.zeros((len(new), *self.values.shape[1:]))])[position]
+            self.tags = np.concatenate([self.tags, tags[~known]])[position]
+            at = np.searchsorted(self.keys, keys)
+        factor = decay(self.lams, slot - self.slots[at])  # (k, L)
+        self.values[at] = self.values[at] * factor[:, :, None] + increments[:, None, :]
+        self.slots[at] = slot
+        return at
+
+    def query(self, keys: np.ndarray, slot: int | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(values (k, L, C) decayed to ``slot``, slots since the last update (k,); NEVER for unknown keys)."""
+        keys = np.asarray(keys, np.int64)
+        at, known = find(self.keys, keys)
+        out = np.zeros((len(keys), len(self.lams), len(CHANNELS)))
+        since = np.full(len(keys), NEVER, np.int64)
+        rows = at[known]
+        gap = np.broadcast_to(np.asarray(slot, np.int64), keys.shape)[known] - self.slots[rows]
+        out[known] = self.values[rows] * decay(self.lams, gap)[:, :, None]
+        since[known] = gap
+        return out, since
+
+    def prune(self, slot: int, below: float = 1e-3) -> None:
+        """Forget keys whose task count has decayed below ``below`` at the longest memory by ``slot``."""
+        remaining = self.values[:, -1, N] * decay(self.lams[-1:], slot - self.slots)[:, 0]
+        keep = remaining >= below
+        self.keys, self.slots, self.values, self.tags = (self.keys[keep], self.slots[keep], self.values[keep],
+                                                         self.tags[keep])
+
+
+def role_increments(graph: SlotGraph, n: int, config: EvidenceConfig) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A slot's evidence per role: {role: (keys (k,), increments (k, C))}; pair keys are src * n + dst."""
+    ton = graph.tr * config.on_time_factor(graph.time_ratio)
+    per_edge = np.stack([graph.tasks, graph.t_col * graph.tasks, graph.flagged, graph.tr, graph.com, ton], axis=1)
+    out = {}
+    for role, keys in (("collaborator", graph.dst), ("owner", graph.src), ("pair", graph.src * n + graph.dst)):
+        unique, inverse = np.unique(np.asarray(keys, np.int64), return_inverse=True)
+        sums = np.zeros((len(unique), len(CHANNELS)))
+        np.add.at(sums, inverse, per_edge)
+        if role == "owner":
+            sums[:, [F, TR, COM, TON]] = 0.0  # an owner's evidence is what it reports: n and w
+        out[role] = (unique, sums)
+    return out
+
+
+@dataclass
+class EvidenceTrack:
+    """Every update of an :class:`EvidenceState`, so any key can be read at any slot (offline).
+
+    Records are sorted by (key, slot); a read takes the key's last record at or before the slot and
+    decays it, which equals the state a slot-by-slot replay would hold then.
+    """
+
+    lams: np.ndarray
+    keys: np.ndarray
+    slots: np.ndarray
+    values: np.ndarray  # (m, L, C) state right after the update at ``slots``
+
+    @classmethod
+    def record(cls, lams: np.ndarray, updates: list[tuple[int, np.ndarray, np.ndarray]]) -> "EvidenceTrack":
+        """Replay ``updates`` [(slot, keys, increments)] in slot order through one state, keeping each result."""
+        state = EvidenceState(lams)
+        keys, slots, values = [], [], []
+        for slot, update_keys, increments in updates:
+            rows = state.update(update_keys, slot, increments)
+            keys.append(state.keys[rows])
+            slots.append(np.full(len(rows), slot, np.int64))
+            values.append(state.values[rows].copy())
+        if not keys:
+            return cls(np.asarray(lams, np.float64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                       np.zeros((0, len(lams), len(CHANNELS))))
+        keys, slots, values = np.concatenate(keys), np.concatenate(slots), np.concatenate(values)
+        order = np.lexsort((slots, keys))
+        return cls(np.asarray(lams, np.float64), keys[order], slots[order], values[order])
+
+    def query(self, keys: np.ndarray, slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(values (k, L, C) as of the end of ``slot`` (one per key), slots since the key's last update)."""
+        keys, slot = np.asarray(keys, np.int64), np.broadcast_to(np.asarray(slot, np.int64), np.shape(keys))
+        out = np.zeros((len(keys), len(self.lams), len(CHANNELS)))
+        since = np.full(len(keys), NEVER, np.int64)
+        if not len(self.keys):
+            return out, since
+        first = np.searchsorted(self.keys, keys, side="left")
+        stop = np.searchsorted(self.keys, keys, side="right")
+        # the last record with record slot <= slot inside the key's block [first, stop)
+        ordinal = np.cumsum(np.r_[True, self.keys[1:] != self.keys[:-1]]) - 1
+        span = int(max(self.slots.max(), slot.max()) - min(self.slots.min(), slot.min())) + 2
+        base = min(int(self.slots.min()), int(slot.min()))
+        combined = ordinal * span + (self.slots - base)
+        query_ordinal = ordinal[np.minimum(first, len(ordinal) - 1)]
+        at = np.searchsorted(combined, query_ordinal * span + (slot - base), side="right") - 1
+        found = (stop > first) & (at >= first)
+        rows = at[found]
+        gap = slot[found] - self.slots[rows]
+        out[found] = self.values[rows] * decay(self.lams, gap)[:, :, None]
+        since[found] = gap
+        return out, since
+
+
+def _rate(hits: np.ndarray, trials: np.ndarray) -> np.ndarray:
+    """Laplace-smoothed rate (hits + 1) / (trials + 2)."""
+    return (hits + 1.0) / (trials + 2.0)
+
+
+def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np.ndarray, since: np.ndarray,
+                           config: EvidenceConfig) -> np.ndarray:
+    """The pair head's evidence input, (P, ``config.features``) float32.
+
+    collaborator, owner, pair: (P, L, C) decayed sums of the candidate j as collaborator, the owner i
+    as owner, and the pair i -> j; since: (P,) slots since j last served. Per lambda: j's log task
+    count, mean T_col, log flagged count, P(tr), P(com | tr), log on-time-weighted count and
+    P(com | tr) against it; i's log count and mean reported T_col; the pair's log count, mean T_col,
+    P(tr) and P(com | tr); then j's recency and whether j was ever seen.
+    """
+    def log_count(x: np.ndarray) -> np.ndarray:
+        return np.log1p(x) / 3.0
+
+    def mean_weight(x: np.ndarray) -> np.ndarray:
+        return (x[..., W] + 0.5) / (x[..., N] + 1.0)
+
+    c, o, p = collaborator, owner, pair
+    parts = [log_count(c[..., N]), mean_weight(c), log_count(c[..., F]), _rate(c[..., TR], c[..., F]),
+             _rate(c[..., COM], c[..., TR]), log_count(c[..., TON]), _rate(c[..., COM], c[..., TON]),
+             log_count(o[..., N]), mean_weight(o),
+             log_count(p[..., N]), mean_weight(p), _rate(p[..., TR], p[..., F]), _rate(p[..., COM], p[..., TR])]
+    seen = since < NEVER
+    recency = np.where(seen, np.minimum(since, config.recency_cap) / config.recency_cap, 1.0)
+    return np.concatenate([*parts, recency[:, None], seen[:, None].astype(np.float64)], axis=1).astype(np.float32)

@@ -1,0 +1,156 @@
+"""BM's pair heads: T_beh of collaborator j for owner i from their long-term embeddings (and the pair).
+
+* :class:`PaperHead` (``head="paper"``, the ``bm_paper`` ablation): the paper's ``MLP(Y_i (+) Y_j)``
+  over ``levels`` reliability levels, trained by cross-entropy against the next slot's T_col (a soft
+  label on the two nearest levels); T_beh is the distribution's mean (``readout="expected"``) or the
+  most probable level (``"max"``, the paper's literal readout).
+* :class:`ContextHead` (``head="context"``, the default): what the paper's system model says T_col is
+  made of. A task's T_col is ``a1 * tr + a2 * com`` and computation only follows transmission, so
+  ``E[T_col] = P(tr) * (a1 + a2 * P(com | tr))``. The head predicts both factors:
+
+  - ``q_tr = sigmoid(logit P_tr(d_ij) + delta(physics))``: the outage curve (:mod:`model.channel`,
+    its two parameters learned from the fitted start) corrected by the pair's physics;
+  - ``q_com = sigmoid(b(Y_i, Y_j, evidence, physics)) * sigmoid(o(physics))``: j's behaviour, from
+    the long-term embeddings, the forgetting-weighted evidence of j, i and the pair
+    (:mod:`model.evidence`) and the physics, times an on-time factor from the physics alone (the
+    offload time against the owner's local time);
+
+  trained by the binomial likelihood of the tasks' tr and com flags. Graded logs (no flags) read
+  ``T_beh = sigmoid(b(...))`` trained by cross-entropy against T_col. The weights that read Y start
+  at zero: training first fits the head on the evidence and physics alone (cheap: no encoder runs,
+  :func:`model.train.warm_up_head`), then learns end to end what the long-term embeddings add.
+
+Every head maps (Y_i (P, d), Y_j (P, d), physics (P, 4), evidence (P, F)) to raw outputs (P, k);
+``t_beh(raw)`` gives T_beh (P,) and ``loss(raw, targets)`` the training loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.channel import REFERENCE_M, OutageCurve
+from model.config import TrustWeights
+
+Readout = Literal["expected", "max"]
+Outcomes = Literal["flags", "graded"]
+PHYSICS_FEATURES = 8
+
+
+@dataclass
+class PairTargets:
+    """Next-slot outcomes of each pair (P,): T_col, tasks, tasks with flags, and the tr / com successes."""
+
+    t_col: torch.Tensor
+    tasks: torch.Tensor
+    flagged: torch.Tensor
+    tr: torch.Tensor
+    com: torch.Tensor
+
+
+def soft_labels(values: torch.Tensor, levels: int) -> torch.Tensor:
+    """(P,) values in [0, 1] -> (P, levels) distributions on the two nearest levels with mean == value."""
+    position = values.clamp(0, 1) * (levels - 1)
+    low = position.floor().long().clamp(max=levels - 2)
+    upper_share = position - low
+    labels = torch.zeros(len(values), levels)
+    labels.scatter_(1, low[:, None], (1 - upper_share)[:, None])
+    labels.scatter_add_(1, (low + 1)[:, None], upper_share[:, None])
+    return labels
+
+
+def mlp(sizes: tuple[int, ...], dropout: float = 0.0) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if k < len(sizes) - 2:
+            layers += [nn.ReLU(), nn.Dropout(dropout)]
+    return nn.Sequential(*layers)
+
+
+class PaperHead(nn.Module):
+    def __init__(self, d: int, hidden: int, levels: int, readout: Readout, dropout: float) -> None:
+        super().__init__()
+        self.readout = readout
+        self.register_buffer("level_values", torch.linspace(0, 1, levels), persistent=False)
+        self.mlp = mlp((2 * d, hidden, levels), dropout)
+
+    def forward(self, y_i: torch.Tensor, y_j: torch.Tensor, physics: torch.Tensor, evidence: torch.Tensor
+                ) -> torch.Tensor:
+        return self.mlp(torch.cat([y_i, y_j], dim=-1))  # (P, levels) logits
+
+    def t_beh(self, raw: torch.Tensor, readout: Readout | None = None) -> torch.Tensor:
+        if (readout or self.readout) == "max":
+            return self.level_values[raw.argmax(-1)]
+        return raw.softmax(-1) @ self.level_values
+
+    def loss(self, raw: torch.Tensor, targets: PairTargets) -> torch.Tensor:
+        return -(soft_labels(targets.t_col, len(self.level_values)) * F.log_softmax(raw, -1)).sum(-1).mean()
+
+
+class ContextHead(nn.Module):
+    def __init__(self, d: int, evidence_dim: int, hidden: int, outcomes: Outcomes, weights: TrustWeights,
+                 outage: OutageCurve, dropout: float) -> None:
+        super().__init__()
+        self.outcomes, self.a_tr, self.a_com = outcomes, weights.a_tr, weights.a_com
+        self.log_c = nn.Parameter(torch.tensor(float(outage.log_c)))
+        self.alpha = nn.Parameter(torch.tensor(float(outage.alpha)))
+        self.tr_unknown = nn.Parameter(torch.zeros(()))  # logit P(tr) where the distance is unknown
+        self.tr_adjust = mlp((PHYSICS_FEATURES, hidden // 2, 1))
+        self.behaviour = mlp((2 * d + evidence_dim + PHYSICS_FEATURES, hidden, hidden, 1), dropout)
+        self.on_time = mlp((PHYSICS_FEATURES, hidden // 2, 1))
+        nn.init.zeros_(self.tr_adjust[-1].weight)  # start from the fitted curve
+        nn.init.zeros_(self.tr_adjust[-1].bias)
+        with torch.no_grad():
+            self.on_time[-1].bias.fill_(2.0)  # mostly on time, not saturated
+            self.behaviour[0].weight[:, : 2 * d].zero_()  # Y adds nothing until training finds what it adds
+
+    def physics_features(self, physics: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """physics (P, 4) raw PHYSICS_COLUMNS, NaN unknown -> (features (P, 8), P_tr(d) (P,), distance known)."""
+        distance, cpu_i, cpu_j, ratio = physics.unbind(-1)
+        known_d = ~torch.isnan(distance)
+        d = torch.where(known_d, distance, torch.full_like(distance, REFERENCE_M)).clamp(min=1.0)
+        p_curve = torch.exp(-torch.exp(self.log_c) * (d / REFERENCE_M) ** self.alpha)
+        known_cpu = ~(torch.isnan(cpu_i) | torch.isnan(cpu_j))
+        known_ratio = ~torch.isnan(ratio) & (ratio > 0)
+        zero = torch.zeros_like(distance)
+        features = torch.stack([
+            known_d.float(), torch.where(known_d, torch.log1p(d) / 6, zero), torch.where(known_d, p_curve, zero),
+            known_cpu.float(), torch.where(known_cpu, torch.log(cpu_i.clamp(min=1.0) / 1e9), zero),
+            torch.where(known_cpu, torch.log(cpu_j.clamp(min=1.0) / 1e9), zero),
+            known_ratio.float(), torch.where(known_ratio, torch.log(ratio.clamp(min=1e-6)).clamp(-3, 3), zero),
+        ], dim=-1)
+        return features, p_curve, known_d
+
+    def forward(self, y_i: torch.Tensor, y_j: torch.Tensor, physics: torch.Tensor, evidence: torch.Tensor
+                ) -> torch.Tensor:
+        """-> (P, 3): logit q_tr, logit of j's behaviour, logit of the on-time factor."""
+        features, p_curve, known_d = self.physics_features(physics)
+        curve_logit = torch.logit(p_curve.clamp(1e-6, 1 - 1e-6))
+        tr_logit = torch.where(known_d, curve_logit, self.tr_unknown.expand_as(curve_logit))
+        tr_logit = tr_logit + self.tr_adjust(features)[:, 0]
+        com_logit = self.behaviour(torch.cat([y_i, y_j, evidence, features], dim=-1))[:, 0]
+        return torch.stack([tr_logit, com_logit, self.on_time(features)[:, 0]], dim=-1)
+
+    def t_beh(self, raw: torch.Tensor, readout: Readout | None = None) -> torch.Tensor:
+        if self.outcomes == "graded":
+            return torch.sigmoid(raw[:, 1])
+        q_tr, q_com = torch.sigmoid(raw[:, 0]), torch.sigmoid(raw[:, 1]) * torch.sigmoid(raw[:, 2])
+        return q_tr * (self.a_tr + self.a_com * q_com)
+
+    def loss(self, raw: torch.Tensor, targets: PairTargets) -> torch.Tensor:
+        """Negative log-likelihood per task: binomial tr of flagged tasks and com of transmitted ones (flags),
+        or cross-entropy against T_col weighted by tasks (graded)."""
+        if self.outcomes == "graded":
+            bce = F.binary_cross_entropy_with_logits(raw[:, 1], targets.t_col.clamp(0, 1), reduction="none")
+            return (bce * targets.tasks).sum() / targets.tasks.sum().clamp(min=1)
+        log_tr, log_no_tr = F.logsigmoid(raw[:, 0]), F.logsigmoid(-raw[:, 0])
+        log_com = F.logsigmoid(raw[:, 1]) + F.logsigmoid(raw[:, 2])
+        log_no_com = torch.log1p(-torch.exp(log_com).clamp(max=1 - 1e-6))
+        nll = -(targets.tr * log_tr + (targets.flagged - targets.tr) * log_no_tr
+                + targets.com * log_com + (targets.tr - targets.com) * log_no_com)
+        return nll.sum() / targets.flagged.sum().clamp(min=1)

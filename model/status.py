@@ -1,0 +1,84 @@
+"""Device statuses over time and "the latest status before t": one implementation for every path.
+
+The offline evaluation (BM's pair context), the offline scorer and the streaming shards all ask the
+same question, each device's most recent :class:`schemas.DeviceStatus` observed before a time, and
+all answer it with :class:`StatusLog`. Devices are int64 keys: rows of a
+:class:`model.graphs.DeviceIndex` offline, or any int64 device key online.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+STATUS_COLUMNS = ("cpu_hz", "tx_w", "rx_w", "x_m", "y_m", "willingness", "comm_ok", "comp_ok")
+CPU, TX, RX, X, Y, WILLINGNESS, COMM_OK, COMP_OK = range(len(STATUS_COLUMNS))
+
+
+def status_values(status: pa.Table) -> np.ndarray:
+    """(m, 8) float64 STATUS_COLUMNS of a status table (flags as 0/1)."""
+    return np.stack([pc.cast(status[c], pa.float64()).to_numpy(zero_copy_only=False) for c in STATUS_COLUMNS],
+                    axis=1)
+
+
+def latest_entries(keys: np.ndarray, times: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Indices of each key's latest entry among ``mask`` (ties: the later-added entry)."""
+    candidates = np.flatnonzero(mask)
+    order = candidates[np.lexsort((candidates, times[candidates], keys[candidates]))]
+    last = np.r_[keys[order][1:] != keys[order][:-1], True] if len(order) else np.zeros(0, bool)
+    return order[last]
+
+
+@dataclass
+class StatusLog:
+    """Statuses as parallel arrays: device key, time (ms) and the (m, 8) STATUS_COLUMNS values."""
+
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    times: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    values: np.ndarray = field(default_factory=lambda: np.zeros((0, len(STATUS_COLUMNS))))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, keys: np.ndarray, times: np.ndarray, values: np.ndarray) -> None:
+        self.keys = np.concatenate([self.keys, np.asarray(keys, np.int64)])
+        self.times = np.concatenate([self.times, np.asarray(times, np.int64)])
+        self.values = np.concatenate([self.values, np.asarray(values, np.float64).reshape(-1, len(STATUS_COLUMNS))])
+
+    def restrict(self, keep: np.ndarray) -> "StatusLog":
+        """The entries whose key is in the sorted array ``keep``."""
+        mine = np.isin(self.keys, keep)
+        return StatusLog(self.keys[mine], self.times[mine], self.values[mine])
+
+    def latest(self, keys: np.ndarray, before_ms: int | np.ndarray) -> np.ndarray:
+        """(len(keys), 8): each key's latest status strictly before ``before_ms`` (one time for all, or one per
+        key); NaN rows where none is known."""
+        keys = np.asarray(keys, np.int64)
+        out = np.full((len(keys), len(STATUS_COLUMNS)), np.nan)
+        if not len(self.keys) or not len(keys):
+            return out
+        before = np.broadcast_to(np.asarray(before_ms, np.int64), keys.shape)
+        order = np.lexsort((np.arange(len(self.keys)), self.times, self.keys))  # by key, time, insertion
+        sorted_keys, sorted_times = self.keys[order], self.times[order]
+        first = np.searchsorted(sorted_keys, keys, side="left")
+        stop = np.searchsorted(sorted_keys, keys, side="right")
+        # within each key's block, the entries before the query time: a search on (key, time) pairs
+        span = int(max(sorted_times.max(), before.max()) - min(sorted_times.min(), before.min())) + 2
+        base = min(int(sorted_times.min()), int(before.min()))
+        ordinal = np.cumsum(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]) - 1  # 0.. per distinct key
+        combined = ordinal * span + (sorted_times - base)
+        query_ordinal = ordinal[np.minimum(first, len(ordinal) - 1)]
+        at = np.searchsorted(combined, query_ordinal * span + (before - base), side="left") - 1
+        found = (stop > first) & (at >= first)
+        out[found] = self.values[order[at[found]]]
+        return out
+
+    def prune(self, before_ms: int) -> None:
+        """Forget statuses superseded before ``before_ms``: keep each key's latest before it and all after."""
+        old = self.times < before_ms
+        keep = ~old
+        keep[latest_entries(self.keys, self.times, old)] = True
+        self.keys, self.times, self.values = self.keys[keep], self.times[keep], self.values[keep]
