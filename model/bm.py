@@ -1,16 +1,19 @@
 """BM: slot GNN -> bidirectional Mamba over each device's slot history -> pair head -> T_beh.
 
-The LSTM, Transformer and GNN-only baselines are the same model with another
-``sequence`` encoder (:mod:`model.sequence`).
+The LSTM, Transformer and GNN-only baselines are the same model with another ``sequence`` encoder
+(:mod:`model.sequence`); every one of them shares the head, its inputs and the training.
 
-Glossary: ``t_beh`` is the paper's T_beh, the long-term behavioural trust of
-collaborator j for owner i, read from the pair head ``MLP(Y_i (+) Y_j)``.
-The head predicts a distribution over ``levels`` evenly spaced reliability
-levels in [0, 1], trained by cross-entropy against the next slot's T_col
-(as a soft label split between the two nearest levels, so that its expected
-value is exactly T_col). ``readout="expected"`` (default) gives T_beh as the
-distribution's mean; ``readout="max"`` is the paper's literal "max over the
-output vector" (the most probable level), kept as an ablation.
+Glossary: ``Y`` is a device's long-term embedding (the sequence encoder over its last S slot
+embeddings), ``t_beh`` the paper's T_beh of collaborator j for owner i, read from the pair head
+(:mod:`model.head`): ``head="context"`` (default) on Y_i, Y_j, the pair's physics and the
+forgetting-weighted evidence; ``head="paper"`` the paper's literal ``MLP(Y_i (+) Y_j)`` over
+reliability levels (the ``bm_paper`` ablation).
+
+Cold start: devices without an edge in the training period (and, online, devices the model has
+never seen) have no node2vec row worth reading. They share one learned ``cold`` row instead, and
+training replaces a ``cold_dropout`` share of the known devices' rows by it, so that the model
+learns what a new device looks like. Such a device's T_beh then moves from the cold prior towards
+what its own evidence shows as its tasks accrue (:mod:`model.evidence`).
 """
 
 from __future__ import annotations
@@ -20,17 +23,19 @@ from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from model.bimamba import MambaConfig
-from model.config import SlotClock, TrustWeights
+from model.channel import OutageCurve
+from model.config import SlotClock, SystemParams, TrustWeights
+from model.evidence import EvidenceConfig
 from model.gnn import GNNConfig, SlotEncoder
+from model.head import ContextHead, Outcomes, PairTargets, PaperHead, Readout
 from model.history import History
 from model.node2vec import Node2VecConfig
 from model.sequence import SequenceKind, sequence_encoder
 
-Readout = Literal["expected", "max"]
+HeadKind = Literal["context", "paper"]
 
 
 @dataclass(frozen=True)
@@ -38,12 +43,17 @@ class BMConfig:
     gnn: GNNConfig = field(default_factory=GNNConfig)
     mamba: MambaConfig = field(default_factory=MambaConfig)
     node2vec: Node2VecConfig = field(default_factory=Node2VecConfig)
+    evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
     clock: SlotClock = field(default_factory=SlotClock)
     weights: TrustWeights = field(default_factory=TrustWeights)
+    system: SystemParams = field(default_factory=SystemParams)
     window: int = 32  # S: slots of history per device
-    levels: int = 11
-    head_hidden: int = 64
+    head: HeadKind = "context"
+    outcomes: Outcomes = "flags"  # what the log's tasks carry: the tr/com flags, or a graded reliability
+    levels: int = 11  # the paper head's reliability levels
+    head_hidden: int = 32
     dropout: float = 0.0
+    cold_dropout: float = 0.1  # share of known devices read as new ones in each training step
     readout: Readout = "expected"
     sequence: SequenceKind = "bimamba"  # the learned baselines swap this encoder (see model.sequence)
 
@@ -56,54 +66,90 @@ class BMConfig:
                              f"({self.node2vec.dim})")
         if self.window < 1 or self.levels < 2:
             raise ValueError(f"BMConfig: window >= 1 and levels >= 2 (got {self.window}, {self.levels})")
+        if self.head not in ("context", "paper") or self.outcomes not in ("flags", "graded"):
+            raise ValueError(f"BMConfig: head 'context' or 'paper', outcomes 'flags' or 'graded' "
+                             f"(got {self.head!r}, {self.outcomes!r})")
+        if not 0 <= self.cold_dropout < 1:
+            raise ValueError(f"BMConfig.cold_dropout: must lie in [0, 1) (got {self.cold_dropout!r})")
+
+    @property
+    def uses_context(self) -> bool:
+        return self.head == "context"
+
+
+@dataclass
+class PairQuery:
+    """Pairs to score: owners ``src`` and candidates ``dst`` (history rows), each from its history up to the
+    end of relative slot ``end``, for a task of ``profile`` (P, 2) size (bit) and density (NaN unknown)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    end: np.ndarray
+    profile: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.end = np.broadcast_to(np.asarray(self.end, np.int64), np.shape(self.src)).copy()
+        if self.profile is None:
+            self.profile = np.full((len(self.src), 2), np.nan)
 
 
 class BM(nn.Module):
-    def __init__(self, config: BMConfig, features: np.ndarray) -> None:
-        """features: (devices, node2vec dim) fixed node2vec table."""
+    def __init__(self, config: BMConfig, features: np.ndarray, known: np.ndarray | None = None,
+                 outage: OutageCurve | None = None) -> None:
+        """features: (devices, node2vec dim) fixed node2vec table; known: (devices,) which rows are worth
+        reading (the rest read the cold row); outage: the head's starting P_tr curve."""
         super().__init__()
         self.config = config
+        n = len(features)
         self.register_buffer("features", torch.as_tensor(features, dtype=torch.float32))
-        self.register_buffer("level_values", torch.linspace(0, 1, config.levels))
+        self.register_buffer("known", torch.as_tensor(np.ones(n, bool) if known is None else known, dtype=torch.bool))
+        self.cold = nn.Parameter(torch.zeros(config.node2vec.dim))
         self.slot_encoder = SlotEncoder(config.gnn)
         self.sequence_encoder = sequence_encoder(config.sequence, config.mamba, config.window)
         d = config.gnn.out_dim
-        self.head = nn.Sequential(nn.Linear(2 * d, config.head_hidden), nn.ReLU(), nn.Dropout(config.dropout),
-                                  nn.Linear(config.head_hidden, config.levels))
+        if config.head == "paper":
+            self.head: nn.Module = PaperHead(d, config.head_hidden, config.levels, config.readout, config.dropout)
+        else:
+            self.head = ContextHead(d, config.evidence.features, config.head_hidden, config.outcomes, config.weights,
+                                    outage or OutageCurve.prior(config.system), config.dropout)
 
-    def pair_logits(self, history: History, src: np.ndarray, dst: np.ndarray, end: np.ndarray) -> torch.Tensor:
-        """Logits (P, levels) for owners ``src`` and collaborators ``dst`` from their histories up to slot ``end``."""
-        window = self.config.window
-        devices = np.concatenate([src, dst])
-        ends = np.concatenate([end, end])
-        keys, inverse = np.unique(ends * len(history.index) + devices, return_inverse=True)
-        u_end, u_dev = keys // len(history.index), keys % len(history.index)
-        slots, lengths = history.windows(u_dev, u_end, window)  # (U, W), (U,)
+    def device_features(self) -> torch.Tensor:
+        """(devices, node2vec dim): node2vec rows of known devices, the cold row for the rest (and, in
+        training, for a random ``cold_dropout`` share of the known ones)."""
+        known = self.known
+        if self.training and self.config.cold_dropout > 0:
+            known = known & (torch.rand(len(known)) >= self.config.cold_dropout)
+        return torch.where(known[:, None], self.features, self.cold)
+
+    def long_term(self, history: History, devices: np.ndarray, end: np.ndarray) -> torch.Tensor:
+        """Y (len(devices), d) of each device from its last S slots up to relative slot ``end``."""
+        n = len(history.index)
+        keys, inverse = np.unique(end * n + devices, return_inverse=True)
+        u_end, u_dev = keys // n, keys % n
+        slots, lengths = history.windows(u_dev, u_end, self.config.window)  # (U, W), (U,)
         first = int(slots.min())
         needed = history.graphs[first:int(u_end.max()) + 1]
-        embeddings = self.slot_encoder(self.features, needed)  # (slots, n, d)
+        embeddings = self.slot_encoder(self.device_features(), needed)  # (slots, n, d)
         sequences = embeddings[torch.from_numpy(slots - first), torch.from_numpy(u_dev)[:, None]]  # (U, W, d)
-        long_term = self.sequence_encoder(sequences, torch.from_numpy(lengths))  # (U, d)
-        y = long_term[torch.from_numpy(inverse)]
-        y_i, y_j = y[: len(src)], y[len(src):]
-        return self.head(torch.cat([y_i, y_j], dim=-1))
+        return self.sequence_encoder(sequences, torch.from_numpy(lengths))[torch.from_numpy(inverse)]
 
-    def t_beh(self, logits: torch.Tensor, readout: Readout | None = None) -> torch.Tensor:
-        """(P, levels) logits -> (P,) T_beh by ``readout`` (default: the configured one)."""
-        if (readout or self.config.readout) == "max":
-            return self.level_values[logits.argmax(-1)]
-        return logits.softmax(-1) @ self.level_values
+    def pair_inputs(self, history: History, query: PairQuery) -> tuple[torch.Tensor, torch.Tensor]:
+        """(physics (P, 4), evidence (P, F)) of the pairs; empty for the paper head, which reads neither."""
+        if not self.config.uses_context:
+            return torch.zeros(len(query.src), 0), torch.zeros(len(query.src), 0)
+        physics = history.pair_physics(query.src, query.dst, query.end, query.profile, self.config.system)
+        evidence = history.pair_evidence(query.src, query.dst, query.end, self.config.evidence)
+        return torch.from_numpy(physics), torch.from_numpy(evidence)
 
-    def loss(self, logits: torch.Tensor, t_col: torch.Tensor) -> torch.Tensor:
-        return -(soft_labels(t_col, self.config.levels) * F.log_softmax(logits, -1)).sum(-1).mean()
+    def pair_outputs(self, history: History, query: PairQuery) -> torch.Tensor:
+        """The head's raw outputs (P, k) for the queried pairs."""
+        y = self.long_term(history, np.concatenate([query.src, query.dst]), np.concatenate([query.end, query.end]))
+        physics, evidence = self.pair_inputs(history, query)
+        return self.head(y[: len(query.src)], y[len(query.src):], physics, evidence)
 
+    def t_beh(self, raw: torch.Tensor, readout: Readout | None = None) -> torch.Tensor:
+        """(P, k) raw head outputs -> (P,) T_beh (``readout`` applies to the paper head)."""
+        return self.head.t_beh(raw, readout)
 
-def soft_labels(values: torch.Tensor, levels: int) -> torch.Tensor:
-    """(P,) values in [0, 1] -> (P, levels) distributions on the two nearest levels with mean == value."""
-    position = values.clamp(0, 1) * (levels - 1)
-    low = position.floor().long().clamp(max=levels - 2)
-    upper_share = position - low
-    labels = torch.zeros(len(values), levels)
-    labels.scatter_(1, low[:, None], (1 - upper_share)[:, None])
-    labels.scatter_add_(1, (low + 1)[:, None], upper_share[:, None])
-    return labels
+    def loss(self, raw: torch.Tensor, targets: PairTargets) -> torch.Tensor:
+        return self.head.loss(raw, targets)

@@ -1,22 +1,29 @@
-"""A collaboration log as BM sees it: devices and per-slot graphs.
+"""A collaboration log as BM sees it: devices, per-slot graphs, statuses and forgetting-weighted evidence.
 
-Positions are relative slots ``0 .. T-1`` counted from ``first_slot`` (absolute
-slot 0, the clock's origin, unless given) under the model's :class:`SlotClock`.
-A device's window is the last S slots, idle slots included (its explicit idle
-embedding); only slots before the history's start are padding, never data.
-This depends on no per-device registry, so the streaming job rebuilds the same
-windows from the last S slots of the log.
+Positions are relative slots ``0 .. T-1`` counted from ``first_slot`` under the model's
+:class:`SlotClock`: by default the first slot that holds data (so a split "the last 20 % of slots"
+means the last 20 % of the data, wherever the clock's origin lies). A device's window is the last
+S slots, idle slots included (its explicit idle embedding); only slots before the history's start
+are padding, never data. This depends on no per-device registry, so the streaming job rebuilds
+the same windows from the last S slots of the log.
+
+What a pair head reads about a pair at the end of relative slot ``e`` (:meth:`History.pair_inputs`):
+the physics from both devices' latest statuses before the slot's end (:mod:`model.context`) and
+the evidence of j, i and the pair up to and including slot ``e`` (:mod:`model.evidence`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
-from model.config import SlotClock, TrustWeights
+from model.config import SlotClock, SystemParams, TrustWeights
+from model.context import pair_physics
+from model.evidence import ROLES, EvidenceConfig, EvidenceTrack, pair_evidence_features, role_increments
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
+from model.status import StatusLog, status_values
 
 
 @dataclass(frozen=True)
@@ -24,11 +31,22 @@ class History:
     index: DeviceIndex
     first_slot: int  # absolute slot index of relative position 0
     graphs: tuple[SlotGraph | None, ...]  # per relative slot; None where no edge
+    status: StatusLog | None = None  # keys are index rows
+    clock: SlotClock = field(default_factory=SlotClock)
+    _tracks: dict = field(default_factory=dict, compare=False, repr=False)  # EvidenceConfig -> tracks
 
     @classmethod
     def from_events(cls, events: pa.Table, clock: SlotClock, weights: TrustWeights,
-                    index: DeviceIndex | None = None, first_slot: int | None = None) -> "History":
-        return cls.from_edges(slot_edges(events, clock, weights), index, first_slot)
+                    index: DeviceIndex | None = None, first_slot: int | None = None,
+                    status: pa.Table | None = None) -> "History":
+        """The log's history; ``status`` (DeviceStatus rows) gives the pairs' physics."""
+        history = cls.from_edges(slot_edges(events, clock, weights), index, first_slot)
+        log = None
+        if status is not None:
+            rows = history.index.lookup(status["device"])
+            known = rows >= 0
+            log = StatusLog(rows[known], status["time_ms"].to_numpy()[known], status_values(status)[known])
+        return cls(history.index, history.first_slot, history.graphs, log, clock)
 
     @classmethod
     def from_edges(cls, edges: pa.Table, index: DeviceIndex | None = None,
@@ -37,16 +55,22 @@ class History:
             raise ValueError("events: no collaboration in the log")
         index = index or DeviceIndex.from_edges(edges)
         by_slot = slot_graphs(edges, index)
-        start = 0 if first_slot is None else first_slot
+        start = min(by_slot) if first_slot is None else first_slot
         if min(by_slot) < start:
-            raise ValueError(f"events: slot {min(by_slot)} lies before the history's first slot {start} "
-                             "(events before the clock's origin?)")
+            raise ValueError(f"events: slot {min(by_slot)} lies before the history's first slot {start}")
+        if start < 0:
+            raise ValueError(f"events: slot {start} lies before the clock's origin")
         graphs = tuple(by_slot.get(start + k) for k in range(max(by_slot) - start + 1))
         return cls(index, start, graphs)
 
     @property
     def slots(self) -> int:
         return len(self.graphs)
+
+    @property
+    def has_flags(self) -> bool:
+        """Whether any task carries the tr/com flags (else the outcomes are graded)."""
+        return any(g is not None and g.flagged.any() for g in self.graphs)
 
     def windows(self, devices: np.ndarray, end: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
         """Relative slots of each device's history window ending at ``end`` (inclusive), right-padded.
@@ -58,3 +82,34 @@ class History:
         lengths = end - start + 1
         slots = np.minimum(start[:, None] + np.arange(window), end[:, None])
         return slots, lengths
+
+    def tracks(self, config: EvidenceConfig) -> dict[str, EvidenceTrack]:
+        """The evidence of every role after each slot (computed once per config)."""
+        if config not in self._tracks:
+            n = len(self.index)
+            updates: dict[str, list] = {role: [] for role in ROLES}
+            for t, graph in enumerate(self.graphs):
+                if graph is not None and len(graph.src):
+                    for role, (keys, increments) in role_increments(graph, n, config).items():
+                        updates[role].append((t, keys, increments))
+            lams = np.asarray(config.lams)
+            self._tracks[config] = {role: EvidenceTrack.record(lams, updates[role]) for role in ROLES}
+        return self._tracks[config]
+
+    def pair_evidence(self, src: np.ndarray, dst: np.ndarray, end: np.ndarray, config: EvidenceConfig
+                      ) -> np.ndarray:
+        """(P, F) evidence features of owner ``src`` about collaborator ``dst`` as of the end of slot ``end``."""
+        tracks = self.tracks(config)
+        collaborator, since = tracks["collaborator"].query(dst, end)
+        owner, _ = tracks["owner"].query(src, end)
+        pair, _ = tracks["pair"].query(src * len(self.index) + dst, end)
+        return pair_evidence_features(collaborator, owner, pair, since, config)
+
+    def pair_physics(self, src: np.ndarray, dst: np.ndarray, end: np.ndarray, profile: np.ndarray,
+                     params: SystemParams) -> np.ndarray:
+        """(P, 4) raw physics of each pair from the statuses before the end of slot ``end`` (NaN without them)."""
+        if self.status is None:
+            return np.full((len(src), 4), np.nan, np.float32)
+        before = self.clock.end_ms(self.first_slot + np.asarray(end))
+        return pair_physics(self.status.latest(src, before), self.status.latest(dst, before), profile,
+                            params).features()

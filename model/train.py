@@ -1,13 +1,16 @@
 """Training BM on a log: next-slot T_col supervision, a time split, blocked CV and early stopping.
 
-* Targets: the edges of slot t (their T_col), predicted from histories up to t - 1.
+* Targets: the edges of slot t (their T_col and outcome counts), predicted from histories up to
+  t - 1 for the tasks' own profile.
 * Split by time: target slots in the first ``1 - test_fraction`` of the timeline
   train, the rest test; never shuffled across that line.
 * Model selection: blocked (contiguous) folds of the training period; each
   setting of the grid is fitted on the other folds with early stopping on its
   validation fold, and scored by the mean validation RMSE. The best setting is
   refitted on the training period with early stopping on its last fold.
-* node2vec sees only edges of the training period.
+* node2vec sees only edges of the training period; devices without an edge there read the cold row.
+* The context head's P_tr curve starts from its maximum-likelihood fit to the training period's
+  transmissions (:mod:`model.channel`).
 """
 
 from __future__ import annotations
@@ -20,14 +23,17 @@ import math
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from model.bm import BM, BMConfig, Readout
+from model.bm import BM, BMConfig, PairQuery, Readout
+from model.channel import OnTimeCurve, OutageCurve
+from model.config import SystemParams
+from model.head import PairTargets
 from model.history import History
 from model.metrics import mae, rmse
 from model.node2vec import Graph, node2vec_embeddings
@@ -42,6 +48,10 @@ class TrainConfig:
     dropout: float = 0.0
     epochs: int = 40
     patience: int = 5
+    head_epochs: int = 300  # the context head's warm-up on its own inputs (no encoder runs): most epochs
+    head_patience: int = 30
+    head_lr: float = 3e-3
+    head_batches: int = 8  # minibatches per warm-up epoch
     test_fraction: float = 0.2
     folds: int = 5
     chunk_slots: int = 8  # target slots per optimisation step
@@ -70,16 +80,39 @@ def blocked_folds(slots: Sequence[int], folds: int) -> list[list[int]]:
     return [list(block) for block in np.array_split(np.asarray(slots), folds) if len(block)]
 
 
-def targets(history: History, slots: Iterable[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(src, dst, end slot, T_col) of every edge of the target slots, in slot order; end = slot - 1."""
+@dataclass
+class Targets:
+    """Every edge of some target slots, in slot order: the query (from slot - 1, for the edge's task profile)
+    and what happened (T_col and the outcome counts), each (P,)."""
+
+    query: PairQuery
+    t_col: np.ndarray
+    tasks: np.ndarray
+    flagged: np.ndarray
+    tr: np.ndarray
+    com: np.ndarray
+    time_ratio: np.ndarray  # the tasks' mean reported offload time / local time (NaN unknown)
+
+    def __len__(self) -> int:
+        return len(self.t_col)
+
+    def tensors(self) -> PairTargets:
+        return PairTargets(*(torch.from_numpy(np.asarray(v, np.float32))
+                             for v in (self.t_col, self.tasks, self.flagged, self.tr, self.com)))
+
+
+def targets(history: History, slots: Iterable[int]) -> Targets:
+    """The edges of the target slots, predicted from the end of the slot before each."""
     graphs = [(t, history.graphs[t]) for t in sorted(set(slots)) if history.graphs[t] is not None]
-    if not graphs:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty, np.zeros(0)
-    src = np.concatenate([g.src for _, g in graphs])
-    dst = np.concatenate([g.dst for _, g in graphs])
-    end = np.concatenate([np.full(len(g.src), t - 1) for t, g in graphs])
-    return src, dst, end, np.concatenate([g.t_col for _, g in graphs])
+
+    def joined(name: str) -> np.ndarray:
+        return np.concatenate([getattr(g, name) for _, g in graphs]) if graphs else np.zeros(0)
+
+    src, dst = joined("src").astype(np.int64), joined("dst").astype(np.int64)
+    end = np.concatenate([np.full(len(g.src), t - 1) for t, g in graphs]) if graphs else np.zeros(0, np.int64)
+    profile = np.concatenate([g.profile for _, g in graphs]) if graphs else np.zeros((0, 2))
+    return Targets(PairQuery(src, dst, end, profile), joined("t_col"), joined("tasks"), joined("flagged"),
+                   joined("tr"), joined("com"), joined("time_ratio"))
 
 
 def predict(model: BM, history: History, slots: Iterable[int], readout: Readout | None = None,
@@ -91,16 +124,71 @@ def predict(model: BM, history: History, slots: Iterable[int], readout: Readout 
     model.eval()
     with torch.no_grad():
         for part in parts:
-            src, dst, end, observed = targets(history, part)
-            if len(src):
-                t_beh.append(model.t_beh(model.pair_logits(history, src, dst, end), readout).numpy())
-                t_col.append(observed)
+            batch = targets(history, part)
+            if len(batch):
+                t_beh.append(model.t_beh(model.pair_outputs(history, batch.query), readout).double().numpy())
+                t_col.append(batch.t_col)
     return np.concatenate(t_beh), np.concatenate(t_col)
+
+
+def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequence[int],
+                 config: TrainConfig) -> int:
+    """Fit the context head on the pairs' physics and evidence alone (Y = 0): the epochs are chosen by
+    early stopping on the validation slots, then the head is fitted again from its start on the fit and
+    validation slots together for that many epochs (the validation slots are the most recent ones).
+    Returns the chosen number of epochs. Costs no encoder run: the inputs are computed once."""
+    batches = {"fit": targets(history, fit_slots), "val": targets(history, val_slots)}
+    if not len(batches["fit"]) or not len(batches["val"]):
+        return 0
+    inputs = {name: (*model.pair_inputs(history, batch.query), batch.tensors()) for name, batch in batches.items()}
+    both = tuple(torch.cat([a, b]) for a, b in zip(inputs["fit"][:2], inputs["val"][:2]))
+    inputs["all"] = (*both, PairTargets(*(torch.cat([getattr(inputs["fit"][2], f.name), getattr(inputs["val"][2], f.name)])
+                                          for f in fields(PairTargets))))
+    head, start = model.head, copy.deepcopy(model.head.state_dict())
+    d = model.config.gnn.out_dim
+
+    def outputs(name: str, rows: np.ndarray) -> torch.Tensor:
+        physics, evidence, _ = inputs[name]
+        zeros = torch.zeros(len(rows), d)
+        return head(zeros, zeros, physics[rows], evidence[rows])
+
+    def train(name: str, epochs: int, validate: bool) -> int:
+        head.load_state_dict(start)
+        optimizer = torch.optim.Adam(head.parameters(), lr=config.head_lr, weight_decay=config.weight_decay)
+        generator = np.random.default_rng([config.seed, 1])
+        wanted = inputs[name][2]
+        val_rows = np.arange(len(batches["val"]))
+        best, best_epoch = math.inf, 0
+        for epoch in range(epochs):
+            head.train()
+            for rows in np.array_split(generator.permutation(len(wanted.t_col)), config.head_batches):
+                part = PairTargets(*(getattr(wanted, f.name)[rows] for f in fields(PairTargets)))
+                loss = head.loss(outputs(name, rows), part)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            if validate:
+                head.eval()
+                with torch.no_grad():
+                    score = rmse(head.t_beh(outputs("val", val_rows)).double().numpy(), batches["val"].t_col)
+                if score < best:
+                    best, best_epoch = score, epoch + 1
+                elif epoch + 1 - best_epoch >= config.head_patience:
+                    break
+        return best_epoch
+
+    chosen = train("fit", config.head_epochs, validate=True)
+    train("all", chosen, validate=False)
+    head.eval()
+    return chosen
 
 
 def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequence[int], config: TrainConfig,
         progress: bool = False) -> FitResult:
-    """Adam with L2, chunks of target slots in shuffled order, early stopping on validation RMSE."""
+    """Adam with L2, chunks of target slots in shuffled order, early stopping on validation RMSE (the context
+    head warmed up first on its own inputs)."""
+    if model.config.uses_context:
+        warm_up_head(model, history, fit_slots, val_slots, config)
     generator = np.random.default_rng(config.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     chunks = [list(c) for c in np.array_split(np.asarray(fit_slots), max(1, len(fit_slots) // config.chunk_slots))]
@@ -110,10 +198,10 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
         model.train()
         losses = []
         for index in generator.permutation(len(chunks)):
-            src, dst, end, t_col = targets(history, chunks[index])
-            if not len(src):
+            batch = targets(history, chunks[index])
+            if not len(batch):
                 continue
-            loss = model.loss(model.pair_logits(history, src, dst, end), torch.from_numpy(t_col).float())
+            loss = model.loss(model.pair_outputs(history, batch.query), batch.tensors())
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -130,18 +218,58 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
     return best
 
 
-def node2vec_table(history: History, slots: Iterable[int], config: BMConfig, seed: int) -> np.ndarray:
-    """node2vec over the undirected task-weighted graph of the given slots only."""
+def _edges(history: History, slots: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
     graphs = [history.graphs[s] for s in slots if history.graphs[s] is not None]
     src = np.concatenate([g.src for g in graphs]) if graphs else np.zeros(0, dtype=np.int64)
     dst = np.concatenate([g.dst for g in graphs]) if graphs else np.zeros(0, dtype=np.int64)
+    return src.astype(np.int64), dst.astype(np.int64)
+
+
+def node2vec_table(history: History, slots: Iterable[int], config: BMConfig, seed: int) -> np.ndarray:
+    """node2vec over the undirected task-weighted graph of the given slots only."""
+    src, dst = _edges(history, slots)
     graph = Graph.from_edges(len(history.index), src, dst, np.ones(len(src)))
     return node2vec_embeddings(graph, config.node2vec, seed=seed)
 
 
-def build(config: BMConfig, features: np.ndarray, train: TrainConfig) -> BM:
+def known_devices(history: History, slots: Iterable[int]) -> np.ndarray:
+    """(devices,) whether each device has an edge in the given slots (the rest are cold-start devices)."""
+    known = np.zeros(len(history.index), dtype=bool)
+    for rows in _edges(history, slots):
+        known[rows] = True
+    return known
+
+
+def fit_outage(history: History, slots: Iterable[int], system: SystemParams) -> OutageCurve:
+    """The P_tr curve fitted to the transmissions of the given slots' edges (the paper's curve without them)."""
+    batch = targets(history, [s for s in slots if s >= 1])
+    prior = OutageCurve.prior(system)
+    if not len(batch) or history.status is None:
+        return prior
+    q = batch.query
+    distance = history.pair_physics(q.src, q.dst, q.end + 1, q.profile, system)[:, 0].astype(np.float64)
+    return OutageCurve.fit(distance, batch.flagged, batch.tr, prior)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What every fit of one run shares, all from the training period: the node2vec table, which devices it
+    knows, the starting P_tr curve and the on-time factor over the tasks' reported times."""
+
+    features: np.ndarray
+    known: np.ndarray
+    outage: OutageCurve
+    on_time: OnTimeCurve
+
+    def configure(self, config: BMConfig) -> BMConfig:
+        """The config whose evidence counts transmissions against this on-time factor."""
+        return replace(config, evidence=replace(config.evidence, on_time=self.on_time.factor))
+
+
+def build(config: BMConfig, prepared: Prepared, train: TrainConfig) -> BM:
     torch.manual_seed(train.seed)
-    return BM(replace(config, dropout=train.dropout, gnn=replace(config.gnn, dropout=train.dropout)), features)
+    config = prepared.configure(replace(config, dropout=train.dropout, gnn=replace(config.gnn, dropout=train.dropout)))
+    return BM(config, prepared.features, prepared.known, prepared.outage)
 
 
 def settings(train: TrainConfig) -> list[TrainConfig]:
@@ -151,13 +279,13 @@ def settings(train: TrainConfig) -> list[TrainConfig]:
     return [replace(train, **dict(zip(names, values))) for values in itertools.product(*(train.grid[n] for n in names))]
 
 
-def cv_score(history: History, config: BMConfig, features: np.ndarray, setting: TrainConfig,
+def cv_score(history: History, config: BMConfig, prepared: Prepared, setting: TrainConfig,
              folds: list[list[int]]) -> float:
     """Mean validation RMSE of ``setting`` over the blocked folds, each fitted on the other folds."""
     scores = []
     for k, val in enumerate(folds):
         fit_slots = [s for j, f in enumerate(folds) if j != k for s in f]
-        scores.append(fit(build(config, features, setting), history, fit_slots, val, setting).best_rmse)
+        scores.append(fit(build(config, prepared, setting), history, fit_slots, val, setting).best_rmse)
     return float(np.mean(scores))
 
 
@@ -166,16 +294,16 @@ def _grid_worker(threads: int) -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def cv_scores(history: History, config: BMConfig, features: np.ndarray, candidates: list[TrainConfig],
+def cv_scores(history: History, config: BMConfig, prepared: Prepared, candidates: list[TrainConfig],
               folds: list[list[int]], workers: int, progress: bool) -> list[float]:
     """:func:`cv_score` of every candidate; in ``workers`` spawned processes when more than one."""
     bar = functools.partial(tqdm, desc="grid", total=len(candidates), disable=not progress)
     if workers <= 1:
-        return [cv_score(history, config, features, c, folds) for c in bar(candidates)]
+        return [cv_score(history, config, prepared, c, folds) for c in bar(candidates)]
     threads = max(1, (os.cpu_count() or 1) // workers)
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_grid_worker,
                              initargs=(threads,)) as pool:
-        return list(bar(pool.map(functools.partial(cv_score, history, config, features, folds=folds), candidates)))
+        return list(bar(pool.map(functools.partial(cv_score, history, config, prepared, folds=folds), candidates)))
 
 
 @dataclass
@@ -201,15 +329,17 @@ def deterministic() -> Iterator[None]:
 
 
 def train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool = False,
-             features: np.ndarray | None = None) -> tuple[BM, np.ndarray, TrainReport]:
+             prepared: Prepared | None = None) -> tuple[BM, Prepared, TrainReport]:
     """Select a setting by blocked CV on the training period, refit it, and score the test period once.
 
-    ``features``: a node2vec table already computed by :func:`training_features` for the same history,
-    config and seed (the learned methods of one evaluation run share it). Runs are deterministic on
-    the CPU for a given seed (a test checks bit-identical predictions).
+    ``prepared``: what :func:`prepare` computes for the same history, config and seed (the learned
+    methods of one evaluation run share it). The outcomes the head models follow the log
+    (``config.outcomes`` is set from it). Runs are deterministic on the CPU for a given seed (a test
+    checks bit-identical predictions).
     """
     with deterministic():
-        return _train_bm(history, config, train, progress, features)
+        return _train_bm(history, replace(config, outcomes="flags" if history.has_flags else "graded"), train,
+                         progress, prepared)
 
 
 def split_for_training(history: History, train: TrainConfig) -> tuple[list[int], list[int]]:
@@ -220,35 +350,40 @@ def split_for_training(history: History, train: TrainConfig) -> tuple[list[int],
     return train_slots, test_slots
 
 
-def training_features(history: History, config: BMConfig, train: TrainConfig) -> np.ndarray:
-    """The node2vec table over the training period's edges (what :func:`train_bm` computes when not given one).
+def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
+    """The node2vec table, the known devices and the P_tr curve of the training period (what
+    :func:`train_bm` computes when not given them).
 
     Under torch's deterministic algorithms, like training: the skip-gram's scatter reductions otherwise
     differ in the last bit between calls.
     """
     train_slots, _ = split_for_training(history, train)
+    seen = range(train_slots[-1] + 1)
     with deterministic():
-        return node2vec_table(history, range(train_slots[-1] + 1), config, train.seed)
+        features = node2vec_table(history, seen, config, train.seed)
+    batch = targets(history, train_slots)
+    on_time = OnTimeCurve.fit(batch.time_ratio, batch.tr, batch.com)
+    return Prepared(features, known_devices(history, seen), fit_outage(history, train_slots, config.system), on_time)
 
 
 def _train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool,
-              features: np.ndarray | None) -> tuple[BM, np.ndarray, TrainReport]:
+              prepared: Prepared | None) -> tuple[BM, Prepared, TrainReport]:
     train_slots, test_slots = split_for_training(history, train)
-    features = training_features(history, config, train) if features is None else features
+    prepared = prepare(history, config, train) if prepared is None else prepared
     folds = blocked_folds(train_slots, min(train.folds, len(train_slots)))
     search = []
     candidates = settings(train)
     if len(candidates) > 1:
-        cv = cv_scores(history, config, features, candidates, folds, train.workers, progress)
+        cv = cv_scores(history, config, prepared, candidates, folds, train.workers, progress)
         search = [{"lr": c.lr, "weight_decay": c.weight_decay, "dropout": c.dropout, "cv_rmse": score}
                   for c, score in zip(candidates, cv)]
         chosen = candidates[int(np.argmin(cv))]
     else:
         chosen = candidates[0]
-    model = build(config, features, chosen)
+    model = build(config, prepared, chosen)
     refit_slots = [s for f in folds[:-1] for s in f]
     result = fit(model, history, refit_slots, folds[-1], chosen, progress)
     t_beh, t_col = predict(model, history, test_slots)
     report = TrainReport({"lr": chosen.lr, "weight_decay": chosen.weight_decay, "dropout": chosen.dropout},
                          search, result, train_slots, test_slots, rmse(t_beh, t_col), mae(t_beh, t_col))
-    return model, features, report
+    return model, prepared, report

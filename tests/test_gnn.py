@@ -63,3 +63,28 @@ def test_gradients_reach_every_parameter() -> None:
     out = encoder(torch.randn(3, 8), [graph(0, [0, 1], [1, 2], [0.3, 0.8]), None])
     out.sum().backward()
     assert all(p.grad is not None for p in encoder.parameters())
+
+
+def test_a_step_lowers_the_loss_on_a_tiny_case() -> None:
+    """Two collaborators, one always served well and one badly: a few Adam steps on the slot encoder (and a
+    linear readout) must separate them; the loss after the steps is lower than before."""
+    torch.manual_seed(2)
+    encoder = SlotEncoder(CONFIG)
+    readout = torch.nn.Linear(32, 1)
+    features = torch.randn(4, 8)
+    slots = [graph(0, [0, 1], [2, 3], [1.0, 0.0]), graph(1, [1, 0], [2, 3], [1.0, 0.0])]
+    target = torch.tensor([1.0, 0.0])  # device 2 reliable, device 3 not
+
+    def loss() -> torch.Tensor:
+        embeddings = encoder(features, slots)  # (2 slots, 4 devices, 32)
+        logits = readout(embeddings[:, 2:]).squeeze(-1)  # (2, 2)
+        return torch.nn.functional.binary_cross_entropy_with_logits(logits, target.expand_as(logits))
+
+    optimizer = torch.optim.Adam([*encoder.parameters(), *readout.parameters()], lr=1e-2)
+    before = loss().item()
+    for _ in range(20):
+        optimizer.zero_grad()
+        value = loss()
+        value.backward()
+        optimizer.step()
+    assert loss().item() < 0.5 * before
