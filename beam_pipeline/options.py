@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline import artifacts
@@ -15,7 +13,6 @@ from beam_pipeline.artifacts import CHECKPOINT_FILES, ONNX_FILES
 from beam_pipeline.kafka_io import MAX_AHEAD_MS
 from model.checkpoint import load
 from model.config import RankingConfig, SystemParams
-from model.graphs import DeviceIndex
 from model.stages import Stages, TorchStages
 from trustbeam.kafka import Topics
 
@@ -110,15 +107,10 @@ class JobConfig:
     def onnx_dir(self) -> str:
         return self.onnx_model or f"{self.checkpoint.rstrip('/')}/onnx"
 
-    def stages(self) -> tuple[Stages, DeviceIndex, str]:
-        """The model's stages on the chosen backend, the device index and the model version (loaded once per
-        process, copied first when remote). The ONNX export must come from this checkpoint."""
+    def stages(self) -> tuple[Stages, str]:
+        """The model's stages on the chosen backend and the model version (loaded once per process, copied
+        first when remote). The ONNX export must come from this checkpoint."""
         return _load(_absolute(self.checkpoint), _absolute(self.onnx_dir) if self.backend == "onnx" else None)
-
-    def shard_rows(self, index: DeviceIndex) -> list[np.ndarray]:
-        """Device rows of each shard: crc32 of the device id modulo the shard count."""
-        shard = np.array([zlib.crc32(i.encode()) % self.shards for i in index.ids], dtype=np.int64)
-        return [np.flatnonzero(shard == k) for k in range(self.shards)]
 
 
 def _absolute(uri: str) -> str:
@@ -126,11 +118,11 @@ def _absolute(uri: str) -> str:
 
 
 @lru_cache(maxsize=4)
-def _load(checkpoint: str, onnx_dir: str | None) -> tuple[Stages, DeviceIndex, str]:
+def _load(checkpoint: str, onnx_dir: str | None) -> tuple[Stages, str]:
     model, index, manifest = load(artifacts.localize(checkpoint, CHECKPOINT_FILES))
     if onnx_dir is None:
-        return TorchStages(model), index, manifest["model_version"]
+        return TorchStages(model, index), manifest["model_version"]
     from exporters.onnx import OnnxStages
 
     return (OnnxStages(artifacts.localize(onnx_dir, ONNX_FILES), expect_content_hash=manifest["content_hash"]),
-            index, manifest["model_version"])
+            manifest["model_version"])

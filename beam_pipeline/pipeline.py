@@ -31,7 +31,7 @@ from beam_pipeline.parquet_io import ReadParquet
 from beam_pipeline.transforms import ScoreSlots, outputs, wire_records
 from exporters.kafka import message
 from exporters.parquet import ParquetResults
-from model.scoring import SlotScores
+from model.scoring import EvidenceSnapshot, SlotScores
 from trustbeam.kafka import KafkaSettings
 
 XLANG_BATCH = 5000
@@ -95,6 +95,17 @@ class WriteJson(beam.DoFn):
         Path(self.path).write_text(json.dumps(items))
 
 
+class WriteEvidence(beam.DoFn):
+    """The shards' final evidence, merged into one snapshot file (the driver keeps it for the next cycle)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def process(self, shards: list) -> None:
+        if shards:
+            EvidenceSnapshot.merge([snapshot for _, snapshot in shards]).save(self.path)
+
+
 class WriteStatuses(beam.DoFn):
     """The cycle's valid statuses, as one Parquet file (the driver keeps what the next cycle needs)."""
 
@@ -109,10 +120,11 @@ class WriteStatuses(beam.DoFn):
 def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: JobConfig,
                    ranges: list[PartitionRange], published_through: int, final: bool, partitions: dict[str, int],
                    marks: dict[tuple[str, int], tuple], work: str, status_snapshot: str | None = None,
-                   max_batch: int = 5000) -> beam.Pipeline:
-    """One bounded cycle; writes ``published.json``, ``offsets.json`` (min offset per slot) and
-    ``status.parquet`` (the statuses it read) to ``work``. ``status_snapshot`` carries the statuses
-    an earlier cycle kept, read as already-seen input."""
+                   evidence_snapshot: str | None = None, max_batch: int = 5000) -> beam.Pipeline:
+    """One bounded cycle; writes ``published.json``, ``offsets.json`` (min offset per slot),
+    ``status.parquet`` (the statuses it read) and ``evidence.npz`` (the shards' final evidence) to
+    ``work``. ``status_snapshot`` carries the statuses an earlier cycle kept, read as already-seen
+    input; ``evidence_snapshot`` the final evidence an earlier cycle kept, seeding the shards."""
     topics = config.topics
     p = beam.Pipeline(options=options)
     ahead_ms = config.max_future_s * 1000
@@ -123,7 +135,12 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
     if status_snapshot:
         kept = p | "KeptStatus" >> ReadParquet([status_snapshot], seen=True)
         raw_status = (raw_status, kept) | "AllStatus" >> beam.Flatten()
-    out = (raw_events, raw_status) | "Score" >> ScoreSlots(config, published_through)
+    inputs = (raw_events, raw_status)
+    if evidence_snapshot:
+        snapshot = EvidenceSnapshot.load(evidence_snapshot)
+        seeds = [(k, ("evidence", snapshot.select(k, config.shards))) for k in range(config.shards)]
+        inputs += (p | "KeptEvidence" >> beam.Create(seeds),)
+    out = inputs | "Score" >> ScoreSlots(config, published_through)
     newest = out["newest"] | "Newest" >> beam.CombineGlobally(max).without_defaults()
     closed = (out["scores"] | "AllSlots" >> beam.combiners.ToList()
               | "Closed" >> beam.ParDo(PublishClosed(config, published_through, final, partitions, marks, work),
@@ -138,6 +155,8 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
      | "WriteOffsets" >> beam.ParDo(WriteJson(str(Path(work, "offsets.json")))))
     (out["statuses"] | "Statuses" >> beam.combiners.ToList()
      | "WriteStatuses" >> beam.ParDo(WriteStatuses(str(Path(work, "status.parquet")))))
+    (out["evidence"] | "LastFold" >> beam.CombinePerKey(lambda kept: max(kept, key=lambda s: s.folded_through))
+     | "Evidence" >> beam.combiners.ToList() | "WriteEvidence" >> beam.ParDo(WriteEvidence(str(Path(work, "evidence.npz")))))
     return p
 
 

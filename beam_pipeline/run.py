@@ -9,11 +9,13 @@ to the end offsets seen at its launch:
   time seen is the allowed lateness past the slot's end; events arriving later for it go to
   dead-letter as late. Each cycle replays the last S slots of events (the log is the source of
   truth) to rebuild the shards' state; statuses from before them come from a snapshot the previous
-  cycle kept (each device's latest), so a cycle's work is bounded by S slots, not by the log.
+  cycle kept (each device's latest), and so does the forgetting-weighted evidence of every slot
+  that can no longer change (model.scoring.EvidenceSnapshot), so a cycle's work is bounded by S
+  slots, not by the log, and its scores equal one uninterrupted run's.
 
 The ledger (``$TRUSTBEAM_STATE_DIR/run/<group>.json``) holds, per partition, the offset the next
 cycle replays from and the offset below which records were already read, the last published
-slot, and the status snapshot's path. Semantics: at-least-once reading, and publication made idempotent by the ledger plus a check
+slot, and the status and evidence snapshots' paths. Semantics: at-least-once reading, and publication made idempotent by the ledger plus a check
 of the output topics' tails at launch, so a crash between publishing and saving the ledger re-sends
 nothing already on the topic.
 """
@@ -42,6 +44,7 @@ from beam_pipeline.kafka_io import consumer, plan
 from beam_pipeline.options import JobConfig
 from beam_pipeline.pipeline import cycle_pipeline, identity
 from exporters.kafka import DeliveryError
+from model.scoring import EvidenceSnapshot
 from trustbeam.kafka import KafkaSettings, end_offsets, wait_until_answering
 from trustbeam.state import state_dir
 
@@ -56,6 +59,8 @@ class Ledger:
     read_to: dict[str, int] = field(default_factory=dict)
     published_through: int = -1
     status_snapshot: str | None = None  # Parquet of the statuses the next cycle needs from earlier ones
+    evidence_snapshot: str | None = None  # .npz of the final evidence of the slots before the replay
+    evidence_through: int = -1  # the last slot that snapshot holds
 
     @staticmethod
     def directory() -> Path:
@@ -120,7 +125,8 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     """One bounded pass over the topics; returns the next ledger (not yet saved) and what was done.
 
     The statuses the next cycle needs (each device's latest before the replay start, and all after
-    it) are written to a new file in ``snapshot_dir`` (default: the ledgers' directory).
+    it) and the final evidence (of every slot the next cycle does not replay) are written to new files
+    in ``snapshot_dir`` (default: the ledgers' directory).
     """
     started = time.perf_counter()
     topics = config.topics
@@ -131,7 +137,7 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     work = tempfile.mkdtemp(prefix="trustbeam-cycle-")
     options = PipelineOptions(beam_args or [], runner=runner)
     p = cycle_pipeline(options, settings, config, ranges, ledger.published_through, final, partitions, marks, work,
-                       ledger.status_snapshot, max_batch)
+                       ledger.status_snapshot, ledger.evidence_snapshot, max_batch)
     result = p.run()
     result.wait_until_finish()
     counters = {m.key.metric.name: m.committed for m in result.metrics().query()["counters"]}
@@ -139,9 +145,12 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
                           for f in ("published.json", "offsets.json"))
     stages = config.stages()[0]
     through = max([ledger.published_through, *published])
-    keep_from = through + 1 - max(stages.config.window, config.ranking.owner_slots)
-    snapshot = _keep_statuses(Path(work, "status.parquet"), int(stages.config.clock.start_ms(keep_from)),
-                              snapshot_dir or Ledger.directory())
+    directory = snapshot_dir or Ledger.directory()
+    evidence, evidence_through = _keep_evidence(Path(work, "evidence.npz"), directory)
+    if evidence is None:  # nothing became final in this cycle: the last snapshot still holds
+        evidence, evidence_through = ledger.evidence_snapshot, ledger.evidence_through
+    keep_from = min(through + 1 - max(stages.config.window, config.ranking.owner_slots), evidence_through + 1)
+    snapshot = _keep_statuses(Path(work, "status.parquet"), int(stages.config.clock.start_ms(keep_from)), directory)
     shutil.rmtree(work, ignore_errors=True)
     replay: dict[str, int] = {}
     for (topic, partition, slot), offset in offsets:
@@ -151,9 +160,19 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     read_to = {f"{r.topic}/{r.partition}": r.stop for r in ranges}
     for r in ranges:  # events: from the replay start; statuses: only new ones (the snapshot has the rest)
         replay.setdefault(f"{r.topic}/{r.partition}", r.stop)
-    next_ledger = Ledger(replay, read_to, through, snapshot)
+    next_ledger = Ledger(replay, read_to, through, snapshot, evidence, evidence_through)
     report = CycleReport(published, counters.get("published", 0), counters, round(time.perf_counter() - started, 3))
     return next_ledger, report
+
+
+def _keep_evidence(path: Path, directory: Path) -> tuple[str | None, int]:
+    """The cycle's final evidence moved to a new file in ``directory``: (its path, the last slot it holds)."""
+    if not path.exists():
+        return None, -1
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"evidence-{uuid.uuid4().hex}.npz"
+    shutil.move(str(path), target)
+    return str(target), EvidenceSnapshot.load(target).folded_through
 
 
 def _keep_statuses(path: Path, cut_ms: int, directory: Path) -> str | None:
@@ -198,7 +217,7 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
     backoff = backoff or Backoff()
     cycles = 0
     while True:
-        previous = ledger.status_snapshot
+        previous = (ledger.status_snapshot, ledger.evidence_snapshot)
         try:
             if follow:
                 wait_until_answering(settings, timeout_s=3.0)
@@ -215,8 +234,9 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
         backoff.reset()
         ledger = next_ledger
         ledger.save(group)
-        if previous and previous != ledger.status_snapshot:
-            Path(previous).unlink(missing_ok=True)
+        for old, new in zip(previous, (ledger.status_snapshot, ledger.evidence_snapshot)):
+            if old and old != new:
+                Path(old).unlink(missing_ok=True)
         cycles += 1
         yield report
         if not follow or (max_cycles is not None and cycles >= max_cycles):

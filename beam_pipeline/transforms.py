@@ -29,12 +29,14 @@ from apache_beam.utils.timestamp import Timestamp
 from beam_pipeline.kafka_io import RawBatch
 from beam_pipeline.parquet_io import TableBatch
 from beam_pipeline.options import JobConfig
-from model.scoring import DeviceFrame, DeviceHistory, score_slot, slot_part, status_arrays
+from model.scoring import DeviceFrame, DeviceHistory, EvidenceSnapshot, score_slot, shard_of, slot_part, status_arrays
+from model.status import StatusLog
 from exporters.kafka import Message, message
 from schemas import CollaborationEvent, DeviceStatus, Record, from_arrow, to_json
 from schemas.batch import decode_batch, validate_table
 
 DEAD = "dead"
+EVIDENCE = "evidence"
 NEWEST = "newest"
 OFFSETS = "offsets"
 STATUSES = "statuses"
@@ -89,44 +91,37 @@ class _Parse(beam.DoFn):
 
     RECORD: type[Record]
     KIND: str
-    DEVICE_FIELDS: tuple[str, ...]
 
     def __init__(self, config: JobConfig, published_through: int = -1) -> None:
         self.config = config
         self.published_through = published_through  # slots at or below were published by an earlier run
         self.counters = {name: _counter(f"{self.KIND}_{name}")
-                         for name in ("read", "valid", "invalid", "unknown_device", "late", "future", "replayed")}
+                         for name in ("read", "valid", "invalid", "late", "future", "replayed")}
 
     def setup(self) -> None:
-        self.stages, self.index, _ = self.config.stages()
+        self.stages, _ = self.config.stages()
         self.clock = self.stages.config.clock
 
     def decode(self, batch: RawBatch | TableBatch) -> tuple[pa.Table, np.ndarray, list]:
-        """(valid known-device rows, their positions in the batch, dead letters of the new records)."""
+        """(valid rows, their positions in the batch, dead letters of the new records). A device the model does
+        not know is valid: it is scored from the cold row and its own evidence (model.bm)."""
         new = batch.offsets >= batch.new_from
         self.counters["read"].inc(int(new.sum()))
         self.counters["replayed"].inc(int((~new).sum()))
         decoded = (validate_table(self.RECORD, batch.table) if isinstance(batch, TableBatch)
                    else decode_batch(self.RECORD, batch.values))
-        dead = [(p, str(e)) for p, e in decoded.errors]
-        self.counters["invalid"].inc(sum(int(new[p]) for p, _ in dead))
-        known = np.ones(decoded.table.num_rows, dtype=bool)
-        for name in self.DEVICE_FIELDS:
-            known &= self.index.lookup(decoded.table[name]) >= 0
-        for p in decoded.positions[~known]:
-            dead.append((int(p), "unknown device: not in the model's device index"))
-        self.counters["unknown_device"].inc(int(new[decoded.positions[~known]].sum()))
+        self.counters["invalid"].inc(sum(int(new[p]) for p, _ in decoded.errors))
         letters = [dead_letter(self.config.topics.dead_letter, batch.topic, batch.partition,
-                               int(batch.offsets[p]), original(batch, p), f"{self.RECORD.NAME}: {reason}")
-                   for p, reason in dead if new[p]]
-        return decoded.table.filter(pa.array(known)), decoded.positions[known], letters
+                               int(batch.offsets[p]), original(batch, p), f"{self.RECORD.NAME}: {error}")
+                   for p, error in decoded.errors if new[p]]
+        return decoded.table, decoded.positions, letters
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])
 class ParseEvents(_Parse):
     """RawBatch -> (slot, events table) per slot, timestamped at the slot start; dead letters out of ``dead``."""
 
-    RECORD, KIND, DEVICE_FIELDS = CollaborationEvent, "events", ("owner", "collaborator")
+    RECORD, KIND = CollaborationEvent, "events"
 
     def process(self, batch: RawBatch) -> Iterator[Any]:
         table, positions, letters = self.decode(batch)
@@ -160,15 +155,9 @@ class ParseEvents(_Parse):
 
 @beam.typehints.with_output_types(Tuple[int, Any])
 class ParseStatus(_Parse):
-    """RawBatch -> (shard, ("status", rows, times, values)) for each shard with statuses."""
+    """RawBatch -> (shard, ("status", keys, ids, times, values)) for each shard with statuses."""
 
-    RECORD, KIND, DEVICE_FIELDS = DeviceStatus, "status", ("device",)
-
-    def setup(self) -> None:
-        super().setup()
-        self.shard_of = np.zeros(len(self.index), dtype=np.int64)
-        for k, rows in enumerate(self.config.shard_rows(self.index)):
-            self.shard_of[rows] = k
+    RECORD, KIND = DeviceStatus, "status"
 
     def process(self, batch: RawBatch | TableBatch) -> Iterator[Any]:
         table, positions, letters = self.decode(batch)
@@ -178,10 +167,11 @@ class ParseStatus(_Parse):
         if not table.num_rows:
             return
         yield beam.pvalue.TaggedOutput(STATUSES, table)
-        rows, times, values = status_arrays(self.index, table)
-        for shard in np.unique(self.shard_of[rows]).tolist():
-            mine = self.shard_of[rows] == shard
-            yield beam.window.TimestampedValue((shard, ("status", rows[mine], times[mine], values[mine])),
+        keys, ids, times, values = status_arrays(table)
+        shards = shard_of(keys, self.config.shards)
+        for shard in np.unique(shards).tolist():
+            mine = shards == shard
+            yield beam.window.TimestampedValue((shard, ("status", keys[mine], ids[mine], times[mine], values[mine])),
                                                millis(times[mine].min()))
 
 
@@ -216,9 +206,8 @@ class CloseSlot(beam.DoFn):
         self.closed, self.updates = _counter("slots_closed"), _counter("slots_updated")
 
     def setup(self) -> None:
-        self.stages, self.index, _ = self.config.stages()
+        self.stages, _ = self.config.stages()
         self.clock = self.stages.config.clock
-        self.shards = self.config.shard_rows(self.index)
 
     def process(self, element: tuple[int, pa.Table], state=beam.DoFn.StateParam(SLOT),
                 events=beam.DoFn.StateParam(EVENTS), close=beam.DoFn.TimerParam(CLOSE),
@@ -270,10 +259,10 @@ class CloseSlot(beam.DoFn):
         """Send each shard its part of the slot, once per batch of new events."""
         if not current.dirty:
             return
-        part = slot_part(self.stages, self.index, pa.concat_tables([pickle.loads(b) for b in events.read()]), slot)
+        part = slot_part(self.stages, pa.concat_tables([pickle.loads(b) for b in events.read()]), slot)
         (self.updates if current.closes else self.closed).inc()
-        for shard, rows in enumerate(self.shards):
-            yield shard, ("part", part.select(rows), current.closes)
+        for shard in range(self.config.shards):
+            yield shard, ("part", part.select(shard, self.config.shards), current.closes)
         current.closes += 1
         current.dirty = False
 
@@ -284,12 +273,14 @@ class ShardState(beam.DoFn):
     """Keyed by shard: its devices' history in state; at each closed slot, their frame for scoring.
 
     A slot's frame is computed when the watermark passes the slot's end, so the shard has every
-    earlier slot's part and every status before it. Memory: devices x S slot embeddings at most.
-    Parts and statuses live in separate cells so that neither kind of input rewrites the other.
+    earlier slot's part and every status before it. A slot's evidence becomes final once the allowed
+    lateness has passed it by a slot (no update can come any more). Memory: the shard's devices x S
+    slot embeddings at most, and their evidence. Parts and statuses live in separate cells so that
+    neither kind of input rewrites the other.
     """
 
-    PARTS = ReadModifyWriteStateSpec("parts", BytesCoder())  # ({slot: SlotPart}, {slot: version pending})
-    STATUS = ReadModifyWriteStateSpec("status", BytesCoder())  # (rows, times, values) of the statuses kept
+    HISTORY = ReadModifyWriteStateSpec("history", BytesCoder())  # (DeviceHistory without statuses, pending versions)
+    STATUS = ReadModifyWriteStateSpec("status", BytesCoder())  # (StatusLog, (keys, ids) it names)
     EMIT = TimerSpec("emit", TimeDomain.WATERMARK)  # at the earliest pending slot's end
 
     def __init__(self, config: JobConfig, published_through: int = -1) -> None:
@@ -298,44 +289,57 @@ class ShardState(beam.DoFn):
         self.busy = _counter("sequence_ms")
 
     def setup(self) -> None:
-        self.stages, self.index, _ = self.config.stages()
+        self.stages, _ = self.config.stages()
         self.clock = self.stages.config.clock
-        self.shards = self.config.shard_rows(self.index)
 
-    def process(self, element: tuple[int, tuple], parts=beam.DoFn.StateParam(PARTS),
+    def _empty(self) -> tuple[DeviceHistory, dict[int, int]]:
+        return DeviceHistory(self.stages.config.evidence), {}
+
+    def process(self, element: tuple[int, tuple], history=beam.DoFn.StateParam(HISTORY),
                 status=beam.DoFn.StateParam(STATUS), emit=beam.DoFn.TimerParam(EMIT)) -> None:
         shard, payload = element
-        history = DeviceHistory(self.shards[shard])
-        if payload[0] == "status":
-            history.add_status(*load(status, (history.status_rows, history.status_times, history.status_values)))
-            history.add_status(*payload[1:])
-            store(status, (history.status_rows, history.status_times, history.status_values))
+        if payload[0] == "evidence":  # final evidence an earlier run kept (the local runner's cycles)
+            kept, pending = load(history, None) or self._empty()
+            kept.seed(payload[1])
+            store(history, (kept, pending))
             return
-        kept, pending = load(parts, ({}, {}))
+        if payload[0] == "status":
+            log, names = load(status, (StatusLog(), (np.zeros(0, np.int64), np.zeros(0, object))))
+            keys, ids, times, values = payload[1:]
+            log.add(keys, times, values)
+            store(status, (log, (np.concatenate([names[0], keys]), np.concatenate([names[1], ids]))))
+            return
+        kept, pending = load(history, None) or self._empty()
         part, version = payload[1], payload[2]
-        kept[part.slot] = part
+        kept.add_part(part)
         pending[part.slot] = max(version, pending.get(part.slot, version))
-        store(parts, (kept, pending))
+        store(history, (kept, pending))
         emit.set(millis(self.clock.end_ms(min(pending))))
 
     @on_timer(EMIT)
-    def on_emit(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam, parts=beam.DoFn.StateParam(PARTS),
+    def on_emit(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam, history=beam.DoFn.StateParam(HISTORY),
                 status=beam.DoFn.StateParam(STATUS), emit=beam.DoFn.TimerParam(EMIT)) -> Iterator[Any]:
-        kept, pending = load(parts, ({}, {}))
-        history = DeviceHistory(self.shards[key], kept)
-        history.add_status(*load(status, (history.status_rows, history.status_times, history.status_values)))
+        kept, pending = load(history, None) or self._empty()
+        log, names = load(status, (StatusLog(), (np.zeros(0, np.int64), np.zeros(0, object))))
+        kept.status = log
+        kept.name(*names)
         ready = sorted(s for s in pending if millis(self.clock.end_ms(s)) <= fired)
         started = time.perf_counter()
         for slot in ready:
             version = pending.pop(slot)
             if slot > self.published_through:
-                yield slot, (key, version, history.frame(self.stages, slot, self.clock, self.config.ranking))
+                yield slot, (key, version, kept.frame(self.stages, slot, self.config.ranking))
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         if ready:
+            final = ready[-1] - self.config.lateness_slots - 1  # no update can reach these slots any more
             keep = max(self.stages.config.window, self.config.ranking.owner_slots) + self.config.lateness_slots
-            history.prune(ready[-1] - keep + 1, int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))
-            store(status, (history.status_rows, history.status_times, history.status_values))
-        store(parts, (history.parts, pending))
+            kept.fold(final)
+            kept.prune(ready[-1] - keep + 1, int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))
+            yield beam.pvalue.TaggedOutput(EVIDENCE, (key, EvidenceSnapshot(kept.folded_through, kept.evidence)))
+        named = np.isin(names[0], kept.status.keys)  # the statuses' names, for the devices they still hold
+        store(status, (kept.status, (names[0][named], names[1][named])))
+        kept.status = StatusLog()
+        store(history, (kept, pending))
         if pending:
             emit.set(millis(self.clock.end_ms(min(pending))))
 
@@ -353,7 +357,7 @@ class GatherSlot(beam.DoFn):
         self.busy = _counter("scoring_ms")
 
     def setup(self) -> None:
-        self.stages, self.index, self.version = self.config.stages()
+        self.stages, self.version = self.config.stages()
 
     def process(self, element: tuple[int, tuple[int, int, DeviceFrame]], frames=beam.DoFn.StateParam(FRAMES)
                 ) -> Iterator[Any]:
@@ -367,8 +371,8 @@ class GatherSlot(beam.DoFn):
             return
         started = time.perf_counter()
         joined = DeviceFrame.concat([f for _, f in have.values()])
-        result = score_slot(self.stages, self.index, joined, slot, self.config.ranking, self.config.params,
-                            self.version, is_update=newest > 0)
+        result = score_slot(self.stages, joined, slot, self.config.ranking, self.config.params, self.version,
+                            is_update=newest > 0)
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         store(frames, ({}, newest))
         self.scored.inc()
@@ -377,25 +381,28 @@ class GatherSlot(beam.DoFn):
 
 
 class ScoreSlots(beam.PTransform):
-    """(events batches, status batches) -> SlotScores, plus the dead, newest, offsets and statuses outputs."""
+    """(events batches, status batches[, kept evidence]) -> SlotScores, plus the dead, newest, offsets, statuses
+    and evidence outputs. Kept evidence: (shard, ("evidence", EvidenceSnapshot)) elements that an earlier run's
+    ``evidence`` output left, so a run that replays only recent events starts from the evidence of all before."""
 
     def __init__(self, config: JobConfig, published_through: int = -1) -> None:
         super().__init__()
         self.config, self.published_through = config, published_through
 
-    def expand(self, inputs: tuple[beam.PCollection, beam.PCollection]) -> dict[str, beam.PCollection]:
-        raw_events, raw_status = inputs
+    def expand(self, inputs: tuple[beam.PCollection, ...]) -> dict[str, beam.PCollection]:
+        raw_events, raw_status, *kept = inputs
         events = raw_events | "ParseEvents" >> beam.ParDo(
             ParseEvents(self.config, self.published_through)).with_outputs(DEAD, NEWEST, OFFSETS, main="slots")
         status = raw_status | "ParseStatus" >> beam.ParDo(
             ParseStatus(self.config, self.published_through)).with_outputs(DEAD, STATUSES, main="status")
         closed = (events.slots | "CloseSlot" >> beam.ParDo(CloseSlot(self.config)).with_outputs(DEAD, main="parts"))
-        frames = ((closed.parts, status.status) | "ToShards" >> beam.Flatten()
-                  | "ShardState" >> beam.ParDo(ShardState(self.config, self.published_through)))
-        scored = frames | "GatherSlot" >> beam.ParDo(GatherSlot(self.config))
+        shards = ((closed.parts, status.status, *kept) | "ToShards" >> beam.Flatten()
+                  | "ShardState" >> beam.ParDo(ShardState(self.config, self.published_through))
+                  .with_outputs(EVIDENCE, main="frames"))
+        scored = shards.frames | "GatherSlot" >> beam.ParDo(GatherSlot(self.config))
         dead = (events[DEAD], status[DEAD], closed[DEAD]) | "Dead" >> beam.Flatten()
         return {"scores": scored, "dead": dead, "newest": events[NEWEST], "offsets": events[OFFSETS],
-                "statuses": status[STATUSES]}
+                "statuses": status[STATUSES], "evidence": shards[EVIDENCE]}
 
 
 def outputs(result: Any, topics: Any) -> Iterator[tuple[str, Record]]:

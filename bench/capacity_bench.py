@@ -56,22 +56,23 @@ def measure() -> dict:
     events, status = memory["events"], memory["status"]
     index = DeviceIndex(tuple(Simulator(sim).world.ids.to_pylist()))
     config = BMConfig(clock=sim.clock, window=WINDOW)
-    stages = TorchStages(BM(config, np.random.default_rng(0).normal(size=(500, 128)).astype(np.float32)))
-    history = DeviceHistory(np.arange(len(index)))
-    history.add_status(*status_arrays(index, status))
+    stages = TorchStages(BM(config, np.random.default_rng(0).normal(size=(500, 128)).astype(np.float32)), index)
+    history = DeviceHistory(config.evidence)
+    history.add_status(*status_arrays(status))
     slot_of = sim.clock.slot_of(events["event_time_ms"].to_numpy())
     for slot in range(sim.slots):
-        history.add_part(slot_part(stages, index, events.filter(slot_of == slot), slot))
+        history.add_part(slot_part(stages, events.filter(slot_of == slot), slot))
     last = sim.slots - 1
     history.prune(last - WINDOW + 1, int(sim.clock.start_ms(last)))
     state = len(pickle.dumps(history, protocol=pickle.HIGHEST_PROTOCOL)) / len(index)
-    bound = WINDOW * (config.gnn.out_dim * 4 + 8 + 8) + 8 * 8 + 16  # every device active in every slot
+    evidence_bytes = 8 * len(config.evidence.lams) * 6 * 2 + 24  # a device's evidence as collaborator and owner
+    bound = WINDOW * (config.gnn.out_dim * 4 + 8 + 8) + 8 * 8 + 16 + evidence_bytes  # active in every slot
     ranking = RankingConfig(owner_slots=1)
     started = time.perf_counter()
-    frame = history.frame(stages, last, sim.clock, ranking)
+    frame = history.frame(stages, last, ranking)
     sequence_s = time.perf_counter() - started
     started = time.perf_counter()
-    result = score_slot(stages, index, frame, last, ranking, SystemParams(), "bench")
+    result = score_slot(stages, frame, last, ranking, SystemParams(), "bench")
     score_s = time.perf_counter() - started
     owners = int(frame.recent_owner.sum())
     xy = frame.status[:, 3:5]

@@ -42,7 +42,7 @@ from bench.report import emit
 
 HOSTILE_KINDS = ("random_bytes", "truncated", "oversized", "wrong_type", "nan", "infinity", "negative_size",
                  "owner_is_collaborator", "unknown_schema_version", "far_future", "before_origin",
-                 "unknown_device", "control_characters", "duplicate")
+                 "control_characters", "duplicate")
 
 
 def small_run(seed: int = 5, devices: int = 30, slots: int = 8, tasks: int = 360):
@@ -120,9 +120,9 @@ def offline_keys(checkpoint: Path, topics, events, status) -> dict:
     from model.scoring import score_log
 
     config = JobConfig(str(checkpoint), shards=3, topics=topics)
-    stages, index, version = config.stages()
+    stages, version = config.stages()
     out = {}
-    for result in score_log(stages, index, events, status, config.ranking, config.params, version):
+    for result in score_log(stages, events, status, config.ranking, config.params, version):
         for kind, records in (("score", result.scores), ("ranking", result.rankings)):
             for r in records:
                 out[(kind, r.slot, r.owner, getattr(r, "collaborator", ""))] = r.to_dict()
@@ -285,7 +285,6 @@ def hostile_messages(valid: dict, seed: int = 0) -> dict[str, bytes]:
         "unknown_schema_version": wire(event_id="h-v9", schema_version=9),
         "far_future": wire(event_id="h-future", event_time_ms=far_future),
         "before_origin": wire(event_id="h-past", event_time_ms=5),
-        "unknown_device": wire(event_id="h-stranger", collaborator="nobody"),
         "control_characters": wire(event_id="h-ctl", owner="dev\u0000one"),
         "duplicate": wire(),
     }
@@ -325,8 +324,7 @@ def hostile(settings, work: Path, seed: int = 5) -> dict[str, Any]:
     return {"kinds": len(bad), "dead_lettered": sum(bool(v) for k, v in landed.items() if k != "duplicate"),
             "reasons": landed, "duplicates_dropped": c.get("events_duplicate", 0),
             "read": c.get("events_read", 0),
-            "accounted": sum(c.get(f"events_{k}", 0) for k in ("valid", "invalid", "unknown_device", "late",
-                                                                "future")),
+            "accounted": sum(c.get(f"events_{k}", 0) for k in ("valid", "invalid", "late", "future")),
             "valid_events": events.num_rows,
             "outputs_equal_clean_run": same_values(got, offline_keys(checkpoint, topics, events, status)),
             "duplicates_published": repeats}
@@ -383,13 +381,13 @@ def load(settings, work: Path, devices: int = 5000, slots: int = 40, tasks_per_d
     _, repeats = published_keys(settings, topics)
     read = sum(r["counters"].get("events_read", 0) for r in reports)
     accounted = sum(r["counters"].get(f"events_{k}", 0) for r in reports
-                    for k in ("valid", "invalid", "unknown_device", "late", "future"))
+                    for k in ("valid", "invalid", "late", "future"))
     config = JobConfig(str(checkpoint), topics=topics)
-    stages, index, _ = config.stages()
-    history = DeviceHistory(np.arange(len(index)))
-    history.add_status(*status_arrays(index, status))
+    stages, _ = config.stages()
+    history = DeviceHistory(stages.config.evidence)
+    history.add_status(*status_arrays(status))
     for slot in range(slots):
-        history.add_part(slot_part(stages, index, events.filter(slot_of == slot), slot))
+        history.add_part(slot_part(stages, events.filter(slot_of == slot), slot))
     history.prune(slots - 32, int(sim.clock.start_ms(slots - 1)))
     state = len(pickle.dumps(history, protocol=pickle.HIGHEST_PROTOCOL))
     return {"devices": devices, "slots": slots, "events": events.num_rows, "status_rows": status.num_rows,

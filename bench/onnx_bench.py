@@ -56,32 +56,38 @@ def _case(devices: int, work: Path, repeats: int) -> list[dict]:
     started = time.perf_counter()
     manifest = export_onnx(checkpoint)
     export_s = time.perf_counter() - started
-    backends = {"torch": TorchStages(model),
+    backends = {"torch": TorchStages(model, DeviceIndex(tuple(f"d{k:07d}" for k in range(devices)))),
                 "onnxruntime": OnnxStages(checkpoint / "onnx", expect_content_hash=manifest["source_content_hash"])}
     edges = 4 * devices
     graph = SlotGraph(0, rng.integers(0, devices, edges), rng.integers(0, devices, edges), rng.random(edges),
                       rng.random(edges))
+    rows = np.arange(devices)  # every device's own node2vec row
     sequences = rng.normal(size=(devices, WINDOW, config.gnn.out_dim)).astype(np.float32)
     lengths = np.full(devices, WINDOW, dtype=np.int64)
     owners = np.repeat(np.arange(devices), CANDIDATES)
     others = rng.integers(0, devices, devices * CANDIDATES)
-    rows = []
+    pairs = len(owners)
+    physics = np.stack([rng.uniform(1, 300, pairs), rng.uniform(2e9, 6e9, pairs), rng.uniform(2e9, 6e9, pairs),
+                        rng.uniform(0.2, 2.5, pairs)], axis=1).astype(np.float32)
+    evidence = rng.random((pairs, config.evidence.features)).astype(np.float32)
+    results = []
     for name, stages in backends.items():
-        stages.slot_embeddings(graph)  # warm-up (and the C++ scan's first load)
+        stages.slot_embeddings(graph, rows)  # warm-up (and the C++ scan's first load)
         stages.long_term(sequences[:64], lengths[:64])
         out = {}
 
         def sequence() -> None:
             out["y"] = stages.long_term(sequences, lengths)
 
-        figures = {"gnn_s": _timed(lambda: stages.slot_embeddings(graph), repeats),
+        figures = {"gnn_s": _timed(lambda: stages.slot_embeddings(graph, rows), repeats),
                    "sequence_s": _timed(sequence, repeats),
-                   "head_s": _timed(lambda: stages.t_beh(out["y"][owners], out["y"][others]), repeats)}
+                   "head_s": _timed(lambda: stages.t_beh(out["y"][owners], out["y"][others], physics, evidence),
+                                    repeats)}
         total = sum(figures.values())
-        rows.append({"devices": devices, "backend": name, **{k: round(v, 3) for k, v in figures.items()},
-                     "total_s": round(total, 3), "devices_per_s": int(devices / total),
-                     "onnx_export_s": round(export_s, 1) if name == "onnxruntime" else ""})
-    return rows
+        results.append({"devices": devices, "backend": name, **{k: round(v, 3) for k, v in figures.items()},
+                        "total_s": round(total, 3), "devices_per_s": int(devices / total),
+                        "onnx_export_s": round(export_s, 1) if name == "onnxruntime" else ""})
+    return results
 
 
 def main() -> None:

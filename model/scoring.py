@@ -1,17 +1,23 @@
 """Scoring a slot: the one implementation behind ``trustbeam score`` (offline) and ``trustbeam run`` (Beam).
 
-The path, per closed slot s:
+Devices are int64 keys (:func:`model.graphs.device_keys` of their ids), so that a device the model
+never saw is scored like any other: its node2vec row is the model's cold row, and its own evidence
+moves its T_beh from the cold prior as its tasks accrue. The path, per closed slot s:
 
 1. :func:`slot_part`: the slot's events (deduplicated by ``event_id``) -> T_col edges -> the slot
-   graph -> GNN embeddings of the active devices, plus each owner's latest task in the slot.
-2. :class:`DeviceHistory`: a set of devices' sparse slot embeddings, task profiles and statuses. The
-   offline scorer holds one for all devices; the pipeline holds one per device shard in Beam state.
-   :meth:`DeviceHistory.frame` gives, for slot s, each device's long-term embedding Y (the sequence
-   encoder over its last S slots, idle slots as the learned idle embedding), its latest status
-   before the slot's end, and its task profile if it owned a task in the last R slots.
-3. :func:`score_slot`: frames of all devices -> T_beh = head(Y_i (+) Y_j) for each recent owner i
-   against its candidates j -> T = T_beh * T_res -> trust scores and rankings (T >= theta, then the
-   highest VoC for the owner's task), as the wire records of :mod:`schemas`.
+   graph -> GNN embeddings of the active devices, each owner's latest task in the slot, and the
+   slot's evidence per role (:mod:`model.evidence`).
+2. :class:`DeviceHistory`: a set of devices' recent slot embeddings, task profiles, statuses and
+   evidence. The offline scorer holds one for all devices; the pipeline holds one per device shard
+   in Beam state. :meth:`DeviceHistory.frame` gives, for slot s, each device's long-term embedding
+   Y (the sequence encoder over its last S slots, idle slots as the learned idle embedding), its
+   latest status before the slot's end, its task profile if it owned a task in the last R slots,
+   and its evidence as collaborator and owner, plus the evidence of the pairs its recent owners
+   formed. A slot's evidence stays pending until the slot is final (:meth:`DeviceHistory.fold`),
+   so an update of a slot within the allowed lateness replaces it instead of adding it twice.
+3. :func:`score_slot`: frames of all devices -> for each recent owner i and candidate j, the pair's
+   physics (:mod:`model.context`) and evidence -> T_beh -> T = T_beh * T_res -> trust scores and
+   rankings (T >= theta, then the highest VoC for the owner's task), as the wire records of :mod:`schemas`.
 
 Glossary: Y the long-term embedding, T_beh/T_res/T the paper's trusts, theta the task's trust
 threshold, V (``voc``) the value of task completion (eqs. 2-9, :mod:`model.physics`).
@@ -20,60 +26,92 @@ threshold, V (``voc``) the value of task completion (eqs. 2-9, :mod:`model.physi
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from model import physics
-from model.config import RankingConfig, SlotClock, SystemParams
-from model.graphs import DeviceIndex, slot_edges, slot_graphs
+from model.config import RankingConfig, SystemParams
+from model.context import pair_physics
+from model.evidence import (CHANNELS, ROLES, EvidenceConfig, EvidenceState, decay, pair_evidence_features,
+                            role_increments)
+from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.stages import Stages
+from model.status import COMM_OK, COMP_OK, WILLINGNESS, X, Y, StatusLog, status_values
 from model.trust import resource_trust
 from schemas import CollaboratorRanking, RankedCandidate, TrustScore
 
-STATUS_COLUMNS = ("cpu_hz", "tx_w", "rx_w", "x_m", "y_m", "willingness", "comm_ok", "comp_ok")
 PROFILE_COLUMNS = ("task_size_bits", "density_cycles_per_bit", "trust_threshold")
+
+
+def shard_of(keys: np.ndarray, shards: int) -> np.ndarray:
+    """The device shard of each key (keys are uniform hashes, so shards are even)."""
+    return np.asarray(keys, np.int64) % shards
 
 
 @dataclass
 class SlotPart:
-    """One slot's contribution for a set of devices (sorted rows), as plain numpy arrays."""
+    """One slot's contribution for a set of devices, as plain numpy arrays (keys sorted)."""
 
     slot: int
-    active: np.ndarray  # (a,) device rows active in the slot
-    embeddings: np.ndarray  # (a, d) their GNN slot embeddings
-    owners: np.ndarray  # (o,) device rows that owned a task in the slot
+    keys: np.ndarray  # (m,) the slot's devices
+    ids: np.ndarray  # (m,) their ids
+    active: np.ndarray  # (a,) keys of the devices with a GNN embedding in the slot
+    embeddings: np.ndarray  # (a, d)
+    owners: np.ndarray  # (o,) keys of the devices that owned a task in the slot
     profile: np.ndarray  # (o, 4): time of the latest task, then PROFILE_COLUMNS (NaN where absent)
+    evidence: dict[str, tuple[np.ndarray, np.ndarray]]  # role -> (keys, increments (k, C)); pairs: pair keys
+    pair_owners: np.ndarray  # (p,) the owner key of each pair increment
 
-    def select(self, rows: np.ndarray) -> "SlotPart":
-        """The part restricted to the devices in ``rows`` (sorted)."""
-        a, o = np.isin(self.active, rows), np.isin(self.owners, rows)
-        return SlotPart(self.slot, self.active[a], self.embeddings[a], self.owners[o], self.profile[o])
+    def select(self, shard: int, shards: int) -> "SlotPart":
+        """The part restricted to the devices of one shard (pairs go with their owner)."""
+        def mine(keys: np.ndarray) -> np.ndarray:
+            return shard_of(keys, shards) == shard
+
+        evidence = {}
+        for role, (keys, increments) in self.evidence.items():
+            keep = mine(self.pair_owners if role == "pair" else keys)
+            evidence[role] = (keys[keep], increments[keep])
+        k, a, o, p = mine(self.keys), mine(self.active), mine(self.owners), mine(self.pair_owners)
+        return SlotPart(self.slot, self.keys[k], self.ids[k], self.active[a], self.embeddings[a], self.owners[o],
+                        self.profile[o], evidence, self.pair_owners[p])
 
 
-def slot_part(stages: Stages, index: DeviceIndex, events: pa.Table, slot: int) -> SlotPart:
-    """Embeddings and owner profiles of one slot from its valid events (unknown devices left out)."""
+def slot_part(stages: Stages, events: pa.Table, slot: int) -> SlotPart:
+    """Embeddings, owner profiles and evidence of one slot from its valid events."""
     config = stages.config
     events = dedup(events)
-    known = (index.lookup(events["owner"]) >= 0) & (index.lookup(events["collaborator"]) >= 0)
-    events = events.filter(pa.array(known))
     d = config.gnn.out_dim
     if events.num_rows == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return SlotPart(slot, empty, np.zeros((0, d), np.float32), empty, np.zeros((0, 4)))
-    graph = slot_graphs(slot_edges(events, config.clock, config.weights), index)[slot]
-    active, embeddings = stages.slot_embeddings(graph)  # (a,), (a, d)
+        nothing = {role: (empty, np.zeros((0, len(CHANNELS)))) for role in ROLES}
+        return SlotPart(slot, empty, np.zeros(0, object), empty, np.zeros((0, d), np.float32), empty,
+                        np.zeros((0, 4)), nothing, empty)
+    edges = slot_edges(events, config.clock, config.weights)
+    local = DeviceIndex.from_edges(edges)  # the slot's devices, by id
+    ids = pa.array(local.ids, pa.string())
+    keys = device_keys(local.ids)
+    graph = slot_graphs(edges, local)[slot]
+    positions, embeddings = stages.slot_embeddings(graph, stages.feature_rows(ids))  # (a,), (a, d)
+    n = len(local)
+    evidence, pair_owners = {}, np.zeros(0, np.int64)
+    for role, (local_keys, increments) in role_increments(graph, n, config.evidence).items():
+        if role == "pair":
+            owner, collaborator = keys[local_keys // n], keys[local_keys % n]
+            evidence[role], pair_owners = (pair_keys(owner, collaborator), increments), owner
+        else:
+            evidence[role] = (keys[local_keys], increments)
     latest = events.sort_by([("owner", "ascending"), ("event_time_ms", "descending"), ("event_id", "descending")])
     owner_ids = latest["owner"].to_numpy(zero_copy_only=False)
     first = np.flatnonzero(np.r_[True, owner_ids[1:] != owner_ids[:-1]])  # each owner's latest task
     columns = [latest["event_time_ms"].to_numpy()[first].astype(np.float64)]
     columns += [pc.fill_null(latest[c], np.nan).to_numpy()[first] for c in PROFILE_COLUMNS]
-    owners = index.lookup(pa.array(owner_ids[first]))
-    order = np.argsort(owners)
-    return SlotPart(slot, active, embeddings, owners[order],
-                    np.stack(columns, axis=1)[order])
+    owners = device_keys(owner_ids[first].tolist())
+    by_key, by_owner, by_active = np.argsort(keys), np.argsort(owners), np.argsort(keys[positions])
+    return SlotPart(slot, keys[by_key], np.asarray(local.ids, object)[by_key], keys[positions][by_active],
+                    embeddings[by_active], owners[by_owner], np.stack(columns, axis=1)[by_owner], evidence, pair_owners)
 
 
 def dedup(events: pa.Table) -> pa.Table:
@@ -85,104 +123,206 @@ def dedup(events: pa.Table) -> pa.Table:
 
 @dataclass
 class DeviceFrame:
-    """One slot's view of a set of devices, ready to score (rows sorted)."""
+    """One slot's view of a set of devices, ready to score (devices sorted by key, pairs by pair key)."""
 
-    rows: np.ndarray  # (n,)
+    keys: np.ndarray  # (n,)
+    ids: np.ndarray  # (n,)
     y: np.ndarray  # (n, d) long-term embeddings
     status: np.ndarray  # (n, 8) STATUS_COLUMNS, NaN where no status is known
     profile: np.ndarray  # (n, 3) PROFILE_COLUMNS of a recent owner's latest task, NaN for non-owners
     recent_owner: np.ndarray  # (n,) bool
+    collaborator: np.ndarray  # (n, L, C) evidence as collaborator
+    since: np.ndarray  # (n,) slots since the device last served (NEVER: not known to have)
+    owner: np.ndarray  # (n, L, C) evidence as owner
+    pairs: np.ndarray  # (m,) pair keys of the recent owners' pairs
+    pair_evidence: np.ndarray  # (m, L, C)
 
     @classmethod
     def concat(cls, frames: list["DeviceFrame"]) -> "DeviceFrame":
-        joined = cls(*(np.concatenate([getattr(f, k.name) for f in frames]) for k in fields(cls)))
-        order = np.argsort(joined.rows)
-        return cls(*(getattr(joined, k.name)[order] for k in fields(cls)))
+        joined = {f.name: np.concatenate([getattr(frame, f.name) for frame in frames]) for f in fields(cls)}
+        devices, pairs = np.argsort(joined["keys"]), np.argsort(joined["pairs"])
+        return cls(**{name: value[pairs if name in ("pairs", "pair_evidence") else devices]
+                      for name, value in joined.items()})
 
 
 @dataclass
 class DeviceHistory:
-    """Sparse history of a set of devices (``rows``): what :meth:`frame` needs for any slot.
+    """What :meth:`frame` needs of a set of devices for any recent slot (only numpy, so Beam can pickle it).
 
-    Embeddings are kept per slot for active devices only; a device idle in a slot reads the model's
-    idle embedding. Statuses are kept per device until superseded. Only numpy, so Beam can pickle it.
+    Slot embeddings and owner profiles are kept per slot for the last S slots; statuses per device
+    until superseded; evidence as decayed sums (:class:`model.evidence.EvidenceState`) folded up to
+    the last final slot, the later slots' increments pending in their parts. Devices are known by
+    key, with their ids, from the parts and statuses that named them.
     """
 
-    rows: np.ndarray  # (n,) sorted device rows this history covers
+    evidence_config: EvidenceConfig
+    names: tuple[np.ndarray, np.ndarray] = field(default_factory=lambda: (np.zeros(0, np.int64), np.zeros(0, object)))
     parts: dict[int, SlotPart] = field(default_factory=dict)
-    status_times: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (m,)
-    status_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (m,)
-    status_values: np.ndarray = field(default_factory=lambda: np.zeros((0, len(STATUS_COLUMNS))))  # (m, 8)
+    status: StatusLog = field(default_factory=StatusLog)
+    evidence: dict[str, EvidenceState] = field(default_factory=dict)
+    folded_through: int = -1  # the last slot whose evidence is in ``evidence``
+
+    def __post_init__(self) -> None:
+        for role in ROLES:
+            self.evidence.setdefault(role, EvidenceState(np.asarray(self.evidence_config.lams)))
+
+    def name(self, keys: np.ndarray, ids: np.ndarray) -> None:
+        """Record the ids of device keys."""
+        all_keys = np.concatenate([self.names[0], keys])
+        all_ids = np.concatenate([self.names[1], np.asarray(ids, object)])
+        unique, first = np.unique(all_keys, return_index=True)
+        self.names = (unique, all_ids[first])
 
     def add_part(self, part: SlotPart) -> None:
+        """A slot's part; a later version of the same slot (late events) replaces it while it is pending. The
+        part of a slot already final adds its embeddings only (a replay after :meth:`seed`)."""
         self.parts[part.slot] = part
+        self.name(part.keys, part.ids)
 
-    def add_status(self, rows: np.ndarray, times: np.ndarray, values: np.ndarray) -> None:
-        keep = np.isin(rows, self.rows)
-        self.status_rows = np.concatenate([self.status_rows, rows[keep]])
-        self.status_times = np.concatenate([self.status_times, times[keep]])
-        self.status_values = np.concatenate([self.status_values, values[keep]])
+    def seed(self, snapshot: "EvidenceSnapshot") -> None:
+        """Start from final evidence kept by an earlier run (when it is newer than this history's)."""
+        if snapshot.folded_through > self.folded_through:
+            self.evidence, self.folded_through = snapshot.states, snapshot.folded_through
+
+    def add_status(self, keys: np.ndarray, ids: np.ndarray, times: np.ndarray, values: np.ndarray) -> None:
+        self.status.add(keys, times, values)
+        self.name(keys, ids)
+
+    def fold(self, through_slot: int) -> None:
+        """Make the evidence of the parts up to ``through_slot`` final (they can no longer change)."""
+        for slot in sorted(s for s in self.parts if self.folded_through < s <= through_slot):
+            for role, (keys, increments) in self.parts[slot].evidence.items():
+                tags = self.parts[slot].pair_owners if role == "pair" else None
+                if len(keys):
+                    self.evidence[role].update(keys, slot, increments, tags)
+        self.folded_through = max(self.folded_through, through_slot)
 
     def prune(self, before_slot: int, status_before_ms: int) -> None:
-        """Forget slot parts before ``before_slot`` and statuses superseded before ``status_before_ms``."""
+        """Forget slot parts before ``before_slot`` (folded first), statuses superseded before
+        ``status_before_ms``, faded evidence, and the names of devices nothing refers to any more."""
+        self.fold(before_slot - 1)
         self.parts = {s: p for s, p in self.parts.items() if s >= before_slot}
-        old = self.status_times < status_before_ms
-        newest_old = _latest(self.status_rows, self.status_times, old)
-        keep = ~old
-        keep[newest_old] = True
-        self.status_rows, self.status_times = self.status_rows[keep], self.status_times[keep]
-        self.status_values = self.status_values[keep]
+        self.status.prune(status_before_ms)
+        for state in self.evidence.values():
+            state.prune(max(self.folded_through, 0))
+        referred = [self.status.keys, self.evidence["collaborator"].keys, self.evidence["owner"].keys,
+                    *(p.keys for p in self.parts.values())]
+        keep = np.isin(self.names[0], np.concatenate(referred))
+        self.names = (self.names[0][keep], self.names[1][keep])
 
-    def frame(self, stages: Stages, slot: int, clock: SlotClock, ranking: RankingConfig) -> DeviceFrame:
+    def _evidence(self, role: str, keys: np.ndarray, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        """(values (k, L, C), slots since the last update) of ``keys`` at the end of ``slot``: the folded state
+        plus the pending parts up to the slot."""
+        values, since = self.evidence[role].query(keys, slot)
+        lams = np.asarray(self.evidence_config.lams)
+        for s in sorted(p for p in self.parts if self.folded_through < p <= slot):
+            part_keys, increments = self.parts[s].evidence[role]
+            at = np.searchsorted(keys, part_keys)
+            hit = (at < len(keys)) & (keys[np.minimum(at, max(len(keys) - 1, 0))] == part_keys) if len(keys) else \
+                np.zeros(len(part_keys), bool)
+            factor = decay(lams, np.full(int(hit.sum()), slot - s))
+            values[at[hit]] += increments[hit][:, None, :] * factor[:, :, None]
+            since[at[hit]] = slot - s
+        return values, since
+
+    def frame(self, stages: Stages, slot: int, ranking: RankingConfig) -> DeviceFrame:
+        keys, ids = self.names
         sequences, lengths = self.sequences(stages, slot)
         y = stages.long_term(sequences, lengths)  # (n, d)
-        status = np.full((len(self.rows), len(STATUS_COLUMNS)), np.nan)
-        latest = _latest(self.status_rows, self.status_times, self.status_times < int(clock.end_ms(slot)))
-        status[np.searchsorted(self.rows, self.status_rows[latest])] = self.status_values[latest]
-        profile = np.full((len(self.rows), 1 + len(PROFILE_COLUMNS)), np.nan)
+        status = self.status.latest(keys, int(stages.config.clock.end_ms(slot)))
+        profile = np.full((len(keys), 1 + len(PROFILE_COLUMNS)), np.nan)
         profile[:, 0] = -np.inf
         for s in range(slot - ranking.owner_slots + 1, slot + 1):
             part = self.parts.get(s)
             if part is None or not len(part.owners):
                 continue
-            at = np.searchsorted(self.rows, part.owners)
+            at = np.searchsorted(keys, part.owners)
             newer = part.profile[:, 0] > profile[at, 0]
             profile[at[newer]] = part.profile[newer]
         recent = np.isfinite(profile[:, 0])
-        return DeviceFrame(self.rows, y, status, profile[:, 1:], recent)
+        collaborator, since = self._evidence("collaborator", keys, slot)
+        owner, _ = self._evidence("owner", keys, slot)
+        pairs_state = self.evidence["pair"]
+        pending = [self.parts[s] for s in self.parts if self.folded_through < s <= slot]
+        candidates = np.concatenate([pairs_state.keys[np.isin(pairs_state.tags, keys[recent])],
+                                     *(p.evidence["pair"][0][np.isin(p.pair_owners, keys[recent])] for p in pending)])
+        pairs = np.unique(candidates)
+        pair_evidence, _ = self._evidence("pair", pairs, slot)
+        return DeviceFrame(keys, ids, y, status, profile[:, 1:], recent, collaborator, since, owner, pairs,
+                           pair_evidence)
 
     def sequences(self, stages: Stages, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """(n, S, d) slot embeddings over [max(slot - S + 1, 0), slot], right-padded by the last; (n,) lengths."""
+        keys = self.names[0]
         window = stages.config.window
         start = max(slot - window + 1, 0)
         length = slot - start + 1
         idle = stages.idle
-        out = np.broadcast_to(idle, (len(self.rows), window, len(idle))).copy()
+        out = np.broadcast_to(idle, (len(keys), window, len(idle))).copy()
         for k in range(length):
             part = self.parts.get(start + k)
             if part is None or not len(part.active):
                 continue
-            at = np.clip(np.searchsorted(part.active, self.rows), 0, len(part.active) - 1)
-            hit = part.active[at] == self.rows
+            at = np.clip(np.searchsorted(part.active, keys), 0, len(part.active) - 1)
+            hit = part.active[at] == keys
             out[hit, k] = part.embeddings[at[hit]]
         out[:, length:] = out[:, length - 1:length]
-        return out, np.full(len(self.rows), length, dtype=np.int64)
+        return out, np.full(len(keys), length, dtype=np.int64)
 
 
-def _latest(rows: np.ndarray, times: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Indices of each row's latest entry among ``mask`` (ties: the later-added entry)."""
-    candidates = np.flatnonzero(mask)
-    order = candidates[np.lexsort((candidates, times[candidates], rows[candidates]))]
-    last = np.r_[rows[order][1:] != rows[order][:-1], True] if len(order) else np.zeros(0, bool)
-    return order[last]
+@dataclass
+class EvidenceSnapshot:
+    """The final (folded) evidence of a set of devices and pairs through one slot, as a new run's shards start
+    from it: the local runner's cycles carry it from one cycle to the next, as they carry statuses."""
+
+    folded_through: int
+    states: dict[str, EvidenceState]
+
+    @classmethod
+    def merge(cls, shards: list["EvidenceSnapshot"]) -> "EvidenceSnapshot":
+        """One snapshot of disjoint shards folded through the same slot."""
+        through = {s.folded_through for s in shards}
+        if len(through) != 1:
+            raise ValueError(f"evidence snapshot: shards folded through different slots {sorted(through)}")
+        states = {}
+        for role in ROLES:
+            parts = [s.states[role] for s in shards]
+            keys = np.concatenate([p.keys for p in parts])
+            order = np.argsort(keys, kind="stable")
+            states[role] = EvidenceState(parts[0].lams, keys[order], np.concatenate([p.slots for p in parts])[order],
+                                         np.concatenate([p.values for p in parts])[order],
+                                         np.concatenate([p.tags for p in parts])[order])
+        return cls(through.pop(), states)
+
+    def select(self, shard: int, shards: int) -> "EvidenceSnapshot":
+        """The part of one device shard (pairs go with their owner, the tag)."""
+        states = {}
+        for role, state in self.states.items():
+            mine = shard_of(state.tags if role == "pair" else state.keys, shards) == shard
+            states[role] = EvidenceState(state.lams, state.keys[mine], state.slots[mine], state.values[mine],
+                                         state.tags[mine])
+        return EvidenceSnapshot(self.folded_through, states)
+
+    def save(self, path: str | Path) -> None:
+        """As .npz (no pickle: loading never runs code)."""
+        arrays = {"folded_through": np.array(self.folded_through), "lams": self.states["collaborator"].lams}
+        for role, state in self.states.items():
+            arrays.update({f"{role}.{name}": getattr(state, name) for name in ("keys", "slots", "values", "tags")})
+        with open(path, "wb") as handle:
+            np.savez(handle, **arrays)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "EvidenceSnapshot":
+        with np.load(path, allow_pickle=False) as data:
+            states = {role: EvidenceState(data["lams"], *(data[f"{role}.{name}"] for name in
+                                                          ("keys", "slots", "values", "tags"))) for role in ROLES}
+            return cls(int(data["folded_through"]), states)
 
 
-def status_arrays(index: DeviceIndex, status: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rows, times, values (m, 8)) of the status rows whose device the index knows."""
-    rows = index.lookup(status["device"])
-    known = rows >= 0
-    values = np.stack([pc.cast(status[c], pa.float64()).to_numpy() for c in STATUS_COLUMNS], axis=1)
-    return rows[known], status["time_ms"].to_numpy()[known], values[known]
+def status_arrays(status: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(keys, ids, times, values (m, 8)) of DeviceStatus rows."""
+    ids = status["device"].to_numpy(zero_copy_only=False)
+    return device_keys(ids.tolist()), ids.astype(object), status["time_ms"].to_numpy(), status_values(status)
 
 
 @dataclass(frozen=True)
@@ -194,66 +334,79 @@ class SlotScores:
     rankings: list[CollaboratorRanking]
 
 
-def score_slot(stages: Stages, index: DeviceIndex, frame: DeviceFrame, slot: int, ranking: RankingConfig,
-               params: SystemParams, model_version: str, is_update: bool = False) -> SlotScores:
+def _pair_lookup(frame: DeviceFrame, keys: np.ndarray) -> np.ndarray:
+    """(P, L, C) evidence of the pair keys in the frame (zero for pairs it does not hold)."""
+    out = np.zeros((len(keys), *frame.pair_evidence.shape[1:]))
+    if len(frame.pairs):
+        at = np.searchsorted(frame.pairs, keys)
+        hit = frame.pairs[np.minimum(at, len(frame.pairs) - 1)] == keys
+        out[hit] = frame.pair_evidence[at[hit]]
+    return out
+
+
+def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,
+               model_version: str, is_update: bool = False) -> SlotScores:
     """Score each recent owner against its candidates and rank them by the paper's rule."""
-    clock = stages.config.clock
+    config = stages.config
+    clock = config.clock
     start_ms, end_ms = int(clock.start_ms(slot)), int(clock.end_ms(slot))
     owners = np.flatnonzero(frame.recent_owner)
-    known = np.flatnonzero(~np.isnan(frame.status[:, 0]))
+    known = np.flatnonzero(~np.isnan(frame.status[:, X]))
     src, dst = np.repeat(owners, len(known)), np.tile(known, len(owners))  # positions in the frame
-    status_i, status_j = frame.status[src], frame.status[dst]
-    distance = np.hypot(status_i[:, 3] - status_j[:, 3], status_i[:, 4] - status_j[:, 4])
+    distance = np.hypot(*(frame.status[src, c] - frame.status[dst, c] for c in (X, Y)))
     keep = (src != dst) & ~np.isnan(distance)
     if ranking.range_m is not None:
         keep &= distance <= ranking.range_m
-    src, dst, distance, status_i, status_j = src[keep], dst[keep], distance[keep], status_i[keep], status_j[keep]
-    t_beh = stages.t_beh(frame.y[src], frame.y[dst])
-    t_res = resource_trust(status_j[:, 5], status_j[:, 6], status_j[:, 7])
+    src, dst = src[keep], dst[keep]
+    physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
+    evidence = pair_evidence_features(frame.collaborator[dst], frame.owner[src],
+                                      _pair_lookup(frame, pair_keys(frame.keys[src], frame.keys[dst])),
+                                      frame.since[dst], config.evidence)
+    t_beh = stages.t_beh(frame.y[src], frame.y[dst], physics.features(), evidence)
+    status_j = frame.status[dst]
+    t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])
     trust = np.clip(t_beh * t_res, 0.0, 1.0)
-    size, density, theta = (frame.profile[src, k] for k in range(3))
-    voc = physics.value_of_completion(
-        physics.offload(size, density, distance, status_i[:, 1], status_j[:, 2], status_j[:, 0], params),
-        physics.computation(size, density, status_i[:, 0], params), params)
-    voc = np.clip(np.nan_to_num(voc, nan=0.0), 0.0, 1.0)
+    voc = physics.value(params)
+    theta = frame.profile[src, 2]
     theta = np.where(np.isnan(theta), ranking.default_threshold, theta)
-    ids = index.ids
+    ids = frame.ids
     scores: list[TrustScore] = []
     rankings: list[CollaboratorRanking] = []
     bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1]]) if len(src) else np.zeros(0, np.int64)
     for begin, end in zip(bounds, np.r_[bounds[1:], len(src)]):
-        owner = ids[frame.rows[src[begin]]]
+        owner = ids[src[begin]]
         part = np.arange(begin, end)
-        collab = frame.rows[dst[part]]
-        by_trust = part[np.lexsort((collab, -trust[part]))][: ranking.scores_per_owner]
-        scores += [TrustScore(owner=owner, collaborator=ids[frame.rows[dst[p]]], slot=slot, slot_start_ms=start_ms,
+        order_key = frame.keys[dst[part]]
+        by_trust = part[np.lexsort((order_key, -trust[part]))][: ranking.scores_per_owner]
+        scores += [TrustScore(owner=owner, collaborator=ids[dst[p]], slot=slot, slot_start_ms=start_ms,
                               slot_end_ms=end_ms, t_beh=float(t_beh[p]), t_res=float(t_res[p]),
                               trust=float(trust[p]), model_version=model_version, is_update=is_update)
                    for p in by_trust]
         eligible = part[trust[part] >= theta[begin]]
-        chosen = eligible[np.lexsort((frame.rows[dst[eligible]], -trust[eligible], -voc[eligible]))][: ranking.top_k]
+        chosen = eligible[np.lexsort((frame.keys[dst[eligible]], -trust[eligible], -voc[eligible]))][: ranking.top_k]
         rankings.append(CollaboratorRanking(
             owner=owner, slot=slot, slot_start_ms=start_ms, slot_end_ms=end_ms, threshold=float(theta[begin]),
             model_version=model_version, is_update=is_update,
-            candidates=tuple(RankedCandidate(collaborator=ids[frame.rows[dst[p]]], trust=float(trust[p]),
-                                             voc=float(voc[p])) for p in chosen)))
+            candidates=tuple(RankedCandidate(collaborator=ids[dst[p]], trust=float(trust[p]), voc=float(voc[p]))
+                             for p in chosen)))
     return SlotScores(slot, scores, rankings)
 
 
-def score_log(stages: Stages, index: DeviceIndex, events: pa.Table, status: pa.Table | None, ranking: RankingConfig,
+def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking: RankingConfig,
               params: SystemParams, model_version: str) -> Iterator[SlotScores]:
     """The offline scorer: every slot with events, in order, from one :class:`DeviceHistory` of all devices."""
-    clock = stages.config.clock
-    history = DeviceHistory(np.arange(len(index)))
+    config = stages.config
+    clock = config.clock
+    history = DeviceHistory(config.evidence)
     if status is not None:
-        history.add_status(*status_arrays(index, status))
+        history.add_status(*status_arrays(status))
     slot_of = clock.slot_of(events["event_time_ms"].to_numpy())
     if len(slot_of) and slot_of.min() < 0:
         raise ValueError(f"events: slot {slot_of.min()} lies before the clock's origin {clock.origin_ms} ms")
     order = np.argsort(slot_of, kind="stable")
     slots, starts = np.unique(slot_of[order], return_index=True)
     for slot, rows in zip(slots.tolist(), np.split(order, starts[1:])):
-        history.add_part(slot_part(stages, index, events.take(rows), slot))
-        yield score_slot(stages, index, history.frame(stages, slot, clock, ranking), slot, ranking, params,
-                         model_version)
-        history.prune(slot - max(stages.config.window, ranking.owner_slots) + 1, int(clock.start_ms(slot)))
+        history.add_part(slot_part(stages, events.take(rows), slot))
+        history.fold(slot)  # offline, a slot is final once read
+        yield score_slot(stages, history.frame(stages, slot, ranking), slot, ranking, params, model_version)
+        history.prune(slot - max(config.window, ranking.owner_slots) + 1, int(clock.start_ms(slot)))

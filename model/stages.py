@@ -4,10 +4,13 @@ A scorer (:mod:`model.scoring`) needs only these stages of a trained BM:
 
 * ``slot_embeddings``: the slot GNN over one slot graph -> the active devices' slot embeddings
 * ``long_term``: the sequence encoder (BiMamba) over S slot embeddings per device -> Y
-* ``t_beh``: the pair head on Y_i (+) Y_j -> T_beh
+* ``t_beh``: the pair head on Y_i, Y_j, the pair's physics and evidence -> T_beh
 
-:class:`TorchStages` runs them on the PyTorch model; ``exporters.onnx.OnnxStages`` runs the
-exported ONNX graphs. Both take and return numpy arrays (float32 in, float32/float64 out).
+plus ``feature_rows``, which maps device ids to rows of the model's node2vec table: the devices
+of the training period have their own row, every other device (a new one) reads the cold row,
+whose index is the table's length. :class:`TorchStages` runs them on the PyTorch model;
+``exporters.onnx.OnnxStages`` runs the exported ONNX graphs. Both take and return numpy arrays
+(float32 in, float32/float64 out).
 """
 
 from __future__ import annotations
@@ -15,25 +18,32 @@ from __future__ import annotations
 from typing import Iterator, Protocol
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from model.bm import BM, BMConfig
 from model.gnn import batched_inputs
-from model.graphs import SlotGraph
+from model.graphs import DeviceIndex, SlotGraph
 
 
 class Stages(Protocol):
     config: BMConfig
     idle: np.ndarray  # (d,) the slot embedding of an idle device
 
-    def slot_embeddings(self, graph: SlotGraph) -> tuple[np.ndarray, np.ndarray]:
-        """One slot graph over the model's devices -> (active rows (a,) sorted, embeddings (a, d))."""
+    def feature_rows(self, ids: pa.Array) -> np.ndarray:
+        """(n,) int64 node2vec rows of device ids; the cold row (the table's length) for devices the model
+        does not know."""
+
+    def slot_embeddings(self, graph: SlotGraph, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One slot graph over positions 0..n-1 whose node2vec rows are ``rows`` (n,) -> (active positions (a,)
+        sorted, embeddings (a, d))."""
 
     def long_term(self, sequences: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """(n, S, d) float32 right-padded slot embeddings, (n,) int64 lengths -> (n, d) float32 Y."""
 
-    def t_beh(self, y_i: np.ndarray, y_j: np.ndarray) -> np.ndarray:
-        """(P, d), (P, d) long-term embeddings of owners and candidates -> (P,) float64 T_beh."""
+    def t_beh(self, y_i: np.ndarray, y_j: np.ndarray, physics: np.ndarray, evidence: np.ndarray) -> np.ndarray:
+        """(P, d), (P, d) long-term embeddings of owners and candidates, (P, 4) physics, (P, F) evidence ->
+        (P,) float64 T_beh."""
 
 
 def chunks(n: int, size: int) -> Iterator[slice]:
@@ -41,24 +51,31 @@ def chunks(n: int, size: int) -> Iterator[slice]:
     return (slice(begin, begin + size) for begin in range(0, n, size))
 
 
-def pairs(y_i: np.ndarray, y_j: np.ndarray, part: slice) -> np.ndarray:
-    """(p, 2d) float32 head input Y_i (+) Y_j for the pairs in ``part``."""
-    return np.concatenate([y_i[part], y_j[part]], axis=1).astype(np.float32, copy=False)
+def lookup_rows(index: DeviceIndex, ids: pa.Array) -> np.ndarray:
+    """Rows of ``ids`` in the model's index; ``len(index)`` (the cold row) for the others."""
+    rows = index.lookup(ids)
+    return np.where(rows >= 0, rows, len(index))
 
 
 class TorchStages:
     """The stages on the PyTorch model (inference mode, the configured scan backend)."""
 
-    def __init__(self, model: BM, devices_per_call: int = 8192, pairs_per_call: int = 65536) -> None:
-        self.model = model.eval()
+    def __init__(self, model: BM, index: DeviceIndex, devices_per_call: int = 8192, pairs_per_call: int = 65536
+                 ) -> None:
+        self.model, self.index = model.eval(), index
         self.devices_per_call, self.pairs_per_call = devices_per_call, pairs_per_call
         self.config = model.config
         self.idle = model.slot_encoder.idle.detach().numpy()
+        with torch.no_grad():  # the node2vec rows as inference reads them, then the cold row
+            self.table = torch.cat([model.device_features(), model.cold[None]])
 
-    def slot_embeddings(self, graph: SlotGraph) -> tuple[np.ndarray, np.ndarray]:
-        nodes, src, dst, t_col, offset = batched_inputs([graph], len(self.model.features))
+    def feature_rows(self, ids: pa.Array) -> np.ndarray:
+        return lookup_rows(self.index, ids)
+
+    def slot_embeddings(self, graph: SlotGraph, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        nodes, src, dst, t_col, offset = batched_inputs([graph], len(rows))
         with torch.no_grad():
-            h = self.model.slot_encoder.encode(self.model.features[nodes], src, dst, t_col, offset)  # (a, d)
+            h = self.model.slot_encoder.encode(self.table[torch.from_numpy(rows)[nodes]], src, dst, t_col, offset)
         return nodes.numpy(), h.numpy()
 
     def long_term(self, sequences: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -69,10 +86,11 @@ class TorchStages:
                                                         torch.from_numpy(lengths[part])).numpy()
         return out
 
-    def t_beh(self, y_i: np.ndarray, y_j: np.ndarray) -> np.ndarray:
+    def t_beh(self, y_i: np.ndarray, y_j: np.ndarray, physics: np.ndarray, evidence: np.ndarray) -> np.ndarray:
         out = np.zeros(len(y_i))
         with torch.no_grad():
             for part in chunks(len(y_i), self.pairs_per_call):
-                logits = self.model.head(torch.from_numpy(pairs(y_i, y_j, part)))  # (p, levels)
-                out[part] = self.model.t_beh(logits).double().numpy()
+                raw = self.model.head(*(torch.from_numpy(np.ascontiguousarray(a[part], np.float32))
+                                        for a in (y_i, y_j, physics, evidence)))
+                out[part] = self.model.t_beh(raw).double().numpy()
         return out

@@ -31,10 +31,14 @@ def run_tables(config: SimConfig = SIM) -> tuple[pa.Table, pa.Table]:
 
 
 def write_checkpoint(directory: Path, config: SimConfig = SIM) -> Path:
-    """An untrained (seeded) model over the run's devices: parity needs no training."""
+    """An untrained (seeded) model over the run's devices, every weight perturbed so that every input
+    matters (the head's Y weights start at zero): parity needs no training."""
     torch.manual_seed(0)
     features = np.random.default_rng(0).normal(size=(config.devices, SMALL.node2vec.dim)).astype(np.float32)
     model = BM(replace(SMALL, clock=config.clock), features)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
     save(model, DeviceIndex(tuple(device_ids(config.devices).to_pylist())), directory)
     return directory
 

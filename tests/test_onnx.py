@@ -30,8 +30,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def both(exported) -> tuple[TorchStages, OnnxStages]:
     checkpoint, onnx_dir = exported
-    model, _, manifest = load(checkpoint)
-    return TorchStages(model), OnnxStages(onnx_dir, expect_content_hash=manifest["content_hash"])
+    model, index, manifest = load(checkpoint)
+    return TorchStages(model, index), OnnxStages(onnx_dir, expect_content_hash=manifest["content_hash"])
 
 
 def test_export_passes_the_checker_and_carries_its_metadata(exported) -> None:
@@ -53,11 +53,11 @@ def test_export_passes_the_checker_and_carries_its_metadata(exported) -> None:
 def test_gnn_stage_matches_pytorch(both, active: int, edges: int) -> None:
     torch_stages, onnx_stages = both
     rng = np.random.default_rng(active)
-    devices = np.sort(rng.choice(SIM.devices, size=active, replace=False))
-    src, dst = devices[rng.integers(0, active, edges)], devices[rng.integers(0, active, edges)]
+    rows = np.sort(rng.choice(SIM.devices + 1, size=active, replace=False))  # node2vec rows, the cold row too
+    src, dst = rng.integers(0, active, edges), rng.integers(0, active, edges)  # positions among the slot's devices
     graph = SlotGraph(0, src, dst, rng.random(edges), rng.random(edges))
-    (rows_t, h_t), (rows_o, h_o) = torch_stages.slot_embeddings(graph), onnx_stages.slot_embeddings(graph)
-    np.testing.assert_array_equal(rows_t, rows_o)
+    (at_t, h_t), (at_o, h_o) = torch_stages.slot_embeddings(graph, rows), onnx_stages.slot_embeddings(graph, rows)
+    np.testing.assert_array_equal(at_t, at_o)
     np.testing.assert_allclose(h_o, h_t, atol=1e-5, rtol=0)
 
 
@@ -78,14 +78,18 @@ def test_head_stage_matches_pytorch(both, pairs: int) -> None:
     torch_stages, onnx_stages = both
     rng = np.random.default_rng(pairs)
     y_i, y_j = (rng.normal(size=(pairs, torch_stages.config.gnn.out_dim)).astype(np.float32) for _ in range(2))
-    got = onnx_stages.t_beh(y_i, y_j)
-    np.testing.assert_allclose(got, torch_stages.t_beh(y_i, y_j), atol=1e-5, rtol=0)
+    physics = np.stack([rng.uniform(1, 400, pairs), rng.uniform(2e9, 6e9, pairs), rng.uniform(2e9, 6e9, pairs),
+                        rng.uniform(0.2, 2.5, pairs)], axis=1).astype(np.float32)
+    physics[::7] = np.nan  # unknown physics
+    evidence = rng.random((pairs, torch_stages.config.evidence.features)).astype(np.float32)
+    got = onnx_stages.t_beh(y_i, y_j, physics, evidence)
+    np.testing.assert_allclose(got, torch_stages.t_beh(y_i, y_j, physics, evidence), atol=1e-5, rtol=0)
     assert ((got >= 0) & (got <= 1)).all()
 
 
 def test_a_simulated_run_scores_the_same_on_both_backends(both) -> None:
     events, status = run_tables()
-    runs = [list(score_log(stages, both[1].index, events, status, RANKING, SystemParams(), "v")) for stages in both]
+    runs = [list(score_log(stages, events, status, RANKING, SystemParams(), "v")) for stages in both]
     assert [r.slot for r in runs[0]] == [r.slot for r in runs[1]] == list(range(SIM.slots))
     for a, b in zip(*runs):
         assert [(s.owner, s.collaborator) for s in a.scores] == [(s.owner, s.collaborator) for s in b.scores]

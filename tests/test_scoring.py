@@ -1,21 +1,24 @@
-"""The shared slot scorer: consistent with the training path, shardable, and ranking by the paper's rule."""
+"""The shared slot scorer: consistent with the training path, shardable, ranking by the paper's rule, cold start."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import torch
 
-from model.bm import BM
-from model.config import RankingConfig, SystemParams
-from model.evaluate import simulated_log
-from model.graphs import DeviceIndex
+from model.bm import BM, PairQuery
+from model.config import RankingConfig, SlotClock, SystemParams
+from model.evaluate import simulated_run
+from model.graphs import DeviceIndex, device_keys
 from model.history import History
-from model.scoring import DeviceFrame, DeviceHistory, score_log, slot_part, status_arrays
+from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, score_log, shard_of, slot_part,
+                           status_arrays)
 from model.stages import TorchStages
 from simulator.config import SimConfig
-from simulator.engine import Simulator
 from tests.test_bm import SMALL
 
 SIM = SimConfig(devices=40, tasks=600, slots=12, seed=3)
@@ -23,10 +26,8 @@ SIM = SimConfig(devices=40, tasks=600, slots=12, seed=3)
 
 @pytest.fixture(scope="module")
 def log():
-    events, _ = simulated_log(SIM)
-    simulator = Simulator(SIM)
-    status = pa.concat_tables([simulator.status_table(s) for s in range(SIM.slots)])
-    history = History.from_events(events, SIM.clock, SMALL.weights)
+    events, _, status = simulated_run(SIM)
+    history = History.from_events(events, SIM.clock, SMALL.weights, status=status)
     torch.manual_seed(0)
     model = BM(SMALL, np.random.default_rng(0).normal(size=(len(history.index), 8)).astype(np.float32)).eval()
     return events, status, history, model
@@ -35,14 +36,16 @@ def log():
 def test_slot_scores_equal_the_training_paths_prediction(log) -> None:
     events, status, history, model = log
     ranking = RankingConfig(range_m=None, scores_per_owner=1000)
-    for result in score_log(TorchStages(model), history.index, events, status, ranking, SystemParams(), "v1"):
+    stages = TorchStages(model, history.index)
+    rows = {name: i for i, name in enumerate(history.index.ids)}
+    for result in score_log(stages, events, status, ranking, SystemParams(), "v1"):
         if result.slot not in (2, 9):
             continue
-        rows = {name: i for i, name in enumerate(history.index.ids)}
         src = np.array([rows[s.owner] for s in result.scores])
         dst = np.array([rows[s.collaborator] for s in result.scores])
+        profile = np.tile([SIM.task_size_bits, SIM.density_cycles_per_bit], (len(src), 1))
         with torch.no_grad():
-            expected = model.t_beh(model.pair_logits(history, src, dst, np.full(len(src), result.slot))).numpy()
+            expected = model.t_beh(model.pair_outputs(history, PairQuery(src, dst, result.slot, profile))).numpy()
         got = np.array([s.t_beh for s in result.scores])
         assert len(got) > 100
         np.testing.assert_allclose(got, expected, atol=1e-5)
@@ -50,29 +53,76 @@ def test_slot_scores_equal_the_training_paths_prediction(log) -> None:
 
 def test_shards_give_the_same_frame_as_one_history(log) -> None:
     events, status, history, model = log
-    index, clock, ranking = history.index, SIM.clock, RankingConfig()
-    whole = DeviceHistory(np.arange(len(index)))
-    shards = [DeviceHistory(np.arange(len(index))[k::3]) for k in range(3)]
-    slot_of = clock.slot_of(events["event_time_ms"].to_numpy())
+    stages, ranking = TorchStages(model, history.index), RankingConfig()
+    whole = DeviceHistory(SMALL.evidence)
+    shards = [DeviceHistory(SMALL.evidence) for _ in range(3)]
+    slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
     for slot in range(6):
-        part = slot_part(TorchStages(model), index, events.filter(slot_of == slot), slot)
+        part = slot_part(stages, events.filter(slot_of == slot), slot)
         whole.add_part(part)
-        for shard in shards:
-            shard.add_part(part.select(shard.rows))
-    for target in [whole, *shards]:
-        target.add_status(*status_arrays(index, status))
-    one = whole.frame(TorchStages(model), 5, clock, ranking)
-    joined = DeviceFrame.concat([s.frame(TorchStages(model), 5, clock, ranking) for s in shards])
-    for name in ("rows", "status", "recent_owner"):
+        for k, shard in enumerate(shards):
+            shard.add_part(part.select(k, 3))
+        if slot == 2:  # slots up to 2 final in every history; the later ones pending
+            for target in [whole, *shards]:
+                target.fold(2)
+    keys, ids, times, values = status_arrays(status)
+    whole.add_status(keys, ids, times, values)
+    for k, shard in enumerate(shards):
+        mine = shard_of(keys, 3) == k
+        shard.add_status(keys[mine], ids[mine], times[mine], values[mine])
+    one = whole.frame(stages, 5, ranking)
+    joined = DeviceFrame.concat([s.frame(stages, 5, ranking) for s in shards])
+    for name in ("keys", "ids", "status", "recent_owner", "since", "pairs"):
         np.testing.assert_array_equal(getattr(one, name), getattr(joined, name))
-    np.testing.assert_allclose(one.y, joined.y, atol=1e-6)
+    for name in ("y", "collaborator", "owner", "pair_evidence"):
+        np.testing.assert_allclose(getattr(one, name), getattr(joined, name), rtol=1e-9, atol=1e-6)
     np.testing.assert_array_equal(np.isnan(one.profile), np.isnan(joined.profile))
+    assert one.recent_owner.sum() > 5 and len(one.pairs) > 5
+
+
+def test_an_updated_slot_replaces_its_evidence_instead_of_adding_it(log) -> None:
+    events, _, history, model = log
+    stages = TorchStages(model, history.index)
+    slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
+    first = events.filter(slot_of == 1)
+    updated, fresh = DeviceHistory(SMALL.evidence), DeviceHistory(SMALL.evidence)
+    updated.add_part(slot_part(stages, first.slice(0, 20), 1))  # the slot's early events, then all of them
+    updated.add_part(slot_part(stages, first, 1))
+    fresh.add_part(slot_part(stages, first, 1))
+    for target in (updated, fresh):
+        target.fold(1)
+    a, b = updated.frame(stages, 2, RankingConfig()), fresh.frame(stages, 2, RankingConfig())
+    np.testing.assert_allclose(a.collaborator, b.collaborator)
+    updated.add_part(slot_part(stages, first, 1))  # a replayed part of a final slot: embeddings only
+    np.testing.assert_allclose(updated.frame(stages, 2, RankingConfig()).collaborator, b.collaborator)
+
+
+def test_evidence_snapshots_round_trip_and_reshard(log, tmp_path) -> None:
+    events, _, history, model = log
+    stages = TorchStages(model, history.index)
+    slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
+    whole = DeviceHistory(SMALL.evidence)
+    for slot in range(4):
+        whole.add_part(slot_part(stages, events.filter(slot_of == slot), slot))
+    whole.fold(3)
+    snapshot = EvidenceSnapshot(whole.folded_through, whole.evidence)
+    snapshot.save(tmp_path / "evidence.npz")
+    loaded = EvidenceSnapshot.load(tmp_path / "evidence.npz")
+    shards = [loaded.select(k, 3) for k in range(3)]
+    merged = EvidenceSnapshot.merge(shards)
+    assert merged.folded_through == 3
+    for role in ("collaborator", "owner", "pair"):
+        for name in ("keys", "slots", "values", "tags"):
+            np.testing.assert_array_equal(getattr(merged.states[role], name), getattr(whole.evidence[role], name))
+    seeded = DeviceHistory(SMALL.evidence)
+    seeded.seed(shards[1])
+    assert seeded.folded_through == 3 and len(seeded.evidence["pair"]) == len(shards[1].states["pair"])
 
 
 def test_rankings_follow_the_rule_and_bounds(log) -> None:
     events, status, history, model = log
     ranking = RankingConfig(top_k=3, scores_per_owner=4, range_m=400.0)
-    results = list(score_log(TorchStages(model), history.index, events, status, ranking, SystemParams(), "v1"))
+    results = list(score_log(TorchStages(model, history.index), events, status, ranking, SystemParams(), "v1"))
     slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
     for result in results:
         owners = set(events.filter(slot_of == result.slot)["owner"].to_pylist())
@@ -85,20 +135,34 @@ def test_rankings_follow_the_rule_and_bounds(log) -> None:
 
 
 def test_status_is_taken_as_of_the_slot_end() -> None:
-    history = DeviceHistory(np.array([0, 1]))
+    history = DeviceHistory(SMALL.evidence)
     values = np.arange(3 * 8, dtype=float).reshape(3, 8)
-    history.add_status(np.array([0, 0, 1]), np.array([100, 50, 500]), values)
-    model = BM(SMALL, np.zeros((2, 8), dtype=np.float32))
-    clock = SMALL.clock.__class__(origin_ms=0, slot_ms=200)
-    frame = history.frame(TorchStages(model), 0, clock, RankingConfig())
-    np.testing.assert_array_equal(frame.status[0], values[0])  # time 100 is the latest before 200
-    assert np.isnan(frame.status[1]).all()  # device 1's only status comes after the slot
-    history.prune(0, 150)
-    assert history.status_times.tolist() == [100, 500]
+    keys = device_keys(["a", "a", "b"])
+    history.add_status(keys, np.array(["a", "a", "b"], object), np.array([100, 50, 500]), values)
+    model = BM(replace(SMALL, clock=SlotClock(origin_ms=0, slot_ms=200)), np.zeros((2, 8), dtype=np.float32))
+    frame = history.frame(TorchStages(model, DeviceIndex(("a", "b"))), 0, RankingConfig())
+    by_id = dict(zip(frame.ids, range(len(frame.ids))))
+    np.testing.assert_array_equal(frame.status[by_id["a"]], values[0])  # time 100 is the latest before 200
+    assert np.isnan(frame.status[by_id["b"]]).all()  # b's only status comes after the slot
 
 
-def test_unknown_devices_are_left_out_of_the_slot(log) -> None:
-    events, _, history, model = log
-    index = DeviceIndex(history.index.ids[:20])
-    part = slot_part(TorchStages(model), index, events.slice(0, 60), 0)
-    assert part.active.max() < 20 and part.owners.max() < 20
+def test_devices_the_model_never_saw_are_scored_from_the_cold_row(log) -> None:
+    events, status, history, model = log
+    renamed = {"dev-000003": "newcomer-a", "dev-000007": "newcomer-b"}
+
+    def rename(column: pa.ChunkedArray) -> pa.Array:
+        return pa.array([renamed.get(v, v) for v in column.to_pylist()], pa.string())
+
+    events = events.set_column(events.schema.get_field_index("owner"), "owner", rename(events["owner"]))
+    events = events.set_column(events.schema.get_field_index("collaborator"), "collaborator",
+                               rename(events["collaborator"]))
+    status = status.set_column(status.schema.get_field_index("device"), "device", rename(status["device"]))
+    stages = TorchStages(model, history.index)  # the model's index holds dev-000003 and dev-000007, not the newcomers
+    assert stages.feature_rows(pa.array(["newcomer-a", "dev-000001"])).tolist() == [len(history.index), 1]
+    results = list(score_log(stages, events, status, RankingConfig(range_m=None, scores_per_owner=1000),
+                             SystemParams(), "v1"))
+    scored = {s.collaborator for r in results for s in r.scores} | {r.owner for r in results for r in r.rankings}
+    assert {"newcomer-a", "newcomer-b"} <= scored
+    values = [s.t_beh for r in results for s in r.scores if s.collaborator == "newcomer-a"]
+    assert values and all(0 <= v <= 1 for v in values)
+    assert pc.sum(pc.equal(events["collaborator"], "newcomer-a")).as_py() > 0

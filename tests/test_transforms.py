@@ -97,8 +97,8 @@ def scenario(tmp_path_factory: pytest.TempPathFactory):
 
 
 def offline(config, events: pa.Table, status: pa.Table) -> dict:
-    stages, index, version = config.stages()
-    return {r.slot: r for r in score_log(stages, index, events, status, config.ranking, config.params, version)}
+    stages, version = config.stages()
+    return {r.slot: r for r in score_log(stages, events, status, config.ranking, config.params, version)}
 
 
 def same_scores(got, want) -> None:

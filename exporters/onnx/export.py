@@ -5,13 +5,17 @@ Three graphs, each with a dynamic batch axis:
 ==================  ==========================================================  ==================
 file                inputs                                                      output
 ==================  ==========================================================  ==================
-``gnn.onnx``        nodes (a,) int64 device rows; src, dst (E,) int64 positions h (a, d) float32
-                    in ``nodes``; t_col, offset (E,) float32
+``gnn.onnx``        nodes (a,) int64 node2vec rows (the cold row: the number of h (a, d) float32
+                    devices); src, dst (E,) int64 positions in ``nodes``;
+                    t_col, offset (E,) float32
 ``sequence.onnx``   sequences (n, S, d) float32 right-padded; lengths (n,) int64 y (n, d) float32
-``head.onnx``       pairs (P, 2d) float32, Y_i (+) Y_j                          t_beh (P,) float32
+``head.onnx``       y_i, y_j (P, d) float32; physics (P, 4) float32 (NaN         t_beh (P,) float32
+                    unknown); evidence (P, F) float32 (the paper head reads
+                    only y_i and y_j)
 ==================  ==========================================================  ==================
 
-The node2vec table is a constant of ``gnn.onnx``; S is fixed in ``sequence.onnx``. The exporter
+The node2vec table (the known devices' rows, then the cold row) is a constant of ``gnn.onnx``; S
+is fixed in ``sequence.onnx``. The exporter
 is the TorchScript-based one (``dynamo=False``) over the reference scan loop, unrolled S times:
 PLATFORM.md measured it correct for this model, and in-place parallel scans export silently
 wrong with it, so each export is run in onnxruntime against PyTorch before it is written.
@@ -36,7 +40,7 @@ from torch import nn
 from model.bm import BM
 from model.checkpoint import config_to_dict, file_sha256, load, staged_directory
 
-FORMAT = "trustbeam-onnx/1"
+FORMAT = "trustbeam-onnx/2"
 OPSET = 18
 STAGE_FILES = ("gnn.onnx", "sequence.onnx", "head.onnx")
 
@@ -45,7 +49,8 @@ class GNNStage(nn.Module):
     def __init__(self, model: BM) -> None:
         super().__init__()
         self.encoder = model.slot_encoder
-        self.register_buffer("features", model.features.clone())
+        with torch.no_grad():
+            self.register_buffer("features", torch.cat([model.eval().device_features(), model.cold[None]]))
 
     def forward(self, nodes: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, t_col: torch.Tensor,
                 offset: torch.Tensor) -> torch.Tensor:
@@ -66,14 +71,15 @@ class HeadStage(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, pairs: torch.Tensor) -> torch.Tensor:
-        return self.model.t_beh(self.model.head(pairs))  # (P,)
+    def forward(self, y_i: torch.Tensor, y_j: torch.Tensor, physics: torch.Tensor, evidence: torch.Tensor
+                ) -> torch.Tensor:
+        return self.model.t_beh(self.model.head(y_i, y_j, physics, evidence))  # (P,)
 
 
 def _examples(model: BM, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
     """Random inputs of every stage (also the parity check's inputs)."""
     g = torch.Generator().manual_seed(seed)
-    n, d, window = len(model.features), model.config.gnn.out_dim, model.config.window
+    n, d, window = len(model.features) + 1, model.config.gnn.out_dim, model.config.window  # + the cold row
     active = min(n, 24)
     nodes = torch.randperm(n, generator=g)[:active].sort().values
     edges = 3 * active
@@ -83,8 +89,17 @@ def _examples(model: BM, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
     return {
         "gnn.onnx": (nodes, src, dst, torch.rand(edges, generator=g), torch.rand(edges, generator=g)),
         "sequence.onnx": (torch.randn(9, window, d, generator=g), lengths),
-        "head.onnx": (torch.randn(33, 2 * d, generator=g),),
+        "head.onnx": (torch.randn(33, d, generator=g), torch.randn(33, d, generator=g), physics_example(33, g),
+                      torch.rand(33, model.config.evidence.features, generator=g)),
     }
+
+
+def physics_example(pairs: int, g: torch.Generator) -> torch.Tensor:
+    """Plausible raw pair physics (distance m, CPUs Hz, time ratio) with some unknown (NaN) rows."""
+    physics = torch.stack([torch.rand(pairs, generator=g) * 400, 2e9 + torch.rand(pairs, generator=g) * 4e9,
+                           2e9 + torch.rand(pairs, generator=g) * 4e9, 0.2 + torch.rand(pairs, generator=g) * 2], 1)
+    physics[::5] = float("nan")
+    return physics
 
 
 _SIGNATURES: dict[str, tuple[list[str], str, dict[str, dict[int, str]]]] = {
@@ -93,7 +108,9 @@ _SIGNATURES: dict[str, tuple[list[str], str, dict[str, dict[int, str]]]] = {
                   "offset": {0: "edges"}, "h": {0: "active"}}),
     "sequence.onnx": (["sequences", "lengths"], "y", {"sequences": {0: "devices"}, "lengths": {0: "devices"},
                                                        "y": {0: "devices"}}),
-    "head.onnx": (["pairs"], "t_beh", {"pairs": {0: "pairs"}, "t_beh": {0: "pairs"}}),
+    "head.onnx": (["y_i", "y_j", "physics", "evidence"], "t_beh",
+                  {"y_i": {0: "pairs"}, "y_j": {0: "pairs"}, "physics": {0: "pairs"}, "evidence": {0: "pairs"},
+                   "t_beh": {0: "pairs"}}),
 }
 
 
@@ -145,7 +162,8 @@ def parity_error(module: nn.Module, path: Path, example: tuple[torch.Tensor, ...
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    got = session.run(None, {k: v.numpy() for k, v in zip(inputs, example)})[0]
+    declared = {i.name for i in session.get_inputs()}  # the exporter drops inputs a graph never reads
+    got = session.run(None, {k: v.numpy() for k, v in zip(inputs, example) if k in declared})[0]
     with torch.no_grad():
         want = module(*example).numpy()
     return float(np.abs(got - want).max())

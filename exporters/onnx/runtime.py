@@ -13,11 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
+import pyarrow as pa
+
 from model.bm import BMConfig
 from model.checkpoint import CheckpointError, config_from_dict, file_sha256, read_manifest
 from model.gnn import batched_inputs
 from model.graphs import DeviceIndex, SlotGraph
-from model.stages import chunks, pairs
+from model.stages import chunks, lookup_rows
 
 PREFERRED_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 
@@ -77,10 +79,13 @@ class OnnxStages:
     def model_version(self) -> str:
         return self.manifest["model_version"]
 
-    def slot_embeddings(self, graph: SlotGraph) -> tuple[np.ndarray, np.ndarray]:
-        nodes, src, dst, t_col, offset = (t.numpy() for t in batched_inputs([graph], len(self.index)))
-        h = self.sessions["gnn.onnx"].run(None, {"nodes": nodes, "src": src, "dst": dst, "t_col": t_col,
-                                                  "offset": offset})[0]
+    def feature_rows(self, ids: pa.Array) -> np.ndarray:
+        return lookup_rows(self.index, ids)
+
+    def slot_embeddings(self, graph: SlotGraph, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        nodes, src, dst, t_col, offset = (t.numpy() for t in batched_inputs([graph], len(rows)))
+        h = self.sessions["gnn.onnx"].run(None, {"nodes": rows[nodes].astype(np.int64), "src": src, "dst": dst,
+                                                  "t_col": t_col, "offset": offset})[0]
         return nodes, h
 
     def long_term(self, sequences: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -91,9 +96,12 @@ class OnnxStages:
                                            "lengths": lengths[part].astype(np.int64)})[0]
         return out
 
-    def t_beh(self, y_i: np.ndarray, y_j: np.ndarray) -> np.ndarray:
+    def t_beh(self, y_i: np.ndarray, y_j: np.ndarray, physics: np.ndarray, evidence: np.ndarray) -> np.ndarray:
         out = np.zeros(len(y_i))
         session = self.sessions["head.onnx"]
+        declared = {i.name for i in session.get_inputs()}  # the paper head's graph reads y_i and y_j only
         for part in chunks(len(y_i), self.pairs_per_call):
-            out[part] = session.run(None, {"pairs": pairs(y_i, y_j, part)})[0]
+            inputs = {"y_i": y_i[part], "y_j": y_j[part], "physics": physics[part], "evidence": evidence[part]}
+            out[part] = session.run(None, {k: np.ascontiguousarray(v, np.float32) for k, v in inputs.items()
+                                           if k in declared})[0]
         return out
