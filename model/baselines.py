@@ -17,17 +17,34 @@ successes and ``1 - T_col`` failures.
 * Running mean (``mean``): the mean T_col of every edge read so far, the same for
   every pair; a method that beats it knows something about the devices, not
   only the log's level.
+* Channel x beta (``channel_beta``), the physics-aware rule: ``T = P_tr(d_ij) * (a1 + a2 * P(com | tr, j))``
+  with P_tr the outage curve fitted to the training period's transmissions (:mod:`model.channel`),
+  and P(com | tr, j) the collaborator's forgetting-weighted beta estimate times an on-time factor
+  (the training period's P(com | tr) per bin of offload time over the owner's local time, relative
+  to its mean; from the statuses' physics for the pair scored, and j's evidence counted against the
+  factor of its tasks' reported times). lambda and the prior strength are chosen on the training
+  period only. Graded logs: the beta estimate of j's T_col with forgetting.
+* Fairness and goodness (``fxg``, Kumar et al. 2016), on the weights ``2 * T_col - 1``: the goodness of
+  j is the fairness-weighted mean of its incoming weights, the fairness of i one minus half its mean
+  deviation from the goodness of those it rated, iterated to a fixed point over every edge read;
+  ``T = (f(i) * g(j) + 1) / 2`` (0.5 for a j nobody rated).
+
+Every scorer is built by a factory ``(history, training slots) -> scorer`` (:data:`RULES`), so a rule
+may fit itself to the training period and read the pairs' statuses.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Callable, Iterable, Protocol
 
 import numpy as np
 
+from model.channel import OnTimeCurve, OutageCurve
+from model.config import SystemParams, TrustWeights
 from model.graphs import SlotGraph
 from model.history import History
+from model.metrics import rmse
 
 
 @dataclass(frozen=True)
@@ -45,7 +62,8 @@ class QSParams:
 class OnlineScorer(Protocol):
     def advance(self, graph: SlotGraph | None) -> None: ...
 
-    def score(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray: ...
+    def score(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
+        """T_beh of each pair for a task of ``profile`` (P, 2) size and density (None: unknown)."""
 
 
 class _PairTable:
@@ -88,7 +106,7 @@ class BetaReputation:
         np.add.at(self.big_r, graph.dst, good)
         np.add.at(self.big_s, graph.dst, bad)
 
-    def score(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    def score(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
         decay, w = self._decay(), self.params.w
         r, s = self.r.get(src, dst) * decay, self.s.get(src, dst) * decay
         return (r + w * self.big_r[dst] + 1) / (r + s + w * (self.big_r[dst] + self.big_s[dst]) + 2)
@@ -110,7 +128,7 @@ class QSTrust:
         self.direct.put(graph.src, graph.dst, updated)
         self.count.put(graph.src, graph.dst, count + 1)
 
-    def score(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    def score(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
         direct, count = self.direct.get(src, dst), self.count.get(src, dst)
         others = self.total[dst] - count
         recommended = np.where(others > 0, (self.weighted[dst] - direct * count) / np.maximum(others, 1e-12), 0.5)
@@ -127,8 +145,138 @@ class RunningMean:
             self.total += float(graph.t_col.sum())
             self.count += len(graph.t_col)
 
-    def score(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    def score(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
         return np.full(len(src), self.total / self.count if self.count else 0.5)
+
+
+@dataclass(frozen=True)
+class ChannelBetaParams:
+    lam: float = 0.98  # forgetting factor per slot
+    strength: float = 2.0  # prior pseudo-tasks at the prior mean
+
+
+class ChannelBeta:
+    """P_tr(d_ij) * (a1 + a2 * P(com | tr, j)): the physics-aware rule (see the module docstring)."""
+
+    def __init__(self, history: History, outage: OutageCurve, on_time: OnTimeCurve | None,
+                 reported_on_time: OnTimeCurve | None, prior_mean: float, params: ChannelBetaParams = ChannelBetaParams(),
+                 tr_rate: float = 1.0, weights: TrustWeights = TrustWeights(), system: SystemParams = SystemParams()
+                 ) -> None:
+        """on_time: the factor over the physics' time ratio (pairs scored); reported_on_time: over the tasks'
+        reported ratio (j's evidence)."""
+        n = len(history.index)
+        self.history, self.outage, self.on_time, self.params = history, outage, on_time, params
+        self.reported_on_time = reported_on_time
+        self.prior_mean, self.tr_rate, self.weights, self.system = prior_mean, tr_rate, weights, system
+        self.flags = history.has_flags
+        self.hits, self.trials = np.zeros(n), np.zeros(n)  # j's decayed successes and expected-success weight
+        self.read = 0  # relative slots read
+
+    def _physics(self, src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """(offload over local time, distance) of each pair from the statuses before the end of slot ``end``."""
+        profile = np.full((len(src), 2), np.nan) if profile is None else profile
+        physics = self.history.pair_physics(src, dst, np.full(len(src), end), profile, self.system)
+        return physics[:, 3].astype(np.float64), physics[:, 0].astype(np.float64)
+
+    def advance(self, graph: SlotGraph | None) -> None:
+        self.hits *= self.params.lam
+        self.trials *= self.params.lam
+        if graph is not None and len(graph.src):
+            if self.flags:
+                weight = graph.tr
+                if self.reported_on_time is not None:
+                    weight = weight * self.reported_on_time(graph.time_ratio)
+                np.add.at(self.hits, graph.dst, graph.com)
+                np.add.at(self.trials, graph.dst, weight)
+            else:
+                np.add.at(self.hits, graph.dst, graph.t_col * graph.tasks)
+                np.add.at(self.trials, graph.dst, graph.tasks)
+        self.read += 1
+
+    def score(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
+        k = self.params.strength
+        behaviour = (self.hits[dst] + k * self.prior_mean) / (self.trials[dst] + k)
+        if not self.flags:
+            return np.clip(behaviour, 0.0, 1.0)
+        ratio, distance = self._physics(src, dst, self.read - 1, profile)
+        if self.on_time is not None:
+            behaviour = behaviour * self.on_time(ratio)
+        p_tr = np.where(np.isfinite(distance), self.outage.p_tr(np.nan_to_num(distance, nan=1.0)), self.tr_rate)
+        return p_tr * (self.weights.a_tr + self.weights.a_com * np.clip(behaviour, 0.0, 1.0))
+
+
+CHANNEL_BETA_GRID = tuple(ChannelBetaParams(lam, k) for lam in (0.9, 0.95, 0.98, 0.99) for k in (1.0, 2.0, 4.0, 8.0))
+
+
+def channel_beta(history: History, train_slots: list[int], grid: Iterable[ChannelBetaParams] = CHANNEL_BETA_GRID,
+                 system: SystemParams = SystemParams()) -> ChannelBeta:
+    """The rule fitted to the training period: its curves from the training edges, lambda and the prior
+    strength chosen by RMSE against T_col on the training period's last fifth."""
+    from model.train import fit_outage, targets
+
+    batch = targets(history, train_slots)
+    on_time, reported_on_time, tr_rate = None, None, 1.0
+    if history.has_flags:
+        q = batch.query
+        ratio = history.pair_physics(q.src, q.dst, q.end + 1, q.profile, system)[:, 3].astype(np.float64)
+        on_time = OnTimeCurve.fit(ratio, batch.tr, batch.com)
+        reported_on_time = OnTimeCurve.fit(batch.time_ratio, batch.tr, batch.com)
+        prior_mean = (batch.com.sum() + 1) / (batch.tr.sum() + 2)
+        tr_rate = (batch.tr.sum() + 1) / (batch.flagged.sum() + 2)
+    else:
+        prior_mean = float(np.average(batch.t_col, weights=batch.tasks)) if len(batch) else 0.5
+    outage = fit_outage(history, train_slots, system)
+    tail = train_slots[int(len(train_slots) * 0.8):]
+    observed = targets(history, tail).t_col
+
+    def make(params: ChannelBetaParams) -> ChannelBeta:
+        return ChannelBeta(history, outage, on_time, reported_on_time, prior_mean, params, tr_rate, system=system)
+
+    best = min(grid, key=lambda params: rmse(predict_edges(make(params), history, tail), observed))
+    return make(best)
+
+
+class FairnessGoodness:
+    """Kumar et al.'s fairness and goodness over every edge read (see the module docstring)."""
+
+    def __init__(self, n: int, iterations: int = 100, tolerance: float = 1e-6) -> None:
+        self.n, self.iterations, self.tolerance = n, iterations, tolerance
+        self.sums: dict[int, list[float]] = {}  # pair key -> [sum of weights, count]
+        self.fairness, self.goodness = np.ones(n), np.zeros(n)
+        self.stale = False
+
+    def advance(self, graph: SlotGraph | None) -> None:
+        if graph is None or not len(graph.src):
+            return
+        for key, weight in zip((graph.src * self.n + graph.dst).tolist(), (2 * graph.t_col - 1).tolist()):
+            entry = self.sums.setdefault(key, [0.0, 0.0])
+            entry[0] += weight
+            entry[1] += 1.0
+        self.stale = True
+
+    def _solve(self) -> None:
+        keys = np.fromiter(self.sums, np.int64, len(self.sums))
+        values = np.array(list(self.sums.values()))
+        weight = values[:, 0] / values[:, 1]  # the pair's mean weight in [-1, 1]
+        src, dst = keys // self.n, keys % self.n
+        indegree = np.bincount(dst, minlength=self.n)
+        outdegree = np.bincount(src, minlength=self.n)
+        fairness, goodness = np.ones(self.n), np.zeros(self.n)
+        for _ in range(self.iterations):
+            new_goodness = np.bincount(dst, fairness[src] * weight, self.n) / np.maximum(indegree, 1)
+            deviation = np.bincount(src, np.abs(weight - new_goodness[dst]), self.n)
+            new_fairness = np.where(outdegree > 0, 1 - deviation / (2 * np.maximum(outdegree, 1)), 1.0)
+            change = max(np.abs(new_goodness - goodness).max(), np.abs(new_fairness - fairness).max())
+            fairness, goodness = new_fairness, new_goodness
+            if change < self.tolerance:
+                break
+        self.fairness, self.goodness, self.stale = fairness, goodness, False
+
+    def score(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
+        if self.stale:
+            self._solve()
+        return (self.fairness[src] * self.goodness[dst] + 1) / 2
 
 
 def predict_edges(scorer: OnlineScorer, history: History, slots: Iterable[int]) -> np.ndarray:
@@ -136,7 +284,7 @@ def predict_edges(scorer: OnlineScorer, history: History, slots: Iterable[int]) 
     wanted, out = set(slots), []
     for t, graph in enumerate(history.graphs):
         if t in wanted and graph is not None:
-            out.append(scorer.score(graph.src, graph.dst))
+            out.append(scorer.score(graph.src, graph.dst, graph.profile))
         scorer.advance(graph)
     return np.concatenate(out) if out else np.zeros(0)
 
@@ -147,3 +295,13 @@ def beta_reputation(history: History, slots: Iterable[int], params: BetaParams =
 
 def qs_trust(history: History, slots: Iterable[int], params: QSParams = QSParams()) -> np.ndarray:
     return predict_edges(QSTrust(len(history.index), params), history, slots)
+
+
+RuleFactory = Callable[[History, list[int]], OnlineScorer]
+RULES: dict[str, RuleFactory] = {
+    "channel_beta": channel_beta,
+    "fxg": lambda history, train_slots: FairnessGoodness(len(history.index)),
+    "beta": lambda history, train_slots: BetaReputation(len(history.index)),
+    "qs_trust": lambda history, train_slots: QSTrust(len(history.index)),
+    "mean": lambda history, train_slots: RunningMean(len(history.index)),
+}

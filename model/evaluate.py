@@ -4,9 +4,17 @@ Per run, each method predicts T_col of every test edge (slot t's edges from
 slots before t); RMSE and MAE are taken against the observed T_col and, on
 simulated data, against the hidden truth (the expectation of T_col that the
 simulator knows). ``oracle`` predicts the truth itself: its error against the
-observed T_col is the noise floor no method can beat. On simulated data each
-method's T_beh also drives the selection experiment (:mod:`model.voc`). Runs differ by seed (the
-simulation's and the training's); the report gives mean and std over runs.
+observed T_col is the noise floor no method can beat. Calibration: per bin of
+predicted T_beh, the share of predictions and the mean target (a reliability
+diagram), and the expected calibration error (ECE) against the observed T_col
+and the truth. On simulated data each method's T_beh also drives the selection
+experiment (:mod:`model.voc`). Runs differ by seed (the simulation's and the
+training's); the report gives mean and std over runs.
+
+Methods: the learned ones (:data:`LEARNED`: BM and the same model with another sequence encoder,
+all with the context head, plus ``bm_paper``, the paper-literal BM, and its ``bm_paper_max``
+readout), the rules of :mod:`model.baselines` (fitted on the training period where they fit
+anything) and ``oracle``.
 """
 
 from __future__ import annotations
@@ -24,17 +32,19 @@ import pyarrow as pa
 
 import torch
 
-from model.baselines import BetaReputation, OnlineScorer, QSTrust, RunningMean, predict_edges
-from model.bm import BMConfig, Readout
+from model.baselines import RULES, OnlineScorer, predict_edges
+from model.bm import BMConfig, PairQuery, Readout
 from model.graphs import DeviceIndex
 from model.history import History
-from model.metrics import mae, rmse
-from model.plots import plot_curves
-from model.train import TrainConfig, predict, targets, time_split, train_bm, training_features
+from model.metrics import expected_calibration_error, mae, rmse
+from model.plots import plot_curves, plot_reliability
+from model.train import TrainConfig, predict, prepare, targets, time_split, train_bm
 from model.voc import THETAS, Scorer, voc_curves
 
-LEARNED = {"bm": "bimamba", "lstm": "lstm", "transformer": "transformer", "gnn": "last"}
-RULES: dict[str, Callable[[int], OnlineScorer]] = {"beta": BetaReputation, "qs_trust": QSTrust, "mean": RunningMean}
+# method -> (sequence encoder, head); bm_paper also reports its literal "max" readout as bm_paper_max
+LEARNED = {"bm": ("bimamba", "context"), "bm_paper": ("bimamba", "paper"), "lstm": ("lstm", "context"),
+           "transformer": ("transformer", "context"), "gnn": ("last", "context")}
+METHODS = (*LEARNED, *RULES, "oracle")
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,8 @@ def calibration(prediction: np.ndarray, target: np.ndarray) -> dict[str, list[fl
 
 def truth_for(history: History, slots: list[int], truth: pa.Table) -> np.ndarray:
     """The hidden reliability of each test edge, in :func:`targets` order."""
-    src, dst, end, _ = targets(history, slots)
+    query = targets(history, slots).query
+    src, dst, end = query.src, query.dst, query.end
     n = len(history.index)
     absolute_slot = truth["slot"].to_numpy() - history.first_slot
     rows = history.index.lookup(truth["owner"]) * n + history.index.lookup(truth["collaborator"])
@@ -91,10 +102,10 @@ class Simulated:
 
 
 def learned_scorer(model, history: History, readout: Readout | None = None) -> Scorer:
-    def score(src: np.ndarray, dst: np.ndarray, end: int) -> np.ndarray:
+    def score(src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray) -> np.ndarray:
         model.eval()
         with torch.no_grad():
-            return model.t_beh(model.pair_logits(history, src, dst, np.full(len(src), end)), readout).numpy()
+            return model.t_beh(model.pair_outputs(history, PairQuery(src, dst, end, profile)), readout).numpy()
 
     return score
 
@@ -103,12 +114,12 @@ def online_scorer(scorer: OnlineScorer, history: History) -> Scorer:
     """A rule scorer advanced lazily through the history (ends must not decrease)."""
     read = 0
 
-    def score(src: np.ndarray, dst: np.ndarray, end: int) -> np.ndarray:
+    def score(src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray) -> np.ndarray:
         nonlocal read
         while read <= end:
             scorer.advance(history.graphs[read])
             read += 1
-        return scorer.score(src, dst)
+        return scorer.score(src, dst, profile)
 
     return score
 
@@ -117,11 +128,14 @@ def accuracy(prediction: np.ndarray, observed: np.ndarray, hidden: np.ndarray | 
              test_slots: list[int]) -> dict:
     """RMSE/MAE, the per-slot RMSE curve and the calibration bins against the observed T_col (and the truth)."""
     s = scores(prediction, observed)
-    row = {"rmse": s.rmse, "mae": s.mae, "rmse_per_slot": per_slot_rmse(prediction, observed, edge_slot, test_slots),
+    row = {"rmse": s.rmse, "mae": s.mae, "ece": expected_calibration_error(prediction, observed, CALIBRATION_BINS),
+           "rmse_per_slot": per_slot_rmse(prediction, observed, edge_slot, test_slots),
            **{f"calibration_{k}": v for k, v in calibration(prediction, observed).items()}}
     if hidden is not None:
         s = scores(prediction, hidden)
-        row.update(rmse_truth=s.rmse, mae_truth=s.mae, calibration_mean_truth=calibration(prediction, hidden)["mean_target"])
+        row.update(rmse_truth=s.rmse, mae_truth=s.mae,
+                   ece_truth=expected_calibration_error(prediction, hidden, CALIBRATION_BINS),
+                   calibration_mean_truth=calibration(prediction, hidden)["mean_target"])
     return row
 
 
@@ -129,25 +143,26 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
                  simulated: Simulated | None = None, voc: bool = True) -> dict[str, dict]:
     """One run: every method's scores on the test period, its seconds, and (simulated, ``voc``) its VoC curve."""
     train_slots, test_slots = time_split(history, train.test_fraction)
-    _, _, end, observed = targets(history, test_slots)
-    edge_slot = end + 1
+    batch = targets(history, test_slots)
+    observed, edge_slot = batch.t_col, batch.query.end + 1
     hidden = truth_for(history, test_slots, simulated.truth) if simulated else None
     out: dict[str, dict] = {}
     scorers: dict[str, Scorer] = {}
-    features = training_features(history, config, train) if set(methods) & set(LEARNED) else None
+    prepared = prepare(history, config, train) if set(methods) & set(LEARNED) else None
     for method in methods:
         started = time.perf_counter()
         predicted: dict[str, np.ndarray] = {}
         if method in LEARNED:
-            model, _, _ = train_bm(history, replace(config, sequence=LEARNED[method]), train, features=features)
+            sequence, head = LEARNED[method]
+            model, _, _ = train_bm(history, replace(config, sequence=sequence, head=head), train, prepared=prepared)
             predicted[method] = predict(model, history, test_slots)[0]
             scorers[method] = learned_scorer(model, history)
-            if method == "bm":  # the paper's literal readout of the same model: the most probable level
-                predicted["bm_max"] = predict(model, history, test_slots, readout="max")[0]
-                scorers["bm_max"] = learned_scorer(model, history, readout="max")
+            if head == "paper":  # the paper's literal readout of the same model: the most probable level
+                predicted[f"{method}_max"] = predict(model, history, test_slots, readout="max")[0]
+                scorers[f"{method}_max"] = learned_scorer(model, history, readout="max")
         elif method in RULES:
-            predicted[method] = predict_edges(RULES[method](len(history.index)), history, test_slots)
-            scorers[method] = online_scorer(RULES[method](len(history.index)), history)
+            predicted[method] = predict_edges(RULES[method](history, train_slots), history, test_slots)
+            scorers[method] = online_scorer(RULES[method](history, train_slots), history)
         elif method == "oracle" and hidden is not None:
             predicted[method] = hidden
         else:
@@ -186,7 +201,7 @@ def _number(value: float, digits: int) -> str:
 
 
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str]) -> str:
-    metrics = [m for m in ("rmse", "mae", "rmse_truth", "mae_truth", "seconds")
+    metrics = [m for m in ("rmse", "mae", "rmse_truth", "mae_truth", "ece", "ece_truth", "seconds")
                if any(m in row for row in summary.values())]
     lines = [f"# {title}", ""] + _table(["method", *metrics], [
         [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m == "seconds"
@@ -217,6 +232,12 @@ def report_figures(out: Path, summary: dict[str, dict[str, dict]]) -> list[Path]
     if voc:
         figures.append(plot_curves(out / "voc_vs_theta.png", list(THETAS), voc, "trust threshold θ",
                                    "achieved VoC per task", "Selection: achieved VoC vs θ"))
+    bins = {m: {"mean_target": row.get("calibration_mean_truth", row["calibration_mean_target"])["mean"],
+                "share": row["calibration_share"]["mean"]}
+            for m, row in summary.items() if "calibration_share" in row}
+    if bins:
+        target = "hidden truth" if any("calibration_mean_truth" in row for row in summary.values()) else "observed T_col"
+        figures.append(plot_reliability(out / "reliability.png", CALIBRATION_BINS, bins, target))
     per_slot = {m: row["rmse_per_slot"] for m, row in summary.items() if "rmse_per_slot" in row}
     if per_slot:
         slots = list(range(len(next(iter(per_slot.values()))["mean"])))
@@ -241,11 +262,17 @@ def write_report(out: Path, title: str, runs: list[dict[str, dict]], setup: dict
 
 def simulated_log(sim_config) -> tuple[pa.Table, pa.Table]:
     """(events, truth) of a simulated run, in memory."""
+    events, truth, _ = simulated_run(sim_config)
+    return events, truth
+
+
+def simulated_run(sim_config) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(events, truth, status) of a simulated run, in memory."""
     from simulator.engine import MemorySink, Simulator
 
     memory = MemorySink()
     Simulator(sim_config).run([memory])
-    return memory["events"], memory["truth"]
+    return memory["events"], memory["truth"], memory["status"]
 
 
 def evaluate_simulated(sim_config, config: BMConfig, train: TrainConfig, runs: int, methods: list[str],
@@ -255,11 +282,11 @@ def evaluate_simulated(sim_config, config: BMConfig, train: TrainConfig, runs: i
     results = []
     for run in range(runs):
         run_config = replace(sim_config, seed=sim_config.seed + run)
-        events, truth = simulated_log(run_config)
+        events, truth, status = simulated_run(run_config)
         world = World(run_config)
         # every simulated device has a row (in the world's order), and slot 0 is the clock's first slot
         history = History.from_events(events, sim_config.clock, config.weights,
-                                      index=DeviceIndex(tuple(world.ids.to_pylist())), first_slot=0)
+                                      index=DeviceIndex(tuple(world.ids.to_pylist())), first_slot=0, status=status)
         results.append(evaluate_run(history, replace(config, clock=sim_config.clock),
                                     replace(train, seed=train.seed + run), methods,
                                     Simulated(truth, world, events), voc))
@@ -268,8 +295,9 @@ def evaluate_simulated(sim_config, config: BMConfig, train: TrainConfig, runs: i
 
 
 def evaluate_log(events: pa.Table, config: BMConfig, train: TrainConfig, runs: int, methods: list[str],
-                 progress: Callable[[str], None] = lambda _: None) -> list[dict[str, dict[str, float]]]:
-    history = History.from_events(events, config.clock, config.weights)
+                 progress: Callable[[str], None] = lambda _: None, status: pa.Table | None = None
+                 ) -> list[dict[str, dict[str, float]]]:
+    history = History.from_events(events, config.clock, config.weights, status=status)
     results = []
     for run in range(runs):
         results.append(evaluate_run(history, config, replace(train, seed=train.seed + run), methods))

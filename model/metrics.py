@@ -11,3 +11,13 @@ def rmse(prediction: np.ndarray, target: np.ndarray) -> float:
 
 def mae(prediction: np.ndarray, target: np.ndarray) -> float:
     return float(np.mean(np.abs(prediction - target))) if len(target) else float("nan")
+
+
+def expected_calibration_error(prediction: np.ndarray, target: np.ndarray, edges: np.ndarray) -> float:
+    """ECE: sum over bins of predicted value (``edges``, the last bin closed) of the bin's share times
+    |mean prediction - mean target| in it, i.e. |sum of (prediction - target) in the bin| / N."""
+    if not len(target):
+        return float("nan")
+    bins = np.digitize(prediction, edges[1:-1])
+    gap = np.bincount(bins, prediction - target, minlength=len(edges) - 1)
+    return float(np.abs(gap).sum() / len(target))

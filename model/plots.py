@@ -1,4 +1,5 @@
-"""The report's figures as PNG: achieved VoC versus theta (the paper's Fig. 3b) and RMSE per slot (Fig. 3a)."""
+"""The report's figures as PNG: achieved VoC versus theta (the paper's Fig. 3b), RMSE per slot (Fig. 3a)
+and the reliability diagram (mean target per bin of predicted T_beh)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,30 @@ def plot_curves(path: Path, x: list[float], curves: dict[str, dict[str, list[flo
     axes.set_title(title)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, ncol=2)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
+def plot_reliability(path: Path, edges: np.ndarray, bins: dict[str, dict[str, list[float]]], target: str) -> Path:
+    """Mean target against the bin's centre for each method (empty bins left out); the diagonal is calibrated.
+    ``bins[method] = {"mean_target": [...], "share": [...]}`` per bin of ``edges``; marker area ~ share."""
+    centres = (np.asarray(edges[:-1]) + np.asarray(edges[1:])) / 2
+    figure, axes = plt.subplots(figsize=(6, 5.4), dpi=120)
+    axes.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="calibrated")
+    for method, row in bins.items():
+        mean, share = np.asarray(row["mean_target"], dtype=float), np.asarray(row["share"], dtype=float)
+        shown = (share > 0) & ~np.isnan(mean)
+        line, = axes.plot(centres[shown], mean[shown], linewidth=1, label=method)
+        axes.scatter(centres[shown], mean[shown], s=8 + 400 * share[shown], color=line.get_color(), alpha=0.6)
+    axes.set_xlim(0, 1)
+    axes.set_ylim(0, 1)
+    axes.set_xlabel("predicted T_beh (bin centre)")
+    axes.set_ylabel(f"mean {target}")
+    axes.set_title("Reliability diagram (marker area: share of predictions)")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7, ncol=2)
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)

@@ -23,7 +23,7 @@ from model import physics
 from model.trust import resource_trust, select
 
 THETAS = tuple(round(0.1 * k, 1) for k in range(1, 10))
-Scorer = Callable[[np.ndarray, np.ndarray, int], np.ndarray]  # (owners, candidates, end slot) -> T_beh
+Scorer = Callable[[np.ndarray, np.ndarray, int, np.ndarray], np.ndarray]  # (owners, candidates, end, profile) -> T_beh
 
 
 def voc_curves(world, events: pa.Table, first_slot: int, test_slots: list[int], scorers: dict[str, Scorer],
@@ -50,7 +50,8 @@ def voc_curves(world, events: pa.Table, first_slot: int, test_slots: list[int], 
         success = (draws[0][rows] < expected.p_tr) & (draws[1][rows] < expected.p_com_given_tr)
         achieved = pool.dense(pool.value * success, 0.0)
         voc = pool.dense(pool.value, -np.inf)
-        beliefs = {name: scorer(owners[rows], pool.cols, t - 1) for name, scorer in scorers.items()}
+        profile = np.tile([config.task_size_bits, config.density_cycles_per_bit], (len(rows), 1))
+        beliefs = {name: scorer(owners[rows], pool.cols, t - 1, profile) for name, scorer in scorers.items()}
         beliefs["oracle"] = expected.reliability(config.weights)
         for name, t_beh in beliefs.items():
             trust = pool.dense(t_beh * pool.t_res, 0.0)

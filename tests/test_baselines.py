@@ -58,3 +58,63 @@ def test_rules_track_a_degrading_collaborator() -> None:
     for predict in (beta_reputation, qs_trust):
         out = predict(history, range(1, 20))
         assert out[8] > 0.8 and out[-1] < out[8] - 0.5
+
+
+def flagged(t, src, dst, tr, com) -> SlotGraph:
+    tr, com = np.array(tr, dtype=float), np.array(com, dtype=float)
+    return SlotGraph(t, np.array(src), np.array(dst), 0.6 * tr + 0.4 * com, np.zeros(len(src)),
+                     tasks=np.ones(len(src)), flagged=np.ones(len(src)), tr=tr, com=com)
+
+
+def test_channel_beta_by_hand() -> None:
+    from model.baselines import ChannelBeta, ChannelBetaParams
+    from model.channel import OutageCurve
+    from model.status import StatusLog
+
+    # slot 0: a->c transmitted and computed, b->c transmitted only; slot 1: nothing
+    graphs = (flagged(0, [0, 1], [2, 2], [1, 1], [1, 0]), None)
+    positions = np.zeros((3, 8))
+    positions[:, 3] = [0.0, 0.0, 100.0]  # x: c lies 100 m from a and b
+    status = StatusLog(np.arange(3), np.zeros(3, np.int64), positions)
+    history = History(DeviceIndex(("a", "b", "c")), 0, graphs, status)
+    outage = OutageCurve(log_c=np.log(0.5), alpha=2.0)  # P_tr(100 m) = exp(-0.5)
+    rule = ChannelBeta(history, outage, None, None, prior_mean=0.5, params=ChannelBetaParams(lam=0.5, strength=2.0))
+    rule.advance(graphs[0])
+    rule.advance(graphs[1])
+    # c: 1 computation of 2 transmissions, decayed once by the empty slot: (0.5 + 2 * 0.5) / (1 + 2)
+    behaviour = (0.5 + 1.0) / (1.0 + 2.0)
+    got = rule.score(np.array([0, 0]), np.array([2, 1]))
+    assert got[0] == pytest.approx(np.exp(-0.5) * (0.6 + 0.4 * behaviour))
+    assert got[1] == pytest.approx(np.exp(-0.5 * 0.01 ** 2) * (0.6 + 0.4 * 0.5))  # b: 0 m, floored at 1; no evidence
+
+
+def test_channel_beta_is_fitted_on_the_training_period_only() -> None:
+    from model.baselines import channel_beta
+
+    graphs = tuple(flagged(t, [0, 1], [2, 2], [1, 1], [1 if t < 20 else 0, 1]) for t in range(30))
+    history = History(DeviceIndex(("a", "b", "c")), 0, graphs)
+    early = channel_beta(history, list(range(1, 20)))
+    assert early.prior_mean == pytest.approx((38 + 1) / (38 + 2))  # the later failures are not seen
+    scores = predict_edges(early, history, range(1, 30))
+    assert scores[0] > scores[-2]  # ... but the online evidence follows them
+
+
+def test_fairness_and_goodness_by_hand() -> None:
+    from model.baselines import FairnessGoodness
+
+    # a and b rate c +1 and -1: goodness(c) = 0, both fairness 1 - 1/2
+    scorer = FairnessGoodness(4)
+    scorer.advance(SlotGraph(0, np.array([0, 1]), np.array([2, 2]), np.array([1.0, 0.0]), np.zeros(2)))
+    assert scorer.score(np.array([0, 3]), np.array([2, 3])).tolist() == pytest.approx([0.5, 0.5])
+    assert scorer.fairness[:2].tolist() == pytest.approx([0.5, 0.5]) and scorer.goodness[2] == pytest.approx(0.0)
+    # a richer log: the solution satisfies both of the method's equations
+    scorer.advance(SlotGraph(1, np.array([0, 3, 0]), np.array([1, 2, 3]), np.array([0.0, 1.0, 0.9]), np.zeros(3)))
+    scorer.score(np.array([0]), np.array([1]))
+    f, g = scorer.fairness, scorer.goodness
+    pairs = {(0, 2): 1.0, (1, 2): -1.0, (0, 1): -1.0, (3, 2): 1.0, (0, 3): 0.8}
+    for v in (1, 2, 3):
+        incoming = [(u, w) for (u, x), w in pairs.items() if x == v]
+        assert g[v] == pytest.approx(sum(f[u] * w for u, w in incoming) / len(incoming), abs=1e-5)
+    for u in (0, 1, 3):
+        outgoing = [(x, w) for (y, x), w in pairs.items() if y == u]
+        assert f[u] == pytest.approx(1 - sum(abs(w - g[x]) for x, w in outgoing) / (2 * len(outgoing)), abs=1e-5)

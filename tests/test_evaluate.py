@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from model.evaluate import calibration, scores, summarize, truth_for
+from model.evaluate import CALIBRATION_BINS, calibration, per_slot_rmse, scores, summarize, truth_for
+from model.metrics import expected_calibration_error
 from model.graphs import DeviceIndex, SlotGraph
 from model.history import History
 from trustbeam.cli import main
@@ -19,6 +20,25 @@ def test_scores_by_hand() -> None:
     s = scores(np.array([0.5, 1.0, 0.0]), np.array([1.0, 1.0, 0.5]))
     assert s.rmse == pytest.approx(math.sqrt((0.25 + 0 + 0.25) / 3))
     assert s.mae == pytest.approx(1 / 3)
+
+
+def test_expected_calibration_error_by_hand() -> None:
+    prediction = np.array([0.05, 0.15, 0.12, 0.95, 1.0, 0.5])
+    target = np.array([0.0, 0.2, 0.4, 1.0, 0.8, 0.6])
+    # bins: [0, .1): 0.05 vs 0.0; [.1, .2): (0.15 + 0.12) vs (0.2 + 0.4); [.5, .6): 0.5 vs 0.6; [.9, 1]: 1.95 vs 1.8
+    want = (abs(0.05 - 0.0) + abs(0.27 - 0.6) + abs(0.5 - 0.6) + abs(1.95 - 1.8)) / 6
+    assert expected_calibration_error(prediction, target, CALIBRATION_BINS) == pytest.approx(want)
+    assert expected_calibration_error(target, target, CALIBRATION_BINS) == 0.0
+    # a constant prediction at the mean is calibrated in its one bin, however poor it is at ranking
+    assert expected_calibration_error(np.full(4, 0.5), np.array([0.0, 1.0, 0.2, 0.8]), CALIBRATION_BINS) == \
+        pytest.approx(0.0, abs=1e-12)
+    assert math.isnan(expected_calibration_error(np.zeros(0), np.zeros(0), CALIBRATION_BINS))
+
+
+def test_per_slot_rmse_by_hand() -> None:
+    prediction, target = np.array([0.5, 0.5, 1.0, 0.0]), np.array([1.0, 0.0, 1.0, 1.0])
+    got = per_slot_rmse(prediction, target, np.array([3, 3, 5, 5]), [3, 4, 5])
+    assert got[0] == pytest.approx(0.5) and math.isnan(got[1]) and got[2] == pytest.approx(math.sqrt(0.5))
 
 
 def test_calibration_by_hand() -> None:
@@ -65,23 +85,27 @@ def test_truth_is_aligned_with_test_targets() -> None:
 def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     assert main(["evaluate", "--quick", "--runs", "1", "--epochs", "2", "--quiet", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
-    for method in ("bm", "bm_max", "lstm", "transformer", "gnn", "beta", "qs_trust", "mean", "oracle"):
+    methods = ("bm", "bm_paper", "bm_paper_max", "lstm", "transformer", "gnn", "channel_beta", "fxg", "beta",
+               "qs_trust", "mean", "oracle")
+    for method in methods:
         assert set(report[method]["rmse"]) == {"mean", "std"} and 0 <= report[method]["rmse"]["mean"] <= 1
-    assert report["oracle"]["rmse_truth"]["mean"] == 0.0
+        assert 0 <= report[method]["ece_truth"]["mean"] <= 1 and f"| {method} |" in (tmp_path / "report.md").read_text()
+    assert report["oracle"]["rmse_truth"]["mean"] == 0.0 and report["oracle"]["ece_truth"]["mean"] == 0.0
+    assert report["channel_beta"]["rmse_truth"]["mean"] < report["mean"]["rmse_truth"]["mean"]  # it knows the pair
     per_slot = report["bm"]["rmse_per_slot"]["mean"]
     assert len(per_slot) == len(report["runs"][0]["bm"]["rmse_per_slot"]) >= 5
     # the hidden truth is the expectation of T_col, so no method's error to T_col beats the oracle by much
     assert all(report[m]["rmse"]["mean"] > report["oracle"]["rmse"]["mean"] - 0.05 for m in ("beta", "qs_trust"))
     assert "| bm |" in (tmp_path / "report.md").read_text()
-    curves = {m: report[m]["voc"]["mean"] for m in ("bm", "beta", "qs_trust", "oracle", "random")}
+    curves = {m: report[m]["voc"]["mean"] for m in ("bm", "channel_beta", "fxg", "beta", "qs_trust", "oracle", "random")}
     assert all(len(c) == 9 and all(0 <= v <= 1 for v in c) for c in curves.values())
     assert max(curves["oracle"]) > curves["random"][0]  # trusting the truth beats picking at random
     assert curves["oracle"][-1] <= curves["oracle"][0] + 0.05  # a strict threshold leaves tasks unserved
     assert "Achieved VoC" in (tmp_path / "report.md").read_text()
-    for method in ("bm", "bm_max", "qs_trust"):  # the reliability diagram covers every prediction
+    for method in ("bm", "bm_paper_max", "qs_trust"):  # the reliability diagram covers every prediction
         assert sum(report[method]["calibration_share"]["mean"]) == pytest.approx(1.0)
     assert "Calibration on the test edges" in (tmp_path / "report.md").read_text()
-    for png in ("voc_vs_theta.png", "rmse_per_slot.png"):
+    for png in ("voc_vs_theta.png", "rmse_per_slot.png", "reliability.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({png})" in (tmp_path / "report.md").read_text()
 
 
@@ -93,3 +117,10 @@ def test_selection_rule_by_hand() -> None:
     valid = np.array([[True, True, True], [True, True, False]])
     assert select(trust, voc, valid, 0.5).tolist() == [2, -1]  # highest VoC among T >= theta; none qualifies
     assert select(trust, voc, valid, 0.1).tolist() == [1, 0]
+
+
+def test_the_cli_offers_every_method_the_evaluation_knows() -> None:
+    from model.evaluate import METHODS
+    from trustbeam.cli import EVALUATE_METHODS
+
+    assert EVALUATE_METHODS == METHODS

@@ -16,6 +16,9 @@ from model.config import SlotClock
 from simulator.config import ChannelModel, Policy, SimConfig, parse_mix
 
 Handler = Callable[[argparse.Namespace], int]
+# model.evaluate.METHODS, spelled out so that building the parser imports no model (a test keeps them equal)
+EVALUATE_METHODS = ("bm", "bm_paper", "lstm", "transformer", "gnn", "channel_beta", "fxg", "beta", "qs_trust", "mean",
+                    "oracle")
 
 
 def _add_sim_options(parser: argparse.ArgumentParser) -> None:
@@ -163,7 +166,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     from model.bimamba import MambaConfig
     from model.bm import BMConfig
-    from model.evaluate import LEARNED, RULES, evaluate_log, evaluate_simulated, write_report
+    from model.evaluate import evaluate_log, evaluate_simulated, write_report
     from model.gnn import GNNConfig
     from model.node2vec import Node2VecConfig
     from model.train import TrainConfig
@@ -180,14 +183,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.sim_slots is not None:  # the same task density per slot
         sim = replace(sim, slots=args.sim_slots, tasks=round(sim.tasks * args.sim_slots / sim.slots))
     runs = args.runs or (2 if args.quick else 10)
-    methods = args.methods or [*LEARNED, *RULES, "oracle"]
+    methods = args.methods or list(EVALUATE_METHODS)
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else (lambda _: None)
     started = time.perf_counter()
     if args.events:
         events = pq.read_table(args.events)
         clock = SlotClock.from_metadata(events.schema.metadata) or SlotClock()
         config = replace(config, clock=clock)
-        results = evaluate_log(events, config, train, runs, methods, say)
+        status = pq.read_table(args.status) if args.status else None
+        results = evaluate_log(events, config, train, runs, methods, say, status)
         title, notes = f"trustbeam evaluation on {Path(args.events).name}", ["no hidden truth: scores are against "
                                                                            "the observed next-slot T_col only"]
     else:
@@ -222,7 +226,7 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     from schemas import to_json
 
     config = _job_config(beam_args)
-    stages, index, version = config.stages()
+    stages, version = config.stages()
     events = pq.read_table(args.events)
     status = pq.read_table(args.status) if args.status else None
     out = Path(args.out)
@@ -230,7 +234,7 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     counts = {"slots": 0, "trust_scores": 0, "rankings": 0}
     parquet = ParquetResults(config.parquet_out) if config.parquet_out else None
     with open(out / "trust-scores.jsonl", "wb") as scores, open(out / "collaborator-rankings.jsonl", "wb") as ranks:
-        for result in score_log(stages, index, events, status, config.ranking, config.params, version):
+        for result in score_log(stages, events, status, config.ranking, config.params, version):
             scores.writelines(to_json(r) + b"\n" for r in result.scores)
             ranks.writelines(to_json(r) + b"\n" for r in result.rankings)
             if parquet is not None:
@@ -341,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = sub.add_parser("evaluate", help="compare BM with the baselines (RMSE/MAE) on a simulated or real log")
     evaluate.add_argument("--events", default=None, help="an events.parquet (default: simulate the paper setting)")
+    evaluate.add_argument("--status", default=None, help="the log's status.parquet (positions and CPUs for the "
+                                                         "pairs' physics); without it the physics is unknown")
     evaluate.add_argument("--out", required=True, help="directory for report.json and report.md")
     evaluate.add_argument("--quick", action="store_true", help="small sizes, for the test suite")
     evaluate.add_argument("--runs", type=int, default=None, help="seeds (default 10, quick 2)")
@@ -351,8 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--sim-slots", type=int, default=None,
                           help="simulated slots (default 100), tasks scaled to keep the tasks per slot")
     evaluate.add_argument("--no-voc", action="store_true", help="skip the selection (VoC) experiment")
-    evaluate.add_argument("--methods", nargs="+", default=None,
-                          choices=["bm", "lstm", "transformer", "gnn", "beta", "qs_trust", "mean", "oracle"])
+    evaluate.add_argument("--methods", nargs="+", default=None, choices=EVALUATE_METHODS,
+                          help="default: every method")
     evaluate.add_argument("--quiet", action="store_true")
     evaluate.set_defaults(handler=cmd_evaluate)
 
