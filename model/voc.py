@@ -96,11 +96,3 @@ def in_range(world, owners: np.ndarray, slot: int) -> InRange:
     t_res = resource_trust(world.willingness[cols], world.radio_up(cols, slot),
                            world.load(cols, slot) < config.overload)
     return InRange(valid, rows, cols, expected, value, t_res)
-
-
-def oracle_choice(world, owners: np.ndarray, slot: int, thetas: np.ndarray) -> np.ndarray:
-    """The paper's rule with the hidden reliability as T_beh: each task's chosen device, -1 where none reaches
-    its theta."""
-    pool = in_range(world, owners, slot)
-    trust = pool.dense(pool.expected.reliability(world.config.weights) * pool.t_res, 0.0)
-    return select(trust, pool.dense(pool.value, -np.inf), pool.valid, np.asarray(thetas)[:, None])

@@ -117,8 +117,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.slot_seconds is not None or args.origin_ms is not None:
         clock = SlotClock(origin_ms=clock.origin_ms if args.origin_ms is None else args.origin_ms,
                           slot_ms=clock.slot_ms if args.slot_seconds is None else int(args.slot_seconds * 1000))
-    config = replace(BMConfig(), clock=clock, window=args.window, sequence=args.sequence)
-    history = History.from_events(events, config.clock, config.weights)
+    config = replace(BMConfig(), clock=clock, window=args.window, sequence=args.sequence, head=args.head)
+    status = pq.read_table(args.status) if args.status else None
+    history = History.from_events(events, config.clock, config.weights, status=status)
     train = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout, epochs=args.epochs,
                         patience=args.patience, seed=args.seed, grid=PAPER_GRID if args.grid == "paper" else {},
                         workers=args.workers)
@@ -130,7 +131,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                "train_slots": len(report.train_slots), "test_slots": len(report.test_slots),
                "devices": len(history.index), "search": report.search, "train_seconds": round(seconds, 1)}
     content = save(model, history.index, args.out, metadata={"events": str(Path(args.events).resolve()),
-                                                             "train": asdict(train), **summary})
+                                                             "status": args.status, "train": asdict(train), **summary})
     print(json.dumps({"checkpoint": str(Path(args.out).resolve()), "model_version": model_version(content),
                       **summary}, indent=2))
     return 0
@@ -312,12 +313,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train BM on an events file (time split, early stopping) to a checkpoint")
     train.add_argument("--events", required=True, help="events.parquet (simulate or import-log output)")
+    train.add_argument("--status", default=None, help="status.parquet (positions and CPUs: the pairs' physics); "
+                                                      "without it BM knows no distances")
     train.add_argument("--out", required=True, help="checkpoint directory")
     train.add_argument("--slot-seconds", type=float, default=None,
                        help="slot length, s (default: the clock recorded in the events file, else 60)")
     train.add_argument("--origin-ms", type=int, default=None, help="slot origin, ms since epoch (default: the file's)")
     train.add_argument("--window", type=int, default=32, help="slots of history per device (S)")
     train.add_argument("--sequence", choices=["bimamba", "lstm", "transformer", "last"], default="bimamba")
+    train.add_argument("--head", choices=["context", "paper"], default="context",
+                       help="context: T_beh from Y, the pair's physics and evidence; paper: MLP(Y_i, Y_j) alone")
     train.add_argument("--lr", type=float, default=1e-3)
     train.add_argument("--weight-decay", type=float, default=1e-5)
     train.add_argument("--dropout", type=float, default=0.0)

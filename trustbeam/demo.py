@@ -56,7 +56,8 @@ def cached_checkpoint(sim: SimConfig, epochs: int, root: Path) -> Path:
     history_dir = root / f"history-{key}"
     Simulator(sim).run([ParquetSink(history_dir)])
     config = replace(BMConfig(), clock=sim.clock)
-    history = History.from_events(pq.read_table(history_dir / "events.parquet"), config.clock, config.weights)
+    history = History.from_events(pq.read_table(history_dir / "events.parquet"), config.clock, config.weights,
+                                  status=pq.read_table(history_dir / "status.parquet"))
     model, _, report = train_bm(history, config, TrainConfig(epochs=epochs, patience=3), progress=True)
     save(model, history.index, directory, metadata={"demo": True, "test_rmse": report.test_rmse})
     print(f"    trained: test RMSE {report.test_rmse:.4f} on {len(report.test_slots)} held-out slots",

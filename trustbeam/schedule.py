@@ -9,9 +9,12 @@
    are published as events, and a pipeline cycle (``trustbeam run`` semantics, one bounded cycle)
    scores the slot, which the client reads before the next slot's tasks.
 3. Achieved VoC per task: the trustbeam arm's tasks really ran; on the same tasks, with the same
-   random numbers for success, random-in-range selection and the oracle (the paper's rule with the
-   hidden reliability as T_beh) are evaluated as counterfactuals. A failed task achieves 0; so does
-   an oracle task with no candidate reaching theta.
+   random numbers for success, the other arms are evaluated as counterfactuals: random-in-range
+   selection, the rules ``qs_trust`` and ``channel_beta`` (fitted on the warm-up slots, then fed the
+   outcomes that really ran, slot by slot) and the oracle (the hidden reliability as T_beh). Every
+   arm but random applies the paper's rule (T = T_beh * T_res >= theta, then the highest VoC) and,
+   like a scheduler must, falls back to random-in-range for a task none of whose candidates reaches
+   theta (counted per arm). A failed task achieves 0.
 """
 
 from __future__ import annotations
@@ -23,16 +26,23 @@ from pathlib import Path
 
 import numpy as np
 
+import pyarrow as pa
+
 from beam_pipeline.options import JobConfig
 from beam_pipeline.run import Ledger, run_cycle
-from model.voc import oracle_choice
+from model.baselines import RULES, OnlineScorer
+from model.graphs import DeviceIndex, slot_edges, slot_graphs
+from model.history import History
+from model.trust import select
+from model.voc import in_range
 from simulator.config import SimConfig
 from simulator.engine import Simulator, Summary
 from simulator.publish import KafkaPublisher
 from exporters.client import TrustClient
 from trustbeam.kafka import KafkaSettings, Topics, ensure_topics
 
-ARMS = ("trustbeam", "random", "oracle")
+RULE_ARMS = ("qs_trust", "channel_beta")
+ARMS = ("trustbeam", *RULE_ARMS, "oracle", "random")
 
 
 @dataclass
@@ -40,7 +50,7 @@ class ScheduleReport:
     tasks: int = 0
     achieved: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ARMS, 0.0))  # summed VoC
     answered: int = 0  # trustbeam tasks answered by the client (the rest fell back to random)
-    oracle_without_candidate: int = 0
+    without_candidate: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARMS[1:-1], 0))  # fell back
     ages_s: list[float] = field(default_factory=list)
     slots: list[int] = field(default_factory=list)
     cycle_s: list[float] = field(default_factory=list)
@@ -52,7 +62,7 @@ class ScheduleReport:
         return {"tasks": self.tasks, "slots": len(self.slots),
                 "mean_voc": {arm: round(v / n, 4) for arm, v in self.achieved.items()},
                 "answered_share": round(self.answered / n, 4),
-                "oracle_no_candidate_share": round(self.oracle_without_candidate / n, 4),
+                "fallback_share": {arm: round(v / n, 4) for arm, v in self.without_candidate.items()},
                 "score_age_s": {"median": round(float(np.median(self.ages_s)), 1) if self.ages_s else None,
                                 "max": round(max(self.ages_s), 1) if self.ages_s else None},
                 "cycle_s": {"median": round(float(np.median(self.cycle_s)), 1) if self.cycle_s else None},
@@ -70,8 +80,8 @@ def schedule_loop(sim: SimConfig, settings: KafkaSettings, job: JobConfig, warmu
     simulator = Simulator(sim)
     publisher = KafkaPublisher(settings, job.topics)
     report = ScheduleReport()
-    for slot in range(warmup):
-        _publish_slot(simulator, publisher, slot)
+    warm = [_publish_slot(simulator, publisher, slot) for slot in range(warmup)]
+    rules = RuleArms(simulator, warm, job.stages()[0].config.weights)
     ledger = _cycle(settings, job, Ledger(), report)
     clock = {"now_s": 0.0}
     client = TrustClient(settings, job.topics, group=f"schedule-{uuid.uuid4().hex[:8]}", snapshot=snapshot,
@@ -81,7 +91,8 @@ def schedule_loop(sim: SimConfig, settings: KafkaSettings, job: JobConfig, warmu
         for slot in range(warmup, warmup + loop):
             clock["now_s"] = sim.clock.start_ms(slot) / 1000
             publisher.write("status", simulator.status_table(slot))
-            events = _run_slot(simulator, client, slot, report)
+            events = _run_slot(simulator, client, rules, slot, report)
+            rules.advance(events)
             publisher.write("events", events)
             publisher.sink.flush()
             ledger = _cycle(settings, job, ledger, report)
@@ -94,13 +105,35 @@ def schedule_loop(sim: SimConfig, settings: KafkaSettings, job: JobConfig, warmu
     return report
 
 
-def _publish_slot(simulator: Simulator, publisher: KafkaPublisher, slot: int) -> None:
-    """A warm-up slot as the simulator runs it (random-in-range)."""
-    publisher.write("status", simulator.status_table(slot))
+def _publish_slot(simulator: Simulator, publisher: KafkaPublisher, slot: int) -> tuple[pa.Table, pa.Table]:
+    """A warm-up slot as the simulator runs it (random-in-range); returns its (events, status)."""
+    status = simulator.status_table(slot)
+    publisher.write("status", status)
     tasks = simulator.slot_tasks(slot)
     events, _ = simulator.events_table(slot, 0, tasks, tasks, Summary())
     publisher.write("events", events)
     publisher.sink.flush()
+    return events, status
+
+
+class RuleArms:
+    """The rule arms' scorers: fitted on the warm-up slots, then advanced with the outcomes that ran."""
+
+    def __init__(self, simulator: Simulator, warm: list[tuple[pa.Table, pa.Table]], weights) -> None:
+        config = simulator.config
+        self.index, self.clock, self.weights = DeviceIndex(tuple(simulator.world.ids.to_pylist())), config.clock, weights
+        events, status = (pa.concat_tables(tables) for tables in zip(*warm))
+        history = History.from_events(events, config.clock, weights, index=self.index, first_slot=0, status=status)
+        train = list(range(1, history.slots))
+        self.scorers: dict[str, OnlineScorer] = {name: RULES[name](history, train) for name in RULE_ARMS}
+        for graph in history.graphs:
+            for scorer in self.scorers.values():
+                scorer.advance(graph)
+
+    def advance(self, events: pa.Table) -> None:
+        graph = next(iter(slot_graphs(slot_edges(events, self.clock, self.weights), self.index).values()), None)
+        for scorer in self.scorers.values():
+            scorer.advance(graph)
 
 
 def _cycle(settings: KafkaSettings, job: JobConfig, ledger: Ledger, report: ScheduleReport) -> Ledger:
@@ -114,8 +147,8 @@ def ledger_dir(job: JobConfig) -> str:
     return str(Ledger.directory() / f"schedule-{job.topics.events}")
 
 
-def _run_slot(simulator: Simulator, client: TrustClient, slot: int, report: ScheduleReport):
-    """One slot's tasks under the three arms; returns the trustbeam arm's events (what really ran)."""
+def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: int, report: ScheduleReport):
+    """One slot's tasks under every arm; returns the trustbeam arm's events (what really ran)."""
     config, world = simulator.config, simulator.world
     tasks = simulator.slot_tasks(slot)
     rng = np.random.default_rng([config.seed, 9, slot])
@@ -125,6 +158,12 @@ def _run_slot(simulator: Simulator, client: TrustClient, slot: int, report: Sche
     index = np.arange(tasks.start, tasks.stop, dtype=np.int64)
     row_of = {device: k for k, device in enumerate(world.ids.to_pylist())}
 
+    def fallback(chosen: np.ndarray, stream: int) -> np.ndarray:
+        """Random-in-range for the tasks without a choice (the same draws in every arm)."""
+        missing = chosen < 0
+        picks, _ = simulator.choose(np.random.default_rng([config.seed, stream, slot]), owners, slot)
+        return np.where(missing, picks, chosen)
+
     chosen = np.full(len(tasks), -1, dtype=np.int64)
     for k, (owner, theta) in enumerate(zip(world.ids.take(owners).to_pylist(), thetas)):
         choice = client.best(owner, theta=float(theta))
@@ -132,21 +171,24 @@ def _run_slot(simulator: Simulator, client: TrustClient, slot: int, report: Sche
             chosen[k] = row_of[choice.collaborator]
             report.ages_s.append(choice.age_s)
     answered = chosen >= 0
-    fallback, _ = simulator.choose(np.random.default_rng([config.seed, 10, slot]), owners[~answered], slot)
-    chosen[~answered] = fallback
-    random_pick, _ = simulator.choose(np.random.default_rng([config.seed, 11, slot]), owners, slot)
-    oracle = oracle_choice(world, owners, slot, thetas)
+    picks = {"trustbeam": fallback(chosen, 10)}
+    pool = in_range(world, owners, slot)
+    voc = pool.dense(pool.value, -np.inf)
+    profile = np.tile([config.task_size_bits, config.density_cycles_per_bit], (len(pool.rows), 1))
+    beliefs = {name: scorer.score(owners[pool.rows], pool.cols, profile) for name, scorer in rules.scorers.items()}
+    beliefs["oracle"] = pool.expected.reliability(rules.weights)
+    for arm, t_beh in beliefs.items():
+        choice = select(pool.dense(t_beh * pool.t_res, 0.0), voc, pool.valid, thetas[:, None])
+        report.without_candidate[arm] += int((choice < 0).sum())
+        picks[arm] = fallback(choice, 10)
+    picks["random"], _ = simulator.choose(np.random.default_rng([config.seed, 11, slot]), owners, slot)
 
-    ran = simulator.outcome(slot, index, tasks, owners, chosen, thetas, draws)
+    ran = simulator.outcome(slot, index, tasks, owners, picks["trustbeam"], thetas, draws)
     report.achieved["trustbeam"] += float(ran.voc.sum())
-    report.achieved["random"] += float(simulator.outcome(slot, index, tasks, owners, random_pick, thetas,
-                                                         draws).voc.sum())
-    has = oracle >= 0
-    report.achieved["oracle"] += float(simulator.outcome(slot, index[has], tasks, owners[has], oracle[has],
-                                                         thetas[has], draws[:, has]).voc.sum())
+    for arm in ARMS[1:]:
+        report.achieved[arm] += float(simulator.outcome(slot, index, tasks, owners, picks[arm], thetas, draws).voc.sum())
     report.tasks += len(tasks)
     report.answered += int(answered.sum())
-    report.oracle_without_candidate += int((~has).sum())
     report.slots.append(slot)
     return ran.events
 
@@ -185,9 +227,10 @@ def run_schedule_demo(sim: SimConfig, bootstrap: str | None, epochs: int, warmup
     summary = report.summary()
     print(f"\nAchieved VoC per task over {report.tasks} tasks in {len(report.slots)} slots "
           f"(a failed task, or an oracle task with no candidate reaching theta, achieves 0):")
-    print("| selection | mean VoC |\n|---|---|")
+    print("| selection | mean VoC | fell back to random-in-range |\n|---|---|---|")
     for arm in ARMS:
-        print(f"| {arm} | {summary['mean_voc'][arm]:.4f} |")
+        fell = (1 - summary["answered_share"]) if arm == "trustbeam" else summary["fallback_share"].get(arm)
+        print(f"| {arm} | {summary['mean_voc'][arm]:.4f} | {'' if fell is None else f'{100 * fell:.1f} %'} |")
     print(json.dumps({**summary, "topics": {"rankings": topics.rankings, "scores": topics.scores},
                       "checkpoint": str(checkpoint), "seconds": round(time.perf_counter() - started, 1)}, indent=2))
     return 0 if report.answered else 1
