@@ -11,6 +11,7 @@ in a staging directory renamed into place, and the loaders verify every file's h
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from model.checkpoint import staged_directory
@@ -41,21 +42,30 @@ def exists(uri: str, name: str) -> bool:
                          "apache-beam extra (gcp, aws, azure, hadoop)") from None
 
 
+def read(uri: str, name: str) -> bytes:
+    """The bytes of ``uri``/``name``."""
+    if not is_remote(uri):
+        return (_local(uri) / name).read_bytes()
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(FileSystems.join(uri, name)) as handle:
+        return handle.read()
+
+
+def content_hash(uri: str) -> str:
+    """The content hash a checkpoint's manifest records (what ``model_version`` abbreviates)."""
+    return json.loads(read(uri, CHECKPOINT_FILES[0]))["content_hash"]
+
+
 def localize(uri: str, files: tuple[str, ...]) -> Path:
     """A local directory holding the artifact's ``files`` (the first is its manifest)."""
     if not is_remote(uri):
         return _local(uri)
-    from apache_beam.io.filesystems import FileSystems
-
-    def read(name: str) -> bytes:
-        with FileSystems.open(FileSystems.join(uri, name)) as handle:
-            return handle.read()
-
-    manifest = read(files[0])
+    manifest = read(uri, files[0])
     target = state_dir() / "artifacts" / hashlib.sha256(manifest).hexdigest()[:24]
     if not (target / files[0]).is_file():
         with staged_directory(target) as staging:
             (staging / files[0]).write_bytes(manifest)
             for name in files[1:]:
-                (staging / name).write_bytes(read(name))
+                (staging / name).write_bytes(read(uri, name))
     return target

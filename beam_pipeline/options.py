@@ -10,8 +10,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline import artifacts
 from beam_pipeline.artifacts import CHECKPOINT_FILES, ONNX_FILES
-from beam_pipeline.kafka_io import MAX_AHEAD_MS
-from model.checkpoint import load
+from beam_pipeline.kafka_io import MAX_AHEAD_MS, MAX_SKEW_MS
+from model.checkpoint import CheckpointError, load
 from model.config import RankingConfig, SystemParams
 from model.stages import Stages, TorchStages
 from trustbeam.kafka import Topics
@@ -19,6 +19,7 @@ from trustbeam.kafka import Topics
 
 BACKENDS = ("torch", "onnx")
 MAX_FUTURE_S = MAX_AHEAD_MS / 1000  # a day: simulated runs publish up to hours ahead; years ahead is forged
+MAX_SKEW_S = MAX_SKEW_MS / 1000
 
 
 class TrustbeamOptions(PipelineOptions):
@@ -28,6 +29,11 @@ class TrustbeamOptions(PipelineOptions):
     def _add_argparse_args(cls, parser) -> None:
         parser.add_argument("--checkpoint", help="model checkpoint (trustbeam train --out): a directory, or a URI "
                                                  "on any filesystem Beam supports (gs://, s3://, hdfs://)")
+        parser.add_argument("--model_sha256", default=None,
+                            help="the checkpoint's content hash the job must run (default: the one at --checkpoint "
+                                 "when the job is built); a worker that finds another model there refuses it")
+        parser.add_argument("--group_id", default=None,
+                            help="the Kafka consumer group of a streaming job (default trustbeam-EVENTS_TOPIC)")
         parser.add_argument("--backend", choices=BACKENDS, default="torch",
                             help="where the model runs: torch (default, faster here; see bench/onnx_bench.py) "
                                  "or onnx (onnxruntime on the graphs of `trustbeam export-onnx`)")
@@ -38,9 +44,15 @@ class TrustbeamOptions(PipelineOptions):
         parser.add_argument("--shards", type=int, default=4, help="device shards holding slot sequences in state")
         parser.add_argument("--lateness_slots", type=int, default=1,
                             help="allowed lateness, in slots: later events for a slot go to dead-letter")
+        parser.add_argument("--tombstone_slots", type=int, default=64,
+                            help="slots an expired slot is remembered, dead-lettering its late events; later ones "
+                                 "are refused by the shards (never scored)")
         parser.add_argument("--max_future_s", type=float, default=MAX_FUTURE_S,
-                            help="events timed more than this far past the processing time go to dead-letter, "
-                                 "and no watermark runs ahead of it (a forged far-future time cannot close slots)")
+                            help="events timed more than this far past the processing time go to dead-letter (s)")
+        parser.add_argument("--max_skew_s", type=float, default=MAX_SKEW_S,
+                            help="events timed more than this far past the processing time are kept but never "
+                                 "advance the job's progress: a producer whose clock runs ahead cannot close "
+                                 "slots (s)")
         parser.add_argument("--kafka_io", choices=("python", "xlang"), default="python",
                             help="python: kafka-python source (local runners); xlang: Beam's Java KafkaIO")
         parser.add_argument("--kafka_expansion_service", default=None,
@@ -72,14 +84,22 @@ class JobConfig:
     parquet_out: str | None = None
     shards: int = 4
     lateness_slots: int = 1
+    tombstone_slots: int = 64
     ranking: RankingConfig = field(default_factory=RankingConfig)
     params: SystemParams = field(default_factory=SystemParams)
     topics: Topics = field(default_factory=Topics)
     max_future_s: float = MAX_FUTURE_S
+    max_skew_s: float = MAX_SKEW_S
+    model_sha256: str | None = None  # pinned when the config is built: workers refuse any other model at the URI
+    group_id: str | None = None  # the streaming job's consumer group (default trustbeam-<events topic>)
 
     def __post_init__(self) -> None:
         if not artifacts.exists(self.checkpoint, CHECKPOINT_FILES[0]):
             raise ValueError(f"--checkpoint: model not found: {self.checkpoint!r} holds no checkpoint (no config.json)")
+        if self.model_sha256 is None:
+            object.__setattr__(self, "model_sha256", artifacts.content_hash(self.checkpoint))
+        if self.group_id is None:
+            object.__setattr__(self, "group_id", f"trustbeam-{self.topics.events}")
         if self.backend not in BACKENDS:
             raise ValueError(f"--backend: must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
         if self.backend == "onnx" and not artifacts.exists(self.onnx_dir, ONNX_FILES[0]):
@@ -89,8 +109,12 @@ class JobConfig:
             raise ValueError(f"--shards: must lie in 1..4096 (got {self.shards!r})")
         if not self.max_future_s > 0:
             raise ValueError(f"--max_future_s: must be > 0 seconds (got {self.max_future_s!r})")
+        if not 0 <= self.max_skew_s <= self.max_future_s:
+            raise ValueError(f"--max_skew_s: must lie in [0, --max_future_s] seconds (got {self.max_skew_s!r})")
         if self.lateness_slots < 0:
             raise ValueError(f"--lateness_slots: must be >= 0 (got {self.lateness_slots!r})")
+        if self.tombstone_slots < 1:
+            raise ValueError(f"--tombstone_slots: must be >= 1 (got {self.tombstone_slots!r})")
 
     @classmethod
     def from_options(cls, options: PipelineOptions) -> "JobConfig":
@@ -100,8 +124,9 @@ class JobConfig:
         ranking = RankingConfig(owner_slots=o.owner_slots, range_m=o.range_m or None, top_k=o.top_k,
                                 scores_per_owner=o.scores_per_owner, default_threshold=o.default_threshold)
         topics = Topics(o.events_topic, o.status_topic, o.scores_topic, o.rankings_topic, o.dead_letter_topic)
-        return cls(o.checkpoint, o.backend, o.onnx_model, o.parquet_out, o.shards, o.lateness_slots, ranking,
-                   topics=topics, max_future_s=o.max_future_s)
+        return cls(o.checkpoint, o.backend, o.onnx_model, o.parquet_out, o.shards, o.lateness_slots, o.tombstone_slots,
+                   ranking, topics=topics, max_future_s=o.max_future_s, max_skew_s=o.max_skew_s,
+                   model_sha256=o.model_sha256, group_id=o.group_id)
 
     @property
     def onnx_dir(self) -> str:
@@ -110,7 +135,8 @@ class JobConfig:
     def stages(self) -> tuple[Stages, str]:
         """The model's stages on the chosen backend and the model version (loaded once per process, copied
         first when remote). The ONNX export must come from this checkpoint."""
-        return _load(_absolute(self.checkpoint), _absolute(self.onnx_dir) if self.backend == "onnx" else None)
+        return _load(_absolute(self.checkpoint), _absolute(self.onnx_dir) if self.backend == "onnx" else None,
+                     self.model_sha256)
 
 
 def _absolute(uri: str) -> str:
@@ -118,8 +144,12 @@ def _absolute(uri: str) -> str:
 
 
 @lru_cache(maxsize=4)
-def _load(checkpoint: str, onnx_dir: str | None) -> tuple[Stages, str]:
+def _load(checkpoint: str, onnx_dir: str | None, content_hash: str) -> tuple[Stages, str]:
     model, index, manifest = load(artifacts.localize(checkpoint, CHECKPOINT_FILES))
+    if manifest["content_hash"] != content_hash:
+        raise CheckpointError(f"--checkpoint: the model at {checkpoint!r} is {manifest['model_version']!r}, not the "
+                              f"one this job runs (content hash {content_hash[:12]}...): a model URI must not change "
+                              "under a job; publish a new model under a new URI")
     if onnx_dir is None:
         return TorchStages(model, index), manifest["model_version"]
     from exporters.onnx import OnnxStages

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -36,6 +36,7 @@ from trustbeam.kafka import KafkaSettings
 
 XLANG_BATCH = 5000
 CLOSED = "closed"  # PublishClosed's side output: the SlotScores it publishes
+JOB_HEADER = "trustbeam-job"  # the header naming the job (group@generation) that published an output record
 
 
 def identity(body: dict[str, Any]) -> tuple:
@@ -45,23 +46,27 @@ def identity(body: dict[str, Any]) -> tuple:
 
 class PublishClosed(beam.DoFn):
     """All SlotScores of a cycle -> the wire records of the closed, unpublished slots, in identity order
-    (slot, owner, collaborator).
+    (slot, owner, collaborator), each with the job's ``trustbeam-job`` header.
 
-    ``marks`` are the identities of the last record in each output partition: records at or
-    before them were sent by a cycle that died before saving its ledger, and are not sent again.
+    A slot is closed when the job's progress (the ledger's, or this cycle's if later) is the allowed
+    lateness past its end. ``marks`` are the identities of the last record this job published (with
+    this model version) in each output partition: records at or before them were sent by a cycle
+    that died before saving its ledger, and are not sent again.
     """
 
-    def __init__(self, config: JobConfig, published_through: int, final: bool, partitions: dict[str, int],
-                 marks: dict[tuple[str, int], tuple], out_dir: str) -> None:
-        self.config, self.published_through, self.final = config, published_through, final
-        self.partitions, self.marks, self.out_dir = partitions, marks, out_dir
+    def __init__(self, config: JobConfig, ledger: Any, final: bool, partitions: dict[str, int],
+                 marks: dict[tuple[str, int], tuple], out_dir: str, job_id: str) -> None:
+        self.config, self.published_through, self.final = config, ledger.published_through, final
+        self.known_progress_ms = ledger.progress_ms
+        self.partitions, self.marks, self.out_dir, self.job_id = partitions, marks, out_dir, job_id
 
-    def process(self, results: list, newest_ms: int) -> Iterator[Any]:
+    def process(self, results: list, progress_ms: int) -> Iterator[Any]:
         clock = self.config.stages()[0].config.clock
         lateness_ms = self.config.lateness_slots * clock.slot_ms
+        progress = max(progress_ms, self.known_progress_ms)
         published = []
         for result in sorted(results, key=lambda r: r.slot):
-            closed = self.final or int(clock.end_ms(result.slot)) + lateness_ms <= newest_ms
+            closed = self.final or int(clock.end_ms(result.slot)) + lateness_ms <= progress
             if result.slot <= self.published_through or not closed:
                 continue
             published.append(result.slot)
@@ -72,8 +77,9 @@ class PublishClosed(beam.DoFn):
                 mark = self.marks.get((topic, partition))
                 if mark is not None and identity(vars(record)) <= mark:
                     continue
-                yield message(topic, record)
-        Path(self.out_dir, "published.json").write_text(json.dumps(published))
+                topic, key, value, headers = message(topic, record)
+                yield topic, key, value, [*headers, (JOB_HEADER, self.job_id.encode())]
+        Path(self.out_dir, "published.json").write_text(json.dumps({"published": published, "progress_ms": progress}))
 
 
 class WriteParquet(beam.DoFn):
@@ -87,14 +93,6 @@ class WriteParquet(beam.DoFn):
         self.files.inc(len(self.results.write(result)))
 
 
-class WriteJson(beam.DoFn):
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def process(self, items: list) -> None:
-        Path(self.path).write_text(json.dumps(items))
-
-
 class WriteEvidence(beam.DoFn):
     """The shards' final evidence, merged into one snapshot file (the driver keeps it for the next cycle)."""
 
@@ -106,8 +104,8 @@ class WriteEvidence(beam.DoFn):
             EvidenceSnapshot.merge([snapshot for _, snapshot in shards]).save(self.path)
 
 
-class WriteStatuses(beam.DoFn):
-    """The cycle's valid statuses, as one Parquet file (the driver keeps what the next cycle needs)."""
+class WriteTables(beam.DoFn):
+    """The cycle's valid events or statuses, as one Parquet file (the driver keeps what the next cycle needs)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -118,43 +116,45 @@ class WriteStatuses(beam.DoFn):
 
 
 def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: JobConfig,
-                   ranges: list[PartitionRange], published_through: int, final: bool, partitions: dict[str, int],
-                   marks: dict[tuple[str, int], tuple], work: str, status_snapshot: str | None = None,
-                   evidence_snapshot: str | None = None, max_batch: int = 5000) -> beam.Pipeline:
-    """One bounded cycle; writes ``published.json``, ``offsets.json`` (min offset per slot),
-    ``status.parquet`` (the statuses it read) and ``evidence.npz`` (the shards' final evidence) to
-    ``work``. ``status_snapshot`` carries the statuses an earlier cycle kept, read as already-seen
-    input; ``evidence_snapshot`` the final evidence an earlier cycle kept, seeding the shards."""
+                   ranges: list[PartitionRange], ledger: Any, final: bool, partitions: dict[str, int],
+                   marks: dict[tuple[str, int], tuple], work: str, job_id: str, max_batch: int = 5000
+                   ) -> beam.Pipeline:
+    """One bounded cycle over the new records of ``ranges`` and what the ``ledger`` (``beam_pipeline.run.Ledger``)
+    kept: its events and statuses are read as already-seen input, its final evidence seeds the shards.
+    Writes to ``work``: ``published.json`` (the slots published and the progress), ``events.parquet`` and
+    ``status.parquet`` (the valid records it read) and ``evidence.npz`` (the shards' final evidence)."""
     topics = config.topics
     p = beam.Pipeline(options=options)
-    ahead_ms = config.max_future_s * 1000
-    raw_events = p | "ReadEvents" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.events], max_batch,
-                                               ahead_ms)
-    raw_status = p | "ReadStatus" >> ReadKafka(settings, [r for r in ranges if r.topic == topics.status], max_batch,
-                                               ahead_ms)
-    if status_snapshot:
-        kept = p | "KeptStatus" >> ReadParquet([status_snapshot], seen=True)
-        raw_status = (raw_status, kept) | "AllStatus" >> beam.Flatten()
-    inputs = (raw_events, raw_status)
-    if evidence_snapshot:
-        snapshot = EvidenceSnapshot.load(evidence_snapshot)
+    skew_ms = config.max_skew_s * 1000
+    raw = {}
+    for name, topic, kept in (("Events", topics.events, ledger.events_snapshot),
+                              ("Status", topics.status, ledger.status_snapshot)):
+        raw[name] = p | f"Read{name}" >> ReadKafka(settings, [r for r in ranges if r.topic == topic], max_batch,
+                                                   skew_ms)
+        if kept:
+            earlier = p | f"Kept{name}" >> ReadParquet([kept], seen=True)
+            raw[name] = (raw[name], earlier) | f"With{name}" >> beam.Flatten()
+    inputs = (raw["Events"], raw["Status"])
+    if ledger.evidence_snapshot:
+        snapshot = EvidenceSnapshot.load(ledger.evidence_snapshot)
         seeds = [(k, ("evidence", snapshot.select(k, config.shards))) for k in range(config.shards)]
         inputs += (p | "KeptEvidence" >> beam.Create(seeds),)
-    out = inputs | "Score" >> ScoreSlots(config, published_through)
-    newest = out["newest"] | "Newest" >> beam.CombineGlobally(max).without_defaults()
+    out = inputs | "Score" >> ScoreSlots(config, ledger.published_through)
+    progress = (out["progress"] | "PartitionProgress" >> beam.CombinePerKey(max) | "Progress" >> beam.Values()
+                | "SlowestPartition" >> beam.CombineGlobally(min).without_defaults())
     closed = (out["scores"] | "AllSlots" >> beam.combiners.ToList()
-              | "Closed" >> beam.ParDo(PublishClosed(config, published_through, final, partitions, marks, work),
-                                       newest_ms=beam.pvalue.AsSingleton(newest, default_value=-1))
+              | "Closed" >> beam.ParDo(PublishClosed(config, ledger, final, partitions, marks, work, job_id),
+                                       progress_ms=beam.pvalue.AsSingleton(progress, default_value=-1))
               .with_outputs(CLOSED, main="records"))
     records = closed.records
     if config.parquet_out:
         closed[CLOSED] | "Parquet" >> beam.ParDo(WriteParquet(config.parquet_out))
     records | "Publish" >> beam.ParDo(ProduceRecords(settings, "published"))
     out["dead"] | "DeadLetter" >> beam.ParDo(ProduceRecords(settings, "dead_letters"))
-    (out["offsets"] | "MinOffset" >> beam.CombinePerKey(min) | "Offsets" >> beam.combiners.ToList()
-     | "WriteOffsets" >> beam.ParDo(WriteJson(str(Path(work, "offsets.json")))))
-    (out["statuses"] | "Statuses" >> beam.combiners.ToList()
-     | "WriteStatuses" >> beam.ParDo(WriteStatuses(str(Path(work, "status.parquet")))))
+    for name in ("events", "statuses"):
+        file = "events.parquet" if name == "events" else "status.parquet"
+        (out[name] | f"Collect{name.title()}" >> beam.combiners.ToList()
+         | f"Write{name.title()}" >> beam.ParDo(WriteTables(str(Path(work, file)))))
     (out["evidence"] | "LastFold" >> beam.CombinePerKey(lambda kept: max(kept, key=lambda s: s.folded_through))
      | "Evidence" >> beam.combiners.ToList() | "WriteEvidence" >> beam.ParDo(WriteEvidence(str(Path(work, "evidence.npz")))))
     return p
@@ -173,30 +173,61 @@ def _batches(topic: str) -> beam.PTransform:
             | beam.Map(to_batch))
 
 
-def streaming_pipeline(options: PipelineOptions, settings: KafkaSettings, config: JobConfig) -> beam.Pipeline:
-    """The unbounded job on Beam's Java KafkaIO (Flink/Dataflow)."""
-    from apache_beam.io.kafka import ReadFromKafka, WriteToKafka
+Source = Callable[[beam.Pipeline], tuple[beam.PCollection, beam.PCollection]]  # -> (events, status) RawBatches
+Sink = Callable[[str, str, beam.PCollection], None]  # (label, topic, messages) -> writes them
 
-    topics = config.topics
-    consumer_config = {**settings.java_config(), "group.id": "trustbeam-run", "auto.offset.reset": "earliest"}
-    producer_config = {**settings.java_config(), "enable.idempotence": "true", "acks": "all"}
+
+def kafka_source(settings: KafkaSettings, config: JobConfig, options: PipelineOptions) -> Source:
+    """Beam's Java KafkaIO (Flink/Dataflow): committed offsets in the job's own group, record timestamps as event
+    time, read_committed."""
+    from apache_beam.io.kafka import ReadFromKafka
+
+    consumer_config = {**settings.java_config(), "group.id": config.group_id, "auto.offset.reset": "earliest",
+                       "isolation.level": "read_committed"}
     expansion = options.view_as(TrustbeamOptions).kafka_expansion_service  # None: Beam starts one from its jar
+
+    def read(p: beam.Pipeline) -> tuple[beam.PCollection, beam.PCollection]:
+        return tuple(p | f"Read{name}" >> ReadFromKafka(consumer_config, [topic], with_metadata=True,
+                                                          commit_offset_in_finalize=True, timestamp_policy="CreateTime",
+                                                          expansion_service=expansion)
+                     | f"Batch{name}" >> _batches(topic)
+                     for name, topic in (("Events", config.topics.events), ("Status", config.topics.status)))
+
+    return read
+
+
+def kafka_sink(settings: KafkaSettings, options: PipelineOptions) -> Sink:
+    """Beam's Java KafkaIO writer: an idempotent producer (acks=all), records keyed by owner with headers."""
+    from apache_beam.io.kafka import WriteToKafka
+
+    producer_config = {**settings.java_config(), "enable.idempotence": "true", "acks": "all"}
+    expansion = options.view_as(TrustbeamOptions).kafka_expansion_service
+
+    def write(label: str, topic: str, messages: beam.PCollection) -> None:
+        (messages | f"Row{label}" >> beam.Map(lambda r: beam.Row(key=r[1], value=r[2],
+                                                                 headers=[beam.Row(key=k, value=v) for k, v in r[3]]))
+         | f"Write{label}" >> WriteToKafka(producer_config, topic, with_headers=True, expansion_service=expansion))
+
+    return write
+
+
+def streaming_pipeline(options: PipelineOptions, settings: KafkaSettings, config: JobConfig,
+                       source: Source | None = None, sink: Sink | None = None) -> beam.Pipeline:
+    """The unbounded job: each slot published as the watermark closes it, updates (late events within the
+    allowed lateness) published again with a higher ``revision``. Kafka in and out through Beam's Java
+    KafkaIO on Flink/Dataflow by default; ``source`` and ``sink`` replace them (the tests use a
+    TestStream and files). Every output record carries the job's ``trustbeam-job`` header."""
+    topics = config.topics
     p = beam.Pipeline(options=options)
-    raw = {}
-    for name, topic in (("Events", topics.events), ("Status", topics.status)):
-        raw[name] = (p | f"Read{name}" >> ReadFromKafka(consumer_config, [topic], with_metadata=True,
-                                                         commit_offset_in_finalize=True, timestamp_policy="CreateTime",
-                                                         expansion_service=expansion)
-                     | f"Batch{name}" >> _batches(topic))
-    out = (raw["Events"], raw["Status"]) | "Score" >> ScoreSlots(config)
-    records = out["scores"] | "Wire" >> beam.FlatMap(wire_records, config.topics)
+    events, status = (source or kafka_source(settings, config, options))(p)
+    write = sink or kafka_sink(settings, options)
+    out = (events, status) | "Score" >> ScoreSlots(config)
+    job = config.group_id.encode()
+    records = (out["scores"] | "Wire" >> beam.FlatMap(wire_records, config.topics)
+               | "Job" >> beam.Map(lambda m: (*m[:3], [*m[3], (JOB_HEADER, job)])))
     if config.parquet_out:
         out["scores"] | "Parquet" >> beam.ParDo(WriteParquet(config.parquet_out))
-    letters = out["dead"]
-    for name, pcoll, topic in (("Scores", records, topics.scores), ("Rankings", records, topics.rankings),
-                               ("DeadLetter", letters, topics.dead_letter)):
-        (pcoll | f"Only{name}" >> beam.Filter(lambda r, t=topic: r[0] == t)
-         | f"Row{name}" >> beam.Map(lambda r: beam.Row(key=r[1], value=r[2],
-                                                       headers=[beam.Row(key=k, value=v) for k, v in r[3]]))
-         | f"Write{name}" >> WriteToKafka(producer_config, topic, with_headers=True, expansion_service=expansion))
+    for label, pcoll, topic in (("Scores", records, topics.scores), ("Rankings", records, topics.rankings),
+                                ("DeadLetter", out["dead"], topics.dead_letter)):
+        write(label, topic, pcoll | f"Only{label}" >> beam.Filter(lambda r, t=topic: r[0] == t))
     return p

@@ -1,27 +1,40 @@
 """``trustbeam run``: the job over Kafka on a local runner, as bounded catch-up cycles.
 
 The pure-Python runners cannot run an endless source as a live stream, so a run is made of cycles.
-Each cycle is one bounded Beam pipeline over the topics, from the replay offsets kept in a ledger
-to the end offsets seen at its launch:
+Each cycle is one bounded Beam pipeline over the records that arrived since the last one (up to the
+end offsets seen at its launch), plus what the last cycle kept:
 
 * ``--until-end``: one cycle; every slot in the data is closed and published, then it exits.
-* ``--follow``: cycles repeat every ``--poll-seconds``. A slot is published once the newest event
-  time seen is the allowed lateness past the slot's end; events arriving later for it go to
-  dead-letter as late. Each cycle replays the last S slots of events (the log is the source of
-  truth) to rebuild the shards' state; statuses from before them come from a snapshot the previous
-  cycle kept (each device's latest), and so does the forgetting-weighted evidence of every slot
-  that can no longer change (model.scoring.EvidenceSnapshot), so a cycle's work is bounded by S
-  slots, not by the log, and its scores equal one uninterrupted run's.
+* ``--follow``: cycles repeat every ``--poll-seconds``. A slot is published once the job's
+  *progress* is the allowed lateness past the slot's end; events arriving later for it go to
+  dead-letter as late. Progress is the minimum over the partitions that delivered new records of
+  each one's newest event time not more than ``--max_skew_s`` past the wall clock, never moving
+  back: a producer whose clock runs hours ahead neither closes slots nor makes other events late,
+  and one whose clock steps back is simply late.
 
-The ledger (``$TRUSTBEAM_STATE_DIR/run/<group>.json``) holds, per partition, the offset the next
-cycle replays from and the offset below which records were already read, the last published
-slot, and the status and evidence snapshots' paths. Semantics: at-least-once reading, and publication made idempotent by the ledger plus a check
-of the output topics' tails at launch, so a crash between publishing and saving the ledger re-sends
-nothing already on the topic.
+State between cycles lives in snapshot files beside the ledger: the valid events of the slots a
+cycle still needs (the last S slots, and events stamped ahead of the progress), each device's
+latest statuses, and the forgetting-weighted evidence of every slot that can no longer change
+(:class:`model.scoring.EvidenceSnapshot`). So a cycle reads each record once, its work is bounded
+by S slots, and its scores equal one uninterrupted run's.
+
+The ledger (``$TRUSTBEAM_STATE_DIR/run/<group>.json``) holds per partition the offset to read
+next, the last published slot, the progress, the snapshots' paths, the identity of the log it read
+(topic ids and the last record read per partition: a replaced broker or a recreated topic is
+detected, logged, and the job starts over on the new log; never a silent skip), and a generation
+id. Semantics: records are read at least once and published at most once per (generation, slot,
+owner, collaborator, model version): the ledger is saved after a cycle's publication, and a cycle
+that died between the two finds its own records at the output topics' tails (by their
+``trustbeam-job`` header; other producers' records are skipped) and does not send them again. One
+follower per ledger: a second ``trustbeam run`` on the same group is refused while the first holds
+its lock. Broker trouble (any error kafka-python marks retriable, timeouts, stalled partitions,
+undelivered output) is retried with a bounded backoff until ``--retry_deadline_s`` has passed
+without a successful cycle.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -32,35 +45,44 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Any, Iterator
 
-from apache_beam.options.pipeline_options import PipelineOptions
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.options.pipeline_options import PipelineOptions
 from kafka import TopicPartition
-from kafka.errors import KafkaError
 
-from beam_pipeline.kafka_io import consumer, plan
+from beam_pipeline.kafka_io import LogReplaced, TopicMissing, consumer, plan
 from beam_pipeline.options import JobConfig
-from beam_pipeline.pipeline import cycle_pipeline, identity
-from exporters.kafka import DeliveryError
+from beam_pipeline.pipeline import JOB_HEADER, cycle_pipeline, identity
 from model.scoring import EvidenceSnapshot
 from trustbeam.kafka import KafkaSettings, end_offsets, wait_until_answering
 from trustbeam.state import state_dir
 
 log = logging.getLogger(__name__)
+LEDGER_FORMAT = 2
+TAIL_SCAN = 2000  # records read back from an output partition's end to find this job's last one
+
+
+class LedgerError(ValueError):
+    """A ledger that cannot be used: written by another version, or held by another follower."""
 
 
 @dataclass
 class Ledger:
-    """Where the next cycle starts. Keys are ``topic/partition``."""
+    """Where the next cycle starts. Keys of the offset maps are ``topic/partition``."""
 
-    replay_from: dict[str, int] = field(default_factory=dict)
-    read_to: dict[str, int] = field(default_factory=dict)
+    generation: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # this job's identity in its outputs
+    read_to: dict[str, int] = field(default_factory=dict)  # the next offset to read
     published_through: int = -1
-    status_snapshot: str | None = None  # Parquet of the statuses the next cycle needs from earlier ones
-    evidence_snapshot: str | None = None  # .npz of the final evidence of the slots before the replay
+    progress_ms: int = -1  # the job's progress: a slot closes when its end + the lateness lie before it
+    events_snapshot: str | None = None  # Parquet: the valid events the next cycle needs from earlier ones
+    status_snapshot: str | None = None  # Parquet: the statuses the next cycle needs from earlier ones
+    evidence_snapshot: str | None = None  # .npz: the final evidence of the slots the next cycle does not hold
     evidence_through: int = -1  # the last slot that snapshot holds
+    log: dict[str, Any] = field(default_factory=dict)  # the identity of the log read (kafka_io.Plan.identity)
+    format: int = LEDGER_FORMAT
 
     @staticmethod
     def directory() -> Path:
@@ -73,7 +95,13 @@ class Ledger:
     @classmethod
     def load(cls, group: str) -> "Ledger":
         path = cls.path(group)
-        return cls(**json.loads(path.read_text())) if path.exists() else cls()
+        if not path.exists():
+            return cls()
+        body = json.loads(path.read_text())
+        if body.get("format") != LEDGER_FORMAT:
+            raise LedgerError(f"{path}: a ledger of format {body.get('format', 1)!r}, written by an earlier "
+                              f"trustbeam (this one writes {LEDGER_FORMAT}); move it away to start over")
+        return cls(**body)
 
     def save(self, group: str) -> None:
         path = self.path(group)
@@ -82,8 +110,44 @@ class Ledger:
         partial.write_text(json.dumps(asdict(self), indent=1))
         os.replace(partial, path)
 
-    def offsets(self, which: dict[str, int]) -> dict[tuple[str, int], int]:
-        return {(k.rsplit("/", 1)[0], int(k.rsplit("/", 1)[1])): v for k, v in which.items()}
+    @property
+    def snapshots(self) -> tuple[str | None, ...]:
+        return self.events_snapshot, self.status_snapshot, self.evidence_snapshot
+
+    def job_id(self, group: str) -> str:
+        return f"{group}@{self.generation}"
+
+
+class LedgerLock:
+    """An exclusive lock on a group's ledger for as long as a run uses it (``flock``: released if the holder dies)."""
+
+    def __init__(self, group: str) -> None:
+        self.path = Ledger.directory() / f"{group}.lock"
+        self.group = group
+        self.handle: IO[str] | None = None
+
+    def __enter__(self) -> "LedgerLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise LedgerError(f"--group {self.group}: another `trustbeam run` (pid {holder}) is using this ledger; "
+                              "stop it first, or run this one under another --group") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self.handle = handle
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
 
 
 @dataclass(frozen=True)
@@ -92,10 +156,15 @@ class CycleReport:
     records_published: int
     counters: dict[str, int]
     seconds: float
+    progress_ms: int = -1
+    retries: int = 0  # failed attempts before this cycle succeeded
+    log_replaced: bool = False  # the job started over on a new log in this cycle
 
 
-def tail_marks(settings: KafkaSettings, topics: list[str]) -> dict[tuple[str, int], tuple]:
-    """The (slot, owner, collaborator) of the last record in each output partition."""
+def tail_marks(settings: KafkaSettings, topics: list[str], job_id: str, model_version: str
+               ) -> dict[tuple[str, int], tuple]:
+    """Per output partition, the (slot, owner, collaborator) of the last record this job published with this
+    model version: records of other producers, jobs or models, and values that are not JSON, are skipped."""
     client = consumer(settings)
     marks = {}
     try:
@@ -106,63 +175,75 @@ def tail_marks(settings: KafkaSettings, topics: list[str]) -> dict[tuple[str, in
                 if not ends[tp]:
                     continue
                 client.assign([tp])
-                client.seek(tp, ends[tp] - 1)
-                records = []
-                for _ in range(20):
-                    records = client.poll(timeout_ms=500).get(tp, [])
-                    if records:
+                client.seek(tp, max(ends[tp] - TAIL_SCAN, 0))
+                last = None
+                while client.position(tp) < ends[tp]:
+                    batch = client.poll(timeout_ms=500).get(tp, [])
+                    if not batch:
                         break
-                if records:
-                    marks[(topic, tp.partition)] = identity(json.loads(records[-1].value))
+                    for record in batch:
+                        mark = _own_mark(record, job_id, model_version)
+                        last = mark if mark is not None else last
+                if last is not None:
+                    marks[(topic, tp.partition)] = last
     finally:
         client.close()
     return marks
 
 
-def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final: bool,
+def _own_mark(record: Any, job_id: str, model_version: str) -> tuple | None:
+    if dict(record.headers or []).get(JOB_HEADER) != job_id.encode():
+        return None
+    try:
+        body = json.loads(record.value)
+        return identity(body) if body.get("model_version") == model_version else None
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final: bool, group: str = "trustbeam-run",
               runner: str = "FnApiRunner", beam_args: list[str] | None = None, snapshot_dir: Path | None = None,
               max_batch: int = 5000) -> tuple[Ledger, CycleReport]:
     """One bounded pass over the topics; returns the next ledger (not yet saved) and what was done.
 
-    The statuses the next cycle needs (each device's latest before the replay start, and all after
-    it) and the final evidence (of every slot the next cycle does not replay) are written to new files
-    in ``snapshot_dir`` (default: the ledgers' directory).
+    Raises :class:`LogReplaced` when the log is not the one the ledger read. The snapshots the next
+    cycle needs are written as new files in ``snapshot_dir`` (default: the ledgers' directory).
     """
     started = time.perf_counter()
     topics = config.topics
-    ranges = plan(settings, [topics.events, topics.status], ledger.offsets(ledger.replay_from),
-                  ledger.offsets(ledger.read_to))
+    reading = plan(settings, [topics.events, topics.status], _offsets(ledger.read_to), ledger.log)
+    stages, version = config.stages()
     partitions = _partition_counts(settings, [topics.scores, topics.rankings])
-    marks = tail_marks(settings, [topics.scores, topics.rankings])
+    marks = tail_marks(settings, [topics.scores, topics.rankings], ledger.job_id(group), version)
     work = tempfile.mkdtemp(prefix="trustbeam-cycle-")
     options = PipelineOptions(beam_args or [], runner=runner)
-    p = cycle_pipeline(options, settings, config, ranges, ledger.published_through, final, partitions, marks, work,
-                       ledger.status_snapshot, ledger.evidence_snapshot, max_batch)
+    p = cycle_pipeline(options, settings, config, reading.ranges, ledger, final, partitions, marks, work,
+                       ledger.job_id(group), max_batch)
     result = p.run()
     result.wait_until_finish()
     counters = {m.key.metric.name: m.committed for m in result.metrics().query()["counters"]}
-    published, offsets = (json.loads(Path(work, f).read_text()) if Path(work, f).exists() else []
-                          for f in ("published.json", "offsets.json"))
-    stages = config.stages()[0]
+    counters["records_lost_to_retention"] = sum(reading.lost.values())
+    outcome = json.loads(Path(work, "published.json").read_text()) if Path(work, "published.json").exists() else {}
+    published, progress = outcome.get("published", []), max(ledger.progress_ms, outcome.get("progress_ms", -1))
     through = max([ledger.published_through, *published])
     directory = snapshot_dir or Ledger.directory()
     evidence, evidence_through = _keep_evidence(Path(work, "evidence.npz"), directory)
     if evidence is None:  # nothing became final in this cycle: the last snapshot still holds
         evidence, evidence_through = ledger.evidence_snapshot, ledger.evidence_through
+    clock = stages.config.clock
     keep_from = min(through + 1 - max(stages.config.window, config.ranking.owner_slots), evidence_through + 1)
-    snapshot = _keep_statuses(Path(work, "status.parquet"), int(stages.config.clock.start_ms(keep_from)), directory)
+    events = _keep_events(Path(work, "events.parquet"), int(clock.start_ms(keep_from)), directory)
+    statuses = _keep_statuses(Path(work, "status.parquet"), int(clock.start_ms(keep_from)), directory)
     shutil.rmtree(work, ignore_errors=True)
-    replay: dict[str, int] = {}
-    for (topic, partition, slot), offset in offsets:
-        if slot >= keep_from:
-            name = f"{topic}/{partition}"
-            replay[name] = min(offset, replay.get(name, offset))
-    read_to = {f"{r.topic}/{r.partition}": r.stop for r in ranges}
-    for r in ranges:  # events: from the replay start; statuses: only new ones (the snapshot has the rest)
-        replay.setdefault(f"{r.topic}/{r.partition}", r.stop)
-    next_ledger = Ledger(replay, read_to, through, snapshot, evidence, evidence_through)
-    report = CycleReport(published, counters.get("published", 0), counters, round(time.perf_counter() - started, 3))
+    next_ledger = Ledger(ledger.generation, {f"{r.topic}/{r.partition}": r.stop for r in reading.ranges}, through,
+                         progress, events, statuses, evidence, evidence_through, reading.identity)
+    report = CycleReport(published, counters.get("published", 0), counters, round(time.perf_counter() - started, 3),
+                         progress)
     return next_ledger, report
+
+
+def _offsets(which: dict[str, int]) -> dict[tuple[str, int], int]:
+    return {(k.rsplit("/", 1)[0], int(k.rsplit("/", 1)[1])): v for k, v in which.items()}
 
 
 def _keep_evidence(path: Path, directory: Path) -> tuple[str | None, int]:
@@ -173,6 +254,19 @@ def _keep_evidence(path: Path, directory: Path) -> tuple[str | None, int]:
     target = directory / f"evidence-{uuid.uuid4().hex}.npz"
     shutil.move(str(path), target)
     return str(target), EvidenceSnapshot.load(target).folded_through
+
+
+def _keep_events(path: Path, cut_ms: int, directory: Path) -> str | None:
+    """The cycle's valid events of the slots from ``cut_ms`` on (deduplicated), to a new Parquet file."""
+    if not path.exists():
+        return None
+    table = pq.read_table(path)
+    table = table.filter(pa.array(table["event_time_ms"].to_numpy() >= cut_ms))
+    _, first = np.unique(table["event_id"].to_numpy(zero_copy_only=False), return_index=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"events-{uuid.uuid4().hex}.parquet"
+    pq.write_table(table.take(np.sort(first)), target)
+    return str(target)
 
 
 def _keep_statuses(path: Path, cut_ms: int, directory: Path) -> str | None:
@@ -199,49 +293,61 @@ def _partition_counts(settings: KafkaSettings, topics: list[str]) -> dict[str, i
         client.close()
     missing = [t for t, n in counts.items() if not n]
     if missing:
-        raise KeyError(f"output topics {missing} do not exist at {settings.bootstrap} (trustbeam broker start "
-                       "creates them)")
+        raise TopicMissing(f"output topics {missing} do not exist at {settings.bootstrap} (trustbeam broker start "
+                           "creates them)")
     return counts
 
 
 def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, poll_s: float = 5.0,
         max_cycles: int | None = None, runner: str = "FnApiRunner", beam_args: list[str] | None = None,
-        backoff: "Backoff | None" = None) -> Iterator[CycleReport]:
-    """Cycles until the end (one) or forever (``follow``), saving the ledger after each.
+        backoff: "Backoff | None" = None, retry_deadline_s: float = 600.0) -> Iterator[CycleReport]:
+    """Cycles until the end (one) or forever (``follow``), saving the ledger after each, under the ledger's lock.
 
-    In ``follow`` mode a cycle that fails because the brokers are unreachable (or its topics are gone)
-    is reported and retried after a bounded exponential backoff instead of ending the run; the
-    ledger is only saved after a cycle succeeds, so a failed cycle is simply done again.
+    A cycle that fails with a retriable error (:func:`retriable`) is retried after a bounded
+    exponential backoff, until ``retry_deadline_s`` have passed since the last successful cycle (then
+    the last error is raised); the ledger is only saved after a cycle succeeds, so a failed cycle is
+    simply done again. A new ledger is saved before the first cycle, so that its generation (the job's
+    identity in its outputs) survives a cycle killed while publishing; likewise the fresh ledger of
+    a job that starts over on a replaced log.
     """
-    ledger = Ledger.load(group)
-    backoff = backoff or Backoff()
-    cycles = 0
-    while True:
-        previous = (ledger.status_snapshot, ledger.evidence_snapshot)
-        try:
-            if follow:
+    with LedgerLock(group):
+        ledger = Ledger.load(group)
+        if not Ledger.path(group).exists():
+            ledger.save(group)
+        backoff = backoff or Backoff()
+        cycles, last_success, replaced = 0, time.monotonic(), False
+        while True:
+            try:
                 wait_until_answering(settings, timeout_s=3.0)
-            next_ledger, report = run_cycle(settings, config, ledger, final=not follow, runner=runner,
-                                            beam_args=beam_args)
-        except Exception as error:  # noqa: BLE001 - classified below; anything else propagates
-            if not follow or not broker_trouble(error):
-                raise
-            delay = backoff.next()
-            log.error("cycle failed, brokers at %s unreachable or topics missing (%s); retry %d in %.1f s",
-                      settings.bootstrap, _first_line(error), backoff.failures, delay)
-            time.sleep(delay)
-            continue
-        backoff.reset()
-        ledger = next_ledger
-        ledger.save(group)
-        for old, new in zip(previous, (ledger.status_snapshot, ledger.evidence_snapshot)):
-            if old and old != new:
+                next_ledger, report = run_cycle(settings, config, ledger, final=not follow, group=group,
+                                                runner=runner, beam_args=beam_args)
+            except LogReplaced as error:
+                log.warning("the log under ledger %r was replaced (%s): starting over from its beginning; slots "
+                            "published before stay published, the new log's are published under a new generation",
+                            group, error)
+                ledger, replaced = Ledger(), True
+                ledger.save(group)
+                continue
+            except Exception as error:  # noqa: BLE001 - classified below; anything else propagates
+                if not retriable(error) or time.monotonic() - last_success > retry_deadline_s:
+                    raise
+                delay = backoff.next()
+                log.error("cycle failed (%s: %s); retry %d in %.1f s", type(error).__name__, _first_line(error),
+                          backoff.failures, delay)
+                time.sleep(delay)
+                continue
+            report = CycleReport(**{**asdict(report), "retries": backoff.failures, "log_replaced": replaced})
+            backoff.reset()
+            replaced = False
+            previous, ledger = ledger.snapshots, next_ledger
+            ledger.save(group)
+            for old in set(previous) - set(ledger.snapshots) - {None}:
                 Path(old).unlink(missing_ok=True)
-        cycles += 1
-        yield report
-        if not follow or (max_cycles is not None and cycles >= max_cycles):
-            return
-        time.sleep(poll_s)
+            cycles, last_success = cycles + 1, time.monotonic()
+            yield report
+            if not follow or (max_cycles is not None and cycles >= max_cycles):
+                return
+            time.sleep(poll_s)
 
 
 @dataclass
@@ -262,18 +368,12 @@ class Backoff:
         self.failures = 0
 
 
-_BROKER_TROUBLE = ("KafkaConnectionError", "NoBrokersAvailable", "KafkaTimeoutError", "did not answer",
-                   "does not exist at", "do not exist at", "UnknownTopicOrPartition", "ECONNREFUSED",
-                   "Connection refused", "not delivered", "undelivered", "NodeNotReady", "LeaderNotAvailable")
-
-
-def broker_trouble(error: BaseException) -> bool:
-    """Whether a failure comes from the brokers (unreachable, topics gone), through Beam's wrapping."""
+def retriable(error: BaseException) -> bool:
+    """Whether a failure is transient broker trouble worth a retry: an error in its chain that kafka-python (or
+    trustbeam) marks ``retriable``, a timeout, or a refused connection."""
     seen: BaseException | None = error
     while seen is not None:
-        if isinstance(seen, (KafkaError, TimeoutError, ConnectionError, DeliveryError)):
-            return True
-        if any(marker in f"{type(seen).__name__}: {seen}" for marker in _BROKER_TROUBLE):
+        if getattr(seen, "retriable", False) or isinstance(seen, (TimeoutError, ConnectionError)):
             return True
         seen = seen.__cause__ or seen.__context__
     return False

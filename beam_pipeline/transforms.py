@@ -19,14 +19,13 @@ from typing import Any, Iterator, Tuple
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from apache_beam.coders import BytesCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
 
-from beam_pipeline.kafka_io import RawBatch
+from beam_pipeline.kafka_io import RawBatch, trusted_progress
 from beam_pipeline.parquet_io import TableBatch
 from beam_pipeline.options import JobConfig
 from model.scoring import DeviceFrame, DeviceHistory, EvidenceSnapshot, score_slot, shard_of, slot_part, status_arrays
@@ -36,9 +35,9 @@ from schemas import CollaborationEvent, DeviceStatus, Record, from_arrow, to_jso
 from schemas.batch import decode_batch, validate_table
 
 DEAD = "dead"
+EVENTS = "events"
 EVIDENCE = "evidence"
-NEWEST = "newest"
-OFFSETS = "offsets"
+PROGRESS = "progress"
 STATUSES = "statuses"
 
 
@@ -63,7 +62,9 @@ def _counter(name: str) -> Any:
 
 
 DEAD_LETTER_MAX_BYTES = 256 << 10  # below any producer's request limit, whatever arrived
-REPLAYED = "_replayed"  # column ParseEvents adds for CloseSlot: the row was read by an earlier cycle
+# columns ParseEvents adds for CloseSlot: the row was read by an earlier cycle; where it came from
+REPLAYED, SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = "_replayed", "_topic", "_partition", "_offset"
+EXTRA_COLUMNS = [REPLAYED, SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET]
 
 
 def dead_letter(topic: str, source: str, partition: int, offset: int, value: bytes, reason: str) -> Message:
@@ -92,9 +93,9 @@ class _Parse(beam.DoFn):
     RECORD: type[Record]
     KIND: str
 
-    def __init__(self, config: JobConfig, published_through: int = -1) -> None:
+    def __init__(self, config: JobConfig, published_through: int | None = None) -> None:
         self.config = config
-        self.published_through = published_through  # slots at or below were published by an earlier run
+        self.published_through = -1 if published_through is None else published_through  # earlier runs published
         self.counters = {name: _counter(f"{self.KIND}_{name}")
                          for name in ("read", "valid", "invalid", "late", "future", "replayed")}
 
@@ -119,16 +120,23 @@ class _Parse(beam.DoFn):
 
 @beam.typehints.with_output_types(Tuple[int, Any])
 class ParseEvents(_Parse):
-    """RawBatch -> (slot, events table) per slot, timestamped at the slot start; dead letters out of ``dead``."""
+    """RawBatch -> (slot, events table) per slot, timestamped at the slot start; dead letters out of ``dead``.
+
+    Side outputs: ``events``, the valid events (the local runner keeps the recent ones for its next
+    cycle), and ``progress``, per source partition the newest event time of its new records that
+    lies at most ``max_skew_s`` past the processing time (a producer whose clock runs ahead does not
+    advance it)."""
 
     RECORD, KIND = CollaborationEvent, "events"
 
     def process(self, batch: RawBatch) -> Iterator[Any]:
         table, positions, letters = self.decode(batch)
-        slots = self.clock.slot_of(table["event_time_ms"].to_numpy())
+        times = table["event_time_ms"].to_numpy()
+        slots = self.clock.slot_of(times)
         new = batch.offsets[positions] >= batch.new_from  # replayed records were dead-lettered when new
         before_origin = slots < 0
-        ahead = table["event_time_ms"].to_numpy() > time.time() * 1000 + self.config.max_future_s * 1000
+        now_ms = time.time() * 1000
+        ahead = times > now_ms + self.config.max_future_s * 1000
         future = new & ahead
         late = new & ~future & (before_origin | (slots <= self.published_through))
         for p, s, is_future in zip(positions[late | future], slots[late | future], future[late | future]):
@@ -142,14 +150,19 @@ class ParseEvents(_Parse):
         for letter in letters:
             yield beam.pvalue.TaggedOutput(DEAD, letter)
         keep = ~late & ~before_origin & ~ahead
-        table = table.append_column(REPLAYED, pa.array(~new))  # so CloseSlot counts only new duplicates
-        table, slots, offsets = table.filter(pa.array(keep)), slots[keep], batch.offsets[positions][keep]
-        if table.num_rows:
-            yield beam.pvalue.TaggedOutput(NEWEST, int(pc.max(table["event_time_ms"]).as_py()))
+        progress = trusted_progress(times[keep & new], now_ms, self.config.max_skew_s * 1000)
+        if progress is not None:
+            yield beam.pvalue.TaggedOutput(PROGRESS, (f"{batch.topic}/{batch.partition}", progress))
+        valid = table.filter(pa.array(keep))
+        if valid.num_rows:
+            yield beam.pvalue.TaggedOutput(EVENTS, valid)
+        table = (table.append_column(REPLAYED, pa.array(~new))  # so CloseSlot counts only new duplicates
+                 .append_column(SOURCE_TOPIC, pa.array([batch.topic] * table.num_rows, pa.string()))
+                 .append_column(SOURCE_PARTITION, pa.array(np.full(table.num_rows, batch.partition, np.int64)))
+                 .append_column(SOURCE_OFFSET, pa.array(batch.offsets[positions])))
+        table, slots = table.filter(pa.array(keep)), slots[keep]
         for slot in np.unique(slots).tolist():
-            mine = slots == slot
-            yield beam.pvalue.TaggedOutput(OFFSETS, ((batch.topic, batch.partition, slot), int(offsets[mine].min())))
-            yield beam.window.TimestampedValue((slot, table.take(np.flatnonzero(mine))),  # take: own buffers
+            yield beam.window.TimestampedValue((slot, table.take(np.flatnonzero(slots == slot))),  # take: own buffers
                                                millis(self.clock.start_ms(slot)))
 
 
@@ -179,26 +192,39 @@ class ParseStatus(_Parse):
 class OpenSlot:
     """CloseSlot's state for one slot, beside the bag of its events."""
 
-    seen: set[str] = field(default_factory=set)  # event ids: the dedup horizon
-    closes: int = 0  # closes done: the next close is this version (0 = first, later ones are updates)
-    dirty: bool = False  # events added since the last close
-    expired: bool = False  # the allowed lateness has passed
+    closes: int = 0  # closes that sent parts: the next one is this version (0 = first, later ones are updates)
+    distinct: int = 0  # distinct events at the last close (a close that would add none sends nothing)
+    duplicates: int = 0  # new duplicates counted so far
+    expired: bool = False  # the allowed lateness has passed: a tombstone until FORGET
+
+
+def provenance(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(source topics, partitions, offsets) of events that ParseEvents tagged with their source."""
+    return (table[SOURCE_TOPIC].to_numpy(zero_copy_only=False), table[SOURCE_PARTITION].to_numpy(),
+            table[SOURCE_OFFSET].to_numpy())
 
 
 @beam.typehints.with_input_types(Tuple[int, Any])
 @beam.typehints.with_output_types(Tuple[int, Any])
 class CloseSlot(beam.DoFn):
-    """Keyed by slot: gathers the slot's events, deduplicated, and closes the slot when the watermark passes.
+    """Keyed by slot: gathers the slot's events and closes the slot when the watermark passes its end.
 
-    On close it sends every shard its devices' part of the slot (embeddings, owner profiles). Events
-    within the allowed lateness re-close the slot, sent as the next version (an update). After the
-    lateness the slot expires: its events are dropped and any later event goes to dead-letter as late.
+    Each batch of events is appended to the slot's bag as it comes (no per-batch rewrite of a seen
+    set); duplicates are dropped at close (the first occurrence of each ``event_id`` counts) and
+    counted once. On close every shard gets its devices' part of the slot (embeddings, owner
+    profiles, evidence); the slot's designated shard (slot mod shards) also gets the events' source
+    pointers, so that a part the shards refuse as late can be dead-lettered with its evidence.
+    Events within the allowed lateness re-close the slot as the next version (an update), unless
+    they were all duplicates. After the lateness the slot expires: its events are dropped and it
+    stays a tombstone for ``tombstone_slots`` slots, during which any event for it goes to
+    dead-letter as late; then its state is forgotten (the shards refuse what comes later).
     """
 
     SLOT = ReadModifyWriteStateSpec("slot", BytesCoder())  # OpenSlot, pickled (see store)
-    EVENTS = BagStateSpec("events", BytesCoder())  # the slot's events so far, deduplicated: pickled tables
+    EVENTS = BagStateSpec("events", BytesCoder())  # the slot's event batches as they came: pickled tables
     CLOSE = TimerSpec("close", TimeDomain.WATERMARK)  # at the slot's end
     EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)  # at the end of the allowed lateness
+    FORGET = TimerSpec("forget", TimeDomain.WATERMARK)  # tombstone_slots after the expiry
 
     def __init__(self, config: JobConfig) -> None:
         self.config = config
@@ -208,63 +234,96 @@ class CloseSlot(beam.DoFn):
     def setup(self) -> None:
         self.stages, _ = self.config.stages()
         self.clock = self.stages.config.clock
+        self.lateness_ms = self.config.lateness_slots * self.clock.slot_ms
 
     def process(self, element: tuple[int, pa.Table], state=beam.DoFn.StateParam(SLOT),
                 events=beam.DoFn.StateParam(EVENTS), close=beam.DoFn.TimerParam(CLOSE),
                 expire=beam.DoFn.TimerParam(EXPIRE)) -> Iterator[Any]:
         slot, table = element
-        replayed = table[REPLAYED].to_numpy(zero_copy_only=False)
-        table = table.drop_columns([REPLAYED])
         current = load(state, None) or OpenSlot()
         if current.expired:
-            self.late.inc(int((~replayed).sum()))
-            for record in from_arrow(CollaborationEvent, table):
-                yield beam.pvalue.TaggedOutput(DEAD, dead_letter(
-                    self.config.topics.dead_letter, self.config.topics.events, -1, -1, to_json(record),
-                    f"{CollaborationEvent.NAME}: late: slot {slot} expired (allowed lateness passed)"))
+            yield from self.dead_late(slot, table, f"slot {slot} expired (allowed lateness passed)")
             return
-        ids = table["event_id"].to_numpy(zero_copy_only=False)
-        _, first = np.unique(ids, return_index=True)
-        fresh = np.zeros(len(ids), dtype=bool)
-        fresh[first] = True
-        fresh &= np.array([i not in current.seen for i in ids], dtype=bool)
-        self.duplicates.inc(int((~fresh & ~replayed).sum()))  # a replayed copy was counted when it was new
-        if not fresh.any():
-            return
-        current.seen.update(ids[fresh].tolist())
-        events.add(pickle.dumps(table.take(np.flatnonzero(fresh))))  # take: a slice would pickle its parent
-        current.dirty = True
-        store(state, current)
+        events.add(pickle.dumps(table))  # ParseEvents' take(): the table owns its buffers
         end = int(self.clock.end_ms(slot))
         close.set(millis(end))
-        expire.set(millis(end + self.config.lateness_slots * self.clock.slot_ms + 1))
+        expire.set(millis(end + self.lateness_ms + 1))
+        store(state, current)
+
+    def dead_late(self, slot: int, table: pa.Table, why: str) -> Iterator[Any]:
+        new = ~table[REPLAYED].to_numpy(zero_copy_only=False)
+        self.late.inc(int(new.sum()))
+        topics, partitions, offsets = provenance(table)
+        records = from_arrow(CollaborationEvent, table.drop_columns(EXTRA_COLUMNS))
+        for k in np.flatnonzero(new):
+            yield beam.pvalue.TaggedOutput(DEAD, dead_letter(
+                self.config.topics.dead_letter, str(topics[k]), int(partitions[k]), int(offsets[k]),
+                to_json(records[k]), f"{CollaborationEvent.NAME}: late: {why}"))
 
     @on_timer(CLOSE)
     def on_close(self, key=beam.DoFn.KeyParam, state=beam.DoFn.StateParam(SLOT),
                  events=beam.DoFn.StateParam(EVENTS)) -> Iterator[Any]:
         current = load(state, None)
-        if current is not None:
+        if current is not None and not current.expired:
             yield from self.close(key, current, events)
             store(state, current)
 
     @on_timer(EXPIRE)
-    def on_expire(self, key=beam.DoFn.KeyParam, state=beam.DoFn.StateParam(SLOT),
-                  events=beam.DoFn.StateParam(EVENTS)) -> Iterator[Any]:
+    def on_expire(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam, state=beam.DoFn.StateParam(SLOT),
+                  events=beam.DoFn.StateParam(EVENTS), forget=beam.DoFn.TimerParam(FORGET)) -> Iterator[Any]:
         current = load(state, None) or OpenSlot()
-        yield from self.close(key, current, events)  # runners may fire both timers in one go
+        if not current.expired:
+            yield from self.close(key, current, events)  # runners may fire both timers in one go
         events.clear()
         store(state, OpenSlot(closes=current.closes, expired=True))
+        forget.set(millis(fired.micros // 1000 + self.config.tombstone_slots * self.clock.slot_ms))
+
+    @on_timer(FORGET)
+    def on_forget(self, state=beam.DoFn.StateParam(SLOT)) -> None:
+        state.clear()
 
     def close(self, slot: int, current: OpenSlot, events: Any) -> Iterator[Any]:
-        """Send each shard its part of the slot, once per batch of new events."""
-        if not current.dirty:
+        """Send each shard its part of the slot if the slot holds events not sent before."""
+        table = pa.concat_tables([pickle.loads(b) for b in events.read()])
+        replayed = table[REPLAYED].to_numpy(zero_copy_only=False)
+        order = np.argsort(~replayed, kind="stable")  # replayed copies first: a new copy of one is the duplicate
+        table = table.take(order)
+        _, first = np.unique(table["event_id"].to_numpy(zero_copy_only=False), return_index=True)
+        duplicates = int((~replayed[order]).sum()) - int((~replayed[order][first]).sum())
+        self.duplicates.inc(duplicates - current.duplicates)
+        current.duplicates = duplicates
+        if not len(first) or (current.closes and len(first) == current.distinct):
             return
-        part = slot_part(self.stages, pa.concat_tables([pickle.loads(b) for b in events.read()]), slot)
+        unique = table.take(np.sort(first))
+        part = slot_part(self.stages, unique.drop_columns(EXTRA_COLUMNS), slot)
+        pointers = (unique["event_id"].to_numpy(zero_copy_only=False), *provenance(unique))
         (self.updates if current.closes else self.closed).inc()
         for shard in range(self.config.shards):
-            yield shard, ("part", part.select(shard, self.config.shards), current.closes)
+            mine = pointers if shard == slot % self.config.shards else None
+            yield shard, ("part", part.select(shard, self.config.shards), current.closes, mine)
         current.closes += 1
-        current.dirty = False
+        current.distinct = len(first)
+
+
+@dataclass
+class ShardBook:
+    """ShardState's bookkeeping of slots beside the history: part versions, frames sent, frames due."""
+
+    versions: dict[int, int] = field(default_factory=dict)  # slot -> the version of its part held
+    emitted: dict[int, int] = field(default_factory=dict)  # slot -> the frame version sent for it
+    pending: dict[int, int] = field(default_factory=dict)  # slot -> the frame version to send
+    pointers: dict[int, tuple] = field(default_factory=dict)  # slot -> its events' sources (designated shard)
+    watermark_ms: int = -(2**62)  # the latest EMIT firing: the input watermark was at least this
+
+    def frame_version(self, slot: int, lateness: int) -> int:
+        """A frame's version: the sum of the part versions of the slots an update could still change, the same
+        on every shard (they all receive the same parts)."""
+        return sum(self.versions.get(u, 0) for u in range(slot - lateness, slot + 1))
+
+    def forget_before(self, slot: int) -> None:
+        for book in (self.versions, self.emitted, self.pending, self.pointers):
+            for old in [s for s in book if s < slot]:
+                del book[old]
 
 
 @beam.typehints.with_input_types(Tuple[int, Any])
@@ -273,35 +332,51 @@ class ShardState(beam.DoFn):
     """Keyed by shard: its devices' history in state; at each closed slot, their frame for scoring.
 
     A slot's frame is computed when the watermark passes the slot's end, so the shard has every
-    earlier slot's part and every status before it. A slot's evidence becomes final once the allowed
-    lateness has passed it by a slot (no update can come any more). Memory: the shard's devices x S
-    slot embeddings at most, and their evidence. Parts and statuses live in separate cells so that
-    neither kind of input rewrites the other.
+    earlier slot's part and every status before it. An update of slot u (late events within the
+    allowed lateness) changes the frames of the slots [u, u + lateness] already sent: they are sent
+    again, with a new version (:meth:`ShardBook.frame_version`). The streaming job knows a lower
+    bound of the watermark (its EMIT timers' firings) and refuses a slot's first part that arrives
+    past it plus the allowed lateness (a slot CloseSlot had forgotten): a late event never triggers
+    scoring. A slot's evidence becomes final once the allowed lateness has passed it by a slot.
+    Memory: the shard's devices x S slot embeddings at most, and their evidence. Parts and statuses
+    live in separate cells so that neither kind of input rewrites the other.
     """
 
-    HISTORY = ReadModifyWriteStateSpec("history", BytesCoder())  # (DeviceHistory without statuses, pending versions)
+    HISTORY = ReadModifyWriteStateSpec("history", BytesCoder())  # (DeviceHistory without statuses, ShardBook)
     STATUS = ReadModifyWriteStateSpec("status", BytesCoder())  # (StatusLog, (keys, ids) it names)
     EMIT = TimerSpec("emit", TimeDomain.WATERMARK)  # at the earliest pending slot's end
 
-    def __init__(self, config: JobConfig, published_through: int = -1) -> None:
+    def __init__(self, config: JobConfig, published_through: int | None = None) -> None:
+        """published_through: a local cycle's last slot published by earlier cycles (replayed slots: history only,
+        no frames; and the last slot whose evidence is final, since only a published slot can no longer
+        change); None for the streaming job, where a slot is final once the allowed lateness passed it."""
         self.config = config
-        self.published_through = published_through  # replayed slots: history only, no frames
+        self.published_through = published_through
         self.busy = _counter("sequence_ms")
+        self.refused = _counter("slots_refused_late")
+        self.reset = _counter("state_reset_model_changed")
 
     def setup(self) -> None:
-        self.stages, _ = self.config.stages()
+        self.stages, self.version = self.config.stages()
         self.clock = self.stages.config.clock
 
-    def _empty(self) -> tuple[DeviceHistory, dict[int, int]]:
-        return DeviceHistory(self.stages.config.evidence), {}
+    def _empty(self) -> tuple[DeviceHistory, ShardBook]:
+        return DeviceHistory(self.stages.config.evidence, model_version=self.version), ShardBook()
+
+    def _load(self, history: Any) -> tuple[DeviceHistory, ShardBook]:
+        """The shard's history, made this model's (state restored under another model drops its embeddings)."""
+        kept, book = load(history, None) or self._empty()
+        if kept.adopt(self.version, self.stages.config.evidence):
+            self.reset.inc()
+        return kept, book
 
     def process(self, element: tuple[int, tuple], history=beam.DoFn.StateParam(HISTORY),
-                status=beam.DoFn.StateParam(STATUS), emit=beam.DoFn.TimerParam(EMIT)) -> None:
+                status=beam.DoFn.StateParam(STATUS), emit=beam.DoFn.TimerParam(EMIT)) -> Iterator[Any]:
         shard, payload = element
         if payload[0] == "evidence":  # final evidence an earlier run kept (the local runner's cycles)
-            kept, pending = load(history, None) or self._empty()
+            kept, book = self._load(history)
             kept.seed(payload[1])
-            store(history, (kept, pending))
+            store(history, (kept, book))
             return
         if payload[0] == "status":
             log, names = load(status, (StatusLog(), (np.zeros(0, np.int64), np.zeros(0, object))))
@@ -309,99 +384,149 @@ class ShardState(beam.DoFn):
             log.add(keys, times, values)
             store(status, (log, (np.concatenate([names[0], keys]), np.concatenate([names[1], ids]))))
             return
-        kept, pending = load(history, None) or self._empty()
-        part, version = payload[1], payload[2]
+        kept, book = self._load(history)
+        _, part, version, pointers = payload
+        slot, lateness = part.slot, self.config.lateness_slots
+        end = int(self.clock.end_ms(slot))
+        # past the watermark's known bound by more than the lateness: a slot CloseSlot forgot (an update within
+        # the lateness cannot be: CloseSlot's pending expiry holds this shard's watermark below end + lateness)
+        if self.published_through is None and end + lateness * self.clock.slot_ms < book.watermark_ms:
+            self.refused.inc()
+            yield slot, (shard, version, None, pointers)  # GatherSlot dead-letters it; nothing is scored
+            return
+        if version <= book.versions.get(slot, -1):
+            return  # an older version than the one held
         kept.add_part(part)
-        pending[part.slot] = max(version, pending.get(part.slot, version))
-        store(history, (kept, pending))
-        emit.set(millis(self.clock.end_ms(min(pending))))
+        book.versions[slot] = version
+        if pointers is not None:
+            book.pointers[slot] = pointers
+        for t in [slot, *(t for t in book.emitted if slot < t <= slot + lateness)]:
+            book.pending[t] = book.frame_version(t, lateness)
+        store(history, (kept, book))
+        emit.set(millis(self.clock.end_ms(min(book.pending))))
 
     @on_timer(EMIT)
     def on_emit(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam, history=beam.DoFn.StateParam(HISTORY),
                 status=beam.DoFn.StateParam(STATUS), emit=beam.DoFn.TimerParam(EMIT)) -> Iterator[Any]:
-        kept, pending = load(history, None) or self._empty()
+        kept, book = self._load(history)
         log, names = load(status, (StatusLog(), (np.zeros(0, np.int64), np.zeros(0, object))))
         kept.status = log
         kept.name(*names)
-        ready = sorted(s for s in pending if millis(self.clock.end_ms(s)) <= fired)
+        book.watermark_ms = max(book.watermark_ms, int(fired.micros // 1000))
+        ready = sorted(s for s in book.pending if millis(self.clock.end_ms(s)) <= fired)
         started = time.perf_counter()
         for slot in ready:
-            version = pending.pop(slot)
-            if slot > self.published_through:
-                yield slot, (key, version, kept.frame(self.stages, slot, self.config.ranking))
+            version = book.pending.pop(slot)
+            if self.published_through is None or slot > self.published_through:
+                book.emitted[slot] = version
+                yield slot, (key, version, kept.frame(self.stages, slot, self.config.ranking),
+                             book.pointers.get(slot))
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         if ready:
             final = ready[-1] - self.config.lateness_slots - 1  # no update can reach these slots any more
+            if self.published_through is not None:
+                final = min(final, self.published_through)
             keep = max(self.stages.config.window, self.config.ranking.owner_slots) + self.config.lateness_slots
             kept.fold(final)
-            kept.prune(ready[-1] - keep + 1, int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))
+            first_kept = min(ready[-1] - keep + 1, final + 1)
+            kept.prune(first_kept, int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))
+            book.forget_before(min(first_kept, final - self.config.lateness_slots))
             yield beam.pvalue.TaggedOutput(EVIDENCE, (key, EvidenceSnapshot(kept.folded_through, kept.evidence)))
         named = np.isin(names[0], kept.status.keys)  # the statuses' names, for the devices they still hold
         store(status, (kept.status, (names[0][named], names[1][named])))
         kept.status = StatusLog()
-        store(history, (kept, pending))
-        if pending:
-            emit.set(millis(self.clock.end_ms(min(pending))))
+        store(history, (kept, book))
+        if book.pending:
+            emit.set(millis(self.clock.end_ms(min(book.pending))))
 
 
 @beam.typehints.with_input_types(Tuple[int, Any])
 class GatherSlot(beam.DoFn):
-    """Keyed by slot: once every shard's frame of a version is in, score the slot (an update if version > 0)."""
+    """Keyed by slot: once every shard's frame of a version is in, score the slot (an update if version > 0).
 
-    FRAMES = ReadModifyWriteStateSpec("frames", BytesCoder())  # ({shard: (version, DeviceFrame)}, last scored)
+    A shard that refused a slot's part as late answers None instead of a frame: nothing of that part
+    is scored, and the designated shard's refusal, which carries the events' pointers, sends them to
+    dead-letter at once. The state is forgotten once no frame of the slot can come any more.
+    """
+
+    FRAMES = ReadModifyWriteStateSpec("frames", BytesCoder())  # ({shard: answer}, last version done, publications)
+    FORGET = TimerSpec("forget", TimeDomain.WATERMARK)  # when no update of the slot can come
 
     def __init__(self, config: JobConfig) -> None:
         self.config = config
         self.scored = _counter("slots_scored")
         self.pairs = _counter("records_scored")
         self.busy = _counter("scoring_ms")
+        self.late = _counter("events_late")
 
     def setup(self) -> None:
         self.stages, self.version = self.config.stages()
+        self.clock = self.stages.config.clock
 
-    def process(self, element: tuple[int, tuple[int, int, DeviceFrame]], frames=beam.DoFn.StateParam(FRAMES)
-                ) -> Iterator[Any]:
-        slot, (shard, version, frame) = element
-        have, last = load(frames, ({}, -1))
-        if shard not in have or have[shard][0] <= version:
-            have[shard] = (version, frame)
-        newest = max(v for v, _ in have.values())
-        if len(have) < self.config.shards or any(v != newest for v, _ in have.values()) or newest <= last:
-            store(frames, (have, last))
+    def process(self, element: tuple[int, tuple], frames=beam.DoFn.StateParam(FRAMES),
+                forget=beam.DoFn.TimerParam(FORGET)) -> Iterator[Any]:
+        slot, (shard, version, frame, pointers) = element
+        if frame is None:  # refused as late by a shard
+            yield from self.dead_late(slot, pointers)
             return
+        have, last, published = load(frames, ({}, -1, 0))
+        if shard not in have or have[shard][0] <= version:
+            have[shard] = (version, frame, pointers)
+        newest = max(v for v, _, _ in have.values())
+        forget.set(millis(self.clock.end_ms(slot + self.config.lateness_slots + 2)))
+        if len(have) < self.config.shards or any(v != newest for v, _, _ in have.values()) or newest <= last:
+            store(frames, (have, last, published))
+            return
+        store(frames, ({}, newest, published + 1))
         started = time.perf_counter()
-        joined = DeviceFrame.concat([f for _, f in have.values()])
+        joined = DeviceFrame.concat([f for _, f, _ in have.values()])
         result = score_slot(self.stages, joined, slot, self.config.ranking, self.config.params, self.version,
-                            is_update=newest > 0)
+                            revision=published)
         self.busy.inc(int((time.perf_counter() - started) * 1000))
-        store(frames, ({}, newest))
         self.scored.inc()
         self.pairs.inc(len(result.scores) + len(result.rankings))
         yield result
 
+    def dead_late(self, slot: int, pointers: tuple | None) -> Iterator[Any]:
+        if pointers is None:
+            return
+        for event_id, topic, partition, offset in zip(*pointers):
+            self.late.inc()
+            value = json.dumps({"event_id": str(event_id), "slot": slot}).encode()
+            yield beam.pvalue.TaggedOutput(DEAD, dead_letter(
+                self.config.topics.dead_letter, str(topic), int(partition), int(offset), value,
+                f"{CollaborationEvent.NAME}: late: slot {slot} is past the allowed lateness (a slot already "
+                f"forgotten; the original is at the source pointer)"))
+
+    @on_timer(FORGET)
+    def on_forget(self, frames=beam.DoFn.StateParam(FRAMES)) -> None:
+        frames.clear()
+
 
 class ScoreSlots(beam.PTransform):
-    """(events batches, status batches[, kept evidence]) -> SlotScores, plus the dead, newest, offsets, statuses
+    """(events batches, status batches[, kept evidence]) -> SlotScores, plus the dead, progress, events, statuses
     and evidence outputs. Kept evidence: (shard, ("evidence", EvidenceSnapshot)) elements that an earlier run's
     ``evidence`` output left, so a run that replays only recent events starts from the evidence of all before."""
 
-    def __init__(self, config: JobConfig, published_through: int = -1) -> None:
+    def __init__(self, config: JobConfig, published_through: int | None = None) -> None:
+        """published_through: a local cycle's ledger (slots at or below were published by earlier cycles); None for
+        the streaming job."""
         super().__init__()
         self.config, self.published_through = config, published_through
 
     def expand(self, inputs: tuple[beam.PCollection, ...]) -> dict[str, beam.PCollection]:
         raw_events, raw_status, *kept = inputs
         events = raw_events | "ParseEvents" >> beam.ParDo(
-            ParseEvents(self.config, self.published_through)).with_outputs(DEAD, NEWEST, OFFSETS, main="slots")
+            ParseEvents(self.config, self.published_through)).with_outputs(DEAD, PROGRESS, EVENTS, main="slots")
         status = raw_status | "ParseStatus" >> beam.ParDo(
             ParseStatus(self.config, self.published_through)).with_outputs(DEAD, STATUSES, main="status")
         closed = (events.slots | "CloseSlot" >> beam.ParDo(CloseSlot(self.config)).with_outputs(DEAD, main="parts"))
         shards = ((closed.parts, status.status, *kept) | "ToShards" >> beam.Flatten()
                   | "ShardState" >> beam.ParDo(ShardState(self.config, self.published_through))
                   .with_outputs(EVIDENCE, main="frames"))
-        scored = shards.frames | "GatherSlot" >> beam.ParDo(GatherSlot(self.config))
-        dead = (events[DEAD], status[DEAD], closed[DEAD]) | "Dead" >> beam.Flatten()
-        return {"scores": scored, "dead": dead, "newest": events[NEWEST], "offsets": events[OFFSETS],
+        scored = shards.frames | "GatherSlot" >> beam.ParDo(GatherSlot(self.config)).with_outputs(DEAD, main="scores")
+        dead = (events[DEAD], status[DEAD], closed[DEAD], scored[DEAD]) | "Dead" >> beam.Flatten()
+        return {"scores": scored.scores, "dead": dead, "progress": events[PROGRESS], "events": events[EVENTS],
                 "statuses": status[STATUSES], "evidence": shards[EVIDENCE]}
 
 

@@ -251,7 +251,8 @@ def outage(work: Path, port: int, pause_s: float = 3.0, seed: int = 6) -> dict[s
     return {"outage_s": round(restarted_at - down_at, 1), "crashed": bool(failure),
             "error": str(failure[0])[:200] if failure else "", "slots_before": len(before),
             "slots_after_recovery": len(after & expected_after), "slots_expected_after": len(expected_after),
-            "republished_before_outage_slots": len(after & before), "cycles": len(reports)}
+            "republished_before_outage_slots": len(after & before), "cycles": len(reports),
+            "retries": sum(r.retries for _, r in reports), "log_replaced": any(r.log_replaced for _, r in reports)}
 
 
 def _wait(condition, timeout_s: float) -> None:

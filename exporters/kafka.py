@@ -27,7 +27,10 @@ Message = tuple[str, bytes, bytes, list[tuple[str, bytes]]]  # topic, key, value
 
 
 class DeliveryError(RuntimeError):
-    """Messages were not delivered (broker unreachable, rejected, timed out)."""
+    """Messages were not delivered (broker unreachable, rejected, timed out). Retriable: a Beam bundle, or a
+    cycle, that fails with it is done again."""
+
+    retriable = True
 
 
 def message(topic: str, record: Record, key_field: str = "owner") -> Message:

@@ -161,10 +161,25 @@ class DeviceHistory:
     status: StatusLog = field(default_factory=StatusLog)
     evidence: dict[str, EvidenceState] = field(default_factory=dict)
     folded_through: int = -1  # the last slot whose evidence is in ``evidence``
+    model_version: str = ""  # the model whose embeddings the parts hold
 
     def __post_init__(self) -> None:
         for role in ROLES:
             self.evidence.setdefault(role, EvidenceState(np.asarray(self.evidence_config.lams)))
+
+    def adopt(self, model_version: str, evidence_config: EvidenceConfig) -> bool:
+        """Make this history one of ``model_version``: embeddings made by another model are dropped (the next
+        slots rebuild them), and evidence counted under another evidence config too. Returns whether any
+        state was dropped."""
+        if self.model_version in ("", model_version):
+            self.model_version = model_version
+            return False
+        self.parts = {}
+        if evidence_config != self.evidence_config:
+            self.evidence_config, self.evidence, self.folded_through = evidence_config, {}, -1
+            self.__post_init__()
+        self.model_version = model_version
+        return True
 
     def name(self, keys: np.ndarray, ids: np.ndarray) -> None:
         """Record the ids of device keys."""
@@ -345,8 +360,10 @@ def _pair_lookup(frame: DeviceFrame, keys: np.ndarray) -> np.ndarray:
 
 
 def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,
-               model_version: str, is_update: bool = False) -> SlotScores:
-    """Score each recent owner against its candidates and rank them by the paper's rule."""
+               model_version: str, revision: int = 0) -> SlotScores:
+    """Score each recent owner against its candidates and rank them by the paper's rule; ``revision`` numbers
+    the slot's publications (0: the first; an update after late events has a higher one)."""
+    is_update = revision > 0
     config = stages.config
     clock = config.clock
     start_ms, end_ms = int(clock.start_ms(slot)), int(clock.end_ms(slot))
@@ -380,13 +397,14 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
         by_trust = part[np.lexsort((order_key, -trust[part]))][: ranking.scores_per_owner]
         scores += [TrustScore(owner=owner, collaborator=ids[dst[p]], slot=slot, slot_start_ms=start_ms,
                               slot_end_ms=end_ms, t_beh=float(t_beh[p]), t_res=float(t_res[p]),
-                              trust=float(trust[p]), model_version=model_version, is_update=is_update)
+                              trust=float(trust[p]), model_version=model_version, is_update=is_update,
+                              revision=revision)
                    for p in by_trust]
         eligible = part[trust[part] >= theta[begin]]
         chosen = eligible[np.lexsort((frame.keys[dst[eligible]], -trust[eligible], -voc[eligible]))][: ranking.top_k]
         rankings.append(CollaboratorRanking(
             owner=owner, slot=slot, slot_start_ms=start_ms, slot_end_ms=end_ms, threshold=float(theta[begin]),
-            model_version=model_version, is_update=is_update,
+            model_version=model_version, is_update=is_update, revision=revision,
             candidates=tuple(RankedCandidate(collaborator=ids[dst[p]], trust=float(trust[p]), voc=float(voc[p]))
                              for p in chosen)))
     return SlotScores(slot, scores, rankings)

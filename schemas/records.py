@@ -97,6 +97,8 @@ class TrustScore(Record):
     trust: float = number("overall trust T = T_beh * T_res", ge=0, le=1)
     model_version: str = ident("version (content hash) of the model that scored")
     is_update: bool = flag("re-publication of a slot after late events")
+    revision: int = integer("which publication of the slot this is: 0 the first, n the n-th update (null: a "
+                            "producer that does not number them)", ge=0, nullable=True)
 
     def check_rules(self) -> None:
         _distinct(self.owner, self.collaborator)
@@ -128,6 +130,8 @@ class CollaboratorRanking(Record):
     threshold: float = number("trust threshold theta the candidates passed", ge=0, le=1)
     model_version: str = ident("version (content hash) of the model that scored")
     is_update: bool = flag("re-publication of a slot after late events")
+    revision: int = integer("which publication of the slot this is: 0 the first, n the n-th update (null: a "
+                            "producer that does not number them)", ge=0, nullable=True)
     candidates: tuple[RankedCandidate, ...] = records(
         RankedCandidate, "candidates in selection order (first is chosen)", max_len=MAX_RANKED
     )

@@ -266,9 +266,11 @@ def cmd_run(args: argparse.Namespace, beam_args: list[str]) -> int:
         streaming_pipeline(options, settings, config).run().wait_until_finish()
         return 0
     for report in run(settings, config, args.group, follow=args.follow, poll_s=args.poll_seconds,
-                      max_cycles=args.max_cycles, runner=args.runner, beam_args=beam_args):
+                      max_cycles=args.max_cycles, runner=args.runner, beam_args=beam_args,
+                      retry_deadline_s=args.retry_deadline_seconds):
         print(json.dumps({"published_slots": report.published_slots, "slots": len(report.published_slots),
-                          "records_published": report.records_published,
+                          "records_published": report.records_published, "progress_ms": report.progress_ms,
+                          "retries": report.retries, "log_replaced": report.log_replaced,
                           "seconds": report.seconds, "counters": report.counters}), flush=True)
     return 0
 
@@ -390,6 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--runner", default="FnApiRunner", help="Beam runner (named explicitly)")
     job.add_argument("--poll-seconds", type=float, default=5.0)
     job.add_argument("--max-cycles", type=int, default=None, help="stop --follow after this many cycles")
+    job.add_argument("--retry-deadline-seconds", type=float, default=600.0,
+                     help="retry broker trouble for at most this long since the last successful cycle")
     job.set_defaults(handler=cmd_run, beam_options=True)
 
     demo = sub.add_parser("demo", help="the main job on embedded defaults: local broker, simulated events")

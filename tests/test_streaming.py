@@ -1,0 +1,166 @@
+"""The streaming job (``streaming_pipeline``) under a TestStream: out-of-order, early and late events.
+
+The Kafka source and sink are swapped for a TestStream of raw batches and files; everything between
+is the job Flink or Dataflow runs. The final publication of every slot must equal the offline twin
+(``score_log`` over all the events) to 1e-6, whatever the allowed lateness; events past it go to
+dead-letter with their source pointer, whether their slot is still remembered (a tombstone) or
+already forgotten (the shards refuse it: a late event never triggers scoring).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import uuid
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.testing.test_stream import TestStream as Stream
+from apache_beam.utils.timestamp import Timestamp
+
+from beam_pipeline.pipeline import JOB_HEADER, streaming_pipeline
+from model.scoring import score_log
+from schemas import CollaborationEvent, CollaboratorRanking, DeviceStatus, TrustScore, from_json
+from tests.pipeline_fixtures import SIM, job, run_tables, write_checkpoint
+from tests.test_transforms import raw
+from trustbeam.kafka import KafkaSettings
+
+SLOTS = 6
+SLOT_MS = SIM.clock.slot_ms
+
+
+def at(ms: float) -> Timestamp:
+    return Timestamp(micros=int(ms) * 1000)
+
+
+class Keep(beam.DoFn):
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def process(self, element) -> None:
+        Path(self.directory, uuid.uuid4().hex).write_bytes(pickle.dumps(element))
+
+
+def written(directory: Path) -> list:
+    return [pickle.loads(p.read_bytes()) for p in sorted(directory.iterdir())]
+
+
+def timeline(events: pa.Table, lateness: int, rng: np.random.Generator) -> list[tuple[float, str, object]]:
+    """(time, "mark"|"send", watermark ms or event rows) in order. Per slot s: its on-time events, with a few of
+    slot s + 1's (early), half a slot before its end; the watermark at its end; and a few late events once
+    the watermark is lateness - 1/2 slots past its end, when the slots after it have been published."""
+    clock, slot = SIM.clock, events["slot"].to_numpy()
+    rows = {s: rng.permutation(np.flatnonzero(slot == s)) for s in range(SLOTS)}
+    early = {s: rows[s][:3] for s in range(SLOTS)}
+    late = {s: rows[s][3:8] for s in range(SLOTS)}
+    steps = []
+    for s in range(SLOTS):
+        end = float(clock.end_ms(s))
+        ahead = early[s + 1] if s + 1 < SLOTS else np.zeros(0, np.int64)
+        own_early = early[s] if s == 0 else np.zeros(0, np.int64)  # slot 0 has no slot before to ride with
+        steps.append((end - SLOT_MS / 2, "send", np.concatenate([own_early, rows[s][8:], ahead])))
+        steps.append((end, "mark", end))
+        steps.append((end + (lateness - 0.5) * SLOT_MS, "mark", end + (lateness - 0.5) * SLOT_MS))
+        steps.append((end + (lateness - 0.5) * SLOT_MS + 1, "send", late[s]))
+    return sorted(steps, key=lambda step: (step[0], step[1] == "send"))
+
+
+def run_stream(root: Path, lateness: int, extra: list | None = None, tombstone_slots: int = 64) -> dict:
+    checkpoint = write_checkpoint(root / "model")
+    config = job(checkpoint, lateness_slots=lateness, tombstone_slots=tombstone_slots)
+    events, status = run_tables()
+    events = events.filter(pc.less(events["slot"], SLOTS))
+    status = status.filter(pc.less(status["time_ms"], SIM.clock.end_ms(SLOTS)))
+    steps = timeline(events, lateness, np.random.default_rng(lateness)) + (extra or [])
+    t = config.topics
+    stream = Stream().add_elements([("status", raw(DeviceStatus, status, t.status))],
+                                   event_timestamp=at(SIM.clock.origin_ms))
+    watermark, offset = -1.0, 0
+    for _, action, what in steps:
+        if action == "mark" and what > watermark:
+            stream, watermark = stream.advance_watermark_to(at(what)), what
+        elif action == "send" and len(what):
+            batch = what if isinstance(what, pa.Table) else events.take(what)
+            stream = stream.add_elements([("events", raw(CollaborationEvent, batch, t.events, offset))])
+            offset += batch.num_rows
+    stream = stream.advance_watermark_to_infinity()
+    sinks = {name: root / name for name in ("scores", "rankings", "dead")}
+    for directory in sinks.values():
+        directory.mkdir()
+
+    def source(p):
+        tagged = p | stream
+        return tuple(tagged | f"Only{kind}" >> beam.Filter(lambda x, k=kind: x[0] == k)
+                     | f"Unwrap{kind}" >> beam.Map(lambda x: x[1]) for kind in ("events", "status"))
+
+    def sink(label, topic, messages):
+        name = {t.scores: "scores", t.rankings: "rankings", t.dead_letter: "dead"}[topic]
+        messages | f"Keep{label}" >> beam.ParDo(Keep(str(sinks[name])))
+
+    options = PipelineOptions(runner="BundleBasedDirectRunner")
+    options.view_as(StandardOptions).streaming = True
+    streaming_pipeline(options, KafkaSettings("unused:1"), config, source, sink).run().wait_until_finish()
+    stages, version = config.stages()
+    twin = {r.slot: r for r in score_log(stages, events, status, config.ranking, config.params, version)}
+    return {"config": config, "events": events, "twin": twin, **{k: written(v) for k, v in sinks.items()}}
+
+
+def final(messages: list, cls) -> dict:
+    """The last revision of each (slot, owner, collaborator) record; asserts the revisions grow one by one."""
+    out: dict = {}
+    for _, _, value, headers in messages:
+        record = from_json(cls, value)
+        key = (record.slot, record.owner, getattr(record, "collaborator", ""))
+        assert dict(headers)[JOB_HEADER]
+        if key not in out or record.revision > out[key].revision:
+            out[key] = record
+    return out
+
+
+@pytest.mark.parametrize("lateness", [1, 2, 3])
+def test_the_streaming_job_equals_its_offline_twin_whatever_the_lateness(tmp_path, lateness: int) -> None:
+    result = run_stream(tmp_path, lateness)
+    scores, rankings = final(result["scores"], TrustScore), final(result["rankings"], CollaboratorRanking)
+    twin = result["twin"]
+    want_scores = {(s.slot, s.owner, s.collaborator): s for r in twin.values() for s in r.scores}
+    assert set(scores) == set(want_scores)
+    assert max(abs(scores[k].t_beh - w.t_beh) for k, w in want_scores.items()) < 1e-6
+    assert max(abs(scores[k].trust - w.trust) for k, w in want_scores.items()) < 1e-6
+    want_rankings = {(r.slot, r.owner, ""): r for t in twin.values() for r in t.rankings}
+    assert set(rankings) == set(want_rankings)
+    for key, want in want_rankings.items():
+        assert [c.collaborator for c in rankings[key].candidates] == [c.collaborator for c in want.candidates]
+    assert any(r.revision > 0 for r in scores.values())  # the late events were published as updates
+    assert not result["dead"]  # nothing was late beyond the lateness
+
+
+def test_late_events_go_to_dead_letter_whether_their_slot_is_remembered_or_forgotten(tmp_path) -> None:
+    events, _ = run_tables()
+    slot0 = events.filter(pc.equal(events["slot"], 0))
+    clock = SIM.clock
+
+    def event(row: int, event_id: str, slot: int) -> pa.Table:
+        one = slot0.slice(row, 1).set_column(0, "event_id", pa.array([event_id]))
+        where = events.schema.get_field_index("event_time_ms")
+        return one.set_column(where, "event_time_ms", pa.array([int(clock.start_ms(slot))]))
+
+    # lateness 1 and a 1-slot tombstone: at end(5) + 1.5 slots, slot 5 is a tombstone and slot 0 long forgotten
+    mark = float(clock.end_ms(SLOTS - 1) + 1.5 * SLOT_MS)
+    extra = [(mark, "mark", mark), (mark, "send", event(0, "late-and-forgotten", 0)),
+             (mark, "send", event(1, "late-but-remembered", SLOTS - 1))]
+    result = run_stream(tmp_path, 1, extra=extra, tombstone_slots=1)
+    reasons = {json.loads(value)["event_id"]: dict(headers)["reason"].decode() for _, _, value, headers in result["dead"]}
+    assert "past the allowed lateness" in reasons["late-and-forgotten"]  # refused by the shards: never scored
+    assert "expired" in reasons["late-but-remembered"]  # slot 5 is a tombstone
+    for _, _, _, headers in result["dead"]:
+        assert {"source_topic", "source_partition", "source_offset"} <= set(dict(headers))
+    # nothing was published for slot 0 after its first publication and its in-lateness updates
+    scores = final(result["scores"], TrustScore)
+    twin = {(s.slot, s.owner, s.collaborator): s for r in result["twin"].values() for s in r.scores}
+    assert max(abs(scores[k].trust - w.trust) for k, w in twin.items()) < 1e-6
+
