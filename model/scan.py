@@ -22,11 +22,14 @@ reference loop, the only one a tracer can see through.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import sys
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 import torch
 import torch.nn.functional as F
@@ -117,6 +120,16 @@ def cuda_kernels_available() -> bool:
     return True
 
 
+def scan_march() -> str:
+    """The CPU the C++ scan is built for: ``TRUSTBEAM_SCAN_MARCH``, default ``native`` (this machine). Images
+    that run on other machines build for a portable baseline (``x86-64-v2``, deploy/container/Dockerfile),
+    so a worker on an older CPU never dies of SIGILL; each setting is its own cached build."""
+    march = os.environ.get("TRUSTBEAM_SCAN_MARCH", "native")
+    if not march.replace("-", "").replace("_", "").isalnum():
+        raise ValueError(f"TRUSTBEAM_SCAN_MARCH: not a -march value: {march!r}")
+    return march
+
+
 @lru_cache(maxsize=1)
 def cpu_extension() -> Any | None:
     """The compiled C++ scan (built once per machine into torch's extension cache), or None."""
@@ -125,14 +138,46 @@ def cpu_extension() -> Any | None:
     try:
         from torch.utils.cpp_extension import load
 
-        return load(name="trustbeam_selective_scan", sources=[str(_SOURCE)],
-                    # -ffast-math lets OpenMP-simd loops call glibc's vector exp (libmvec): 2-3x
-                    # faster here; inputs are finite, and float64 stays within 1e-13 of the loop.
-                    extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffast-math"],
-                    extra_ldflags=["-fopenmp"], verbose=False)
+        march = scan_march()
+        name = f"trustbeam_selective_scan_{march.replace('-', '_')}"
+        with build_lock(extension_build_dir(name)) as build_dir:
+            return load(name=name, sources=[str(_SOURCE)], build_directory=str(build_dir),
+                        # -ffast-math lets OpenMP-simd loops call glibc's vector exp (libmvec): 2-3x
+                        # faster here; inputs are finite, and float64 stays within 1e-13 of the loop.
+                        extra_cflags=["-O3", f"-march={march}", "-fopenmp", "-ffast-math"],
+                        extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as error:  # compiler missing or failing: fall back, loudly
         log.warning("selective scan C++ extension unavailable, using the reference loop: %s", error)
         return None
+
+
+def extension_build_dir(name: str) -> Path:
+    """Where ``name`` is built: under ``TORCH_EXTENSIONS_DIR`` (default torch's cache), per Python and torch
+    version, so an upgraded torch never loads a build made against another ABI."""
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}_torch{torch.__version__.replace('+', '_')}"
+    return root / tag / name
+
+
+@contextmanager
+def build_lock(build_dir: Path) -> Iterator[Path]:
+    """Hold an exclusive ``flock`` beside ``build_dir`` while torch builds or loads into it.
+
+    torch's own lock is a file that a killed build leaves behind, and every later process then waits on
+    it forever (seen: a suite that hung until CI's time limit). The ``flock`` dies with its holder, so
+    whoever holds it knows that any torch lock file present is such a leftover, and removes it.
+    """
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir.parent / f".{build_dir.name}.flock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        stale = build_dir / "lock"
+        if stale.exists():
+            log.warning("removing %s, left by a build that was killed", stale)
+            stale.unlink(missing_ok=True)
+        try:
+            yield build_dir
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class _CpuScan(torch.autograd.Function):

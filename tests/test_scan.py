@@ -80,3 +80,40 @@ def test_cuda_kernels_match_reference(shape) -> None:
     y_ref = selective_scan_ref(**x, delta_softplus=True)
     y = selective_scan(**{k: v.cuda() for k, v in x.items()}, delta_softplus=True, backend="cuda")
     torch.testing.assert_close(y.cpu(), y_ref, rtol=1e-3, atol=1e-3)
+
+
+def test_a_portable_build_of_the_scan_matches_the_reference(tmp_path, monkeypatch) -> None:
+    """The worker images build for x86-64-v2 (never -march=native): that build must load and agree, even where
+    a killed build left torch's lock file behind (torch alone would wait on it forever)."""
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86-64 baselines only")
+    check = ("import torch; from model.scan import cpu_extension, scan_march, selective_scan, selective_scan_ref\n"
+             "assert scan_march() == 'x86-64-v2' and cpu_extension() is not None\n"
+             "g = torch.Generator().manual_seed(0)\n"
+             "u, dt = torch.randn(2, 4, 9, generator=g), torch.rand(2, 4, 9, generator=g)\n"
+             "A, B, C = -torch.rand(4, 3, generator=g), torch.randn(2, 3, 9, generator=g), torch.randn(2, 3, 9, generator=g)\n"
+             "got, want = selective_scan(u, dt, A, B, C, backend='cpu'), selective_scan_ref(u, dt, A, B, C)\n"
+             "assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()\n")
+    from model.scan import extension_build_dir
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    stale = extension_build_dir("trustbeam_selective_scan_x86_64_v2") / "lock"
+    stale.parent.mkdir(parents=True)
+    stale.touch()
+    env = {**os.environ, "TRUSTBEAM_SCAN_MARCH": "x86-64-v2"}
+    done = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not stale.exists() and "left by a build that was killed" in done.stderr
+
+
+def test_a_march_that_is_not_one_is_refused(monkeypatch) -> None:
+    from model.scan import scan_march
+
+    monkeypatch.setenv("TRUSTBEAM_SCAN_MARCH", "native; rm -rf /")
+    with pytest.raises(ValueError, match="TRUSTBEAM_SCAN_MARCH"):
+        scan_march()
