@@ -38,7 +38,7 @@ setup(
     name="trustbeam",
     version="0.1.0",
     description="Long-term behavioural trust and collaborator selection (BiMamba) as a Beam streaming job",
-    python_requires=">=3.11,<3.12",
+    python_requires=">=3.11,<3.13",
     packages=find_packages(include=[p for name in PACKAGES for p in (name, f"{name}.*")]),
     package_data={"schemas": ["json/*.schema.json"], "model": ["csrc/*.cpp"]},
     install_requires=INSTALL_REQUIRES,

@@ -16,7 +16,8 @@ moves its T_beh from the cold prior as its tasks accrue. The path, per closed sl
    formed. A slot's evidence stays pending until the slot is final (:meth:`DeviceHistory.fold`),
    so an update of a slot within the allowed lateness replaces it instead of adding it twice.
 3. :func:`score_slot`: frames of all devices -> for each recent owner i and candidate j, the pair's
-   physics (:mod:`model.context`) and evidence -> T_beh -> T = T_beh * T_res -> trust scores and
+   physics (:mod:`model.context`) and evidence (candidates within range by a k-d tree,
+   :mod:`model.candidates`: owners x neighbours, never owners x fleet) -> T_beh -> T = T_beh * T_res -> trust scores and
    rankings (T >= theta, then the highest VoC for the owner's task), as the wire records of :mod:`schemas`.
 
 Glossary: Y the long-term embedding, T_beh/T_res/T the paper's trusts, theta the task's trust
@@ -25,7 +26,10 @@ threshold, V (``voc``) the value of task completion (eqs. 2-9, :mod:`model.physi
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Iterator
 
@@ -33,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from model.candidates import candidate_pairs
 from model.config import RankingConfig, SystemParams
 from model.context import pair_physics
 from model.evidence import (CHANNELS, ROLES, EvidenceConfig, EvidenceState, decay, pair_evidence_features,
@@ -369,12 +374,7 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
     start_ms, end_ms = int(clock.start_ms(slot)), int(clock.end_ms(slot))
     owners = np.flatnonzero(frame.recent_owner)
     known = np.flatnonzero(~np.isnan(frame.status[:, X]))
-    src, dst = np.repeat(owners, len(known)), np.tile(known, len(owners))  # positions in the frame
-    distance = np.hypot(*(frame.status[src, c] - frame.status[dst, c] for c in (X, Y)))
-    keep = (src != dst) & ~np.isnan(distance)
-    if ranking.range_m is not None:
-        keep &= distance <= ranking.range_m
-    src, dst = src[keep], dst[keep]
+    src, dst, _ = candidate_pairs(frame.status[:, [X, Y]], owners, known, ranking.range_m)  # (P,) frame rows
     physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
     evidence = pair_evidence_features(frame.collaborator[dst], frame.owner[src],
                                       _pair_lookup(frame, pair_keys(frame.keys[src], frame.keys[dst])),
@@ -411,20 +411,42 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
 
 
 def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking: RankingConfig,
-              params: SystemParams, model_version: str) -> Iterator[SlotScores]:
-    """The offline scorer: every slot with events, in order, from one :class:`DeviceHistory` of all devices."""
+              params: SystemParams, model_version: str, seconds: dict[str, float] | None = None
+              ) -> Iterator[SlotScores]:
+    """The offline scorer: every slot with events, in order, from one :class:`DeviceHistory` of all devices.
+
+    ``seconds``, when given, accumulates the time per stage: ``status``, ``slot_part`` (T_col, slot graph,
+    GNN), ``frame`` (BiMamba, evidence, latest statuses), ``pairs`` (candidates, head, ranking).
+    """
+    seconds = {} if seconds is None else seconds
+    clocked = partial(_timed, seconds)
     config = stages.config
     clock = config.clock
     history = DeviceHistory(config.evidence)
     if status is not None:
-        history.add_status(*status_arrays(status))
+        with clocked("status"):
+            history.add_status(*status_arrays(status))
     slot_of = clock.slot_of(events["event_time_ms"].to_numpy())
     if len(slot_of) and slot_of.min() < 0:
         raise ValueError(f"events: slot {slot_of.min()} lies before the clock's origin {clock.origin_ms} ms")
     order = np.argsort(slot_of, kind="stable")
     slots, starts = np.unique(slot_of[order], return_index=True)
     for slot, rows in zip(slots.tolist(), np.split(order, starts[1:])):
-        history.add_part(slot_part(stages, events.take(rows), slot))
-        history.fold(slot)  # offline, a slot is final once read
-        yield score_slot(stages, history.frame(stages, slot, ranking), slot, ranking, params, model_version)
+        with clocked("slot_part"):
+            history.add_part(slot_part(stages, events.take(rows), slot))
+            history.fold(slot)  # offline, a slot is final once read
+        with clocked("frame"):
+            frame = history.frame(stages, slot, ranking)
+        with clocked("pairs"):
+            scores = score_slot(stages, frame, slot, ranking, params, model_version)
+        yield scores
         history.prune(slot - max(config.window, ranking.owner_slots) + 1, int(clock.start_ms(slot)))
+
+
+@contextmanager
+def _timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - started
