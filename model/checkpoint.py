@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, get_type_hints
@@ -114,18 +115,49 @@ def save(model: BM, index: DeviceIndex, directory: str | os.PathLike[str], metad
 
 
 @contextmanager
-def staged_directory(target: Path) -> Iterator[Path]:
-    """A fresh hidden directory beside ``target``, renamed onto it when the block succeeds, else removed."""
+def staged_directory(target: Path, replace: bool = True) -> Iterator[Path]:
+    """A fresh hidden directory beside ``target``, renamed onto it when the block succeeds, else removed.
+
+    The rename is atomic and nothing is deleted before it: an existing target is first renamed aside,
+    then the new directory takes its name, then the old one is removed, so a reader finds a complete
+    directory at every moment but the instant between the two renames (and retries through it).
+    Concurrent writers each commit in turn; with ``replace=False`` (content-addressed targets, where
+    every writer writes the same bytes) the first writer's copy stays and later ones are discarded.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         yield staging
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
+        _commit(staging, target, replace)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _commit(staging: Path, target: Path, replace: bool, attempts: int = 100) -> None:
+    for _ in range(attempts):
+        try:
+            os.rename(staging, target)  # fails while a non-empty target exists
+            return
+        except OSError:
+            if not target.exists():
+                continue  # another writer was between its two renames
+            if not replace:
+                shutil.rmtree(staging, ignore_errors=True)
+                return
+            aside = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+            try:
+                os.rename(target, aside)
+            except OSError:
+                continue  # another writer set it aside first
+            try:
+                os.rename(staging, target)
+                return
+            except OSError:
+                continue  # another writer's copy went in between: set that one aside in turn
+            finally:
+                shutil.rmtree(aside, ignore_errors=True)
+    raise OSError(f"{target}: could not put the new directory in place after {attempts} attempts")
 
 
 def load(directory: str | os.PathLike[str], expect: dict[str, Any] | None = None

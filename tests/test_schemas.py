@@ -183,3 +183,20 @@ def test_json_schema_rejects_what_the_validator_rejects(change) -> None:
         jsonschema.validate(body, schema)
     with pytest.raises(ValidationError):
         from_json(CollaborationEvent, json.dumps(body))
+
+
+@pytest.mark.parametrize("bad", [b"\x00\xffnot json", b'{"schema_version":1,"event_id":', b"{}\n{}", b"[1, 2]"])
+def test_one_bad_message_leaves_the_rest_of_its_batch_on_the_fast_path(bad: bytes, monkeypatch) -> None:
+    import schemas.batch as batch
+    from schemas import CollaborationEvent, to_json
+    from tests.records import event
+
+    exact = []
+    original = batch.from_json
+    monkeypatch.setattr(batch, "from_json", lambda cls, data: exact.append(data) or original(cls, data))
+    good = [to_json(event(event_id=f"e-{k}")) for k in range(500)]
+    messages = good[:250] + [bad] + good[250:]
+    decoded = batch.decode_batch(CollaborationEvent, messages)
+    assert decoded.table.num_rows == 500 and [p for p, _ in decoded.errors] == [250]
+    assert exact == [bad]  # only the bad message was decoded one by one
+    assert decoded.positions.tolist() == [*range(250), *range(251, 501)]
