@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from model.checkpoint import staged_directory
-from trustbeam.state import state_dir
+from model.config import state_dir
 
 CHECKPOINT_FILES = ("config.json", "weights.pt", "node2vec.npy")
 ONNX_FILES = ("manifest.json", "gnn.onnx", "sequence.onnx", "head.onnx")
@@ -64,7 +64,7 @@ def localize(uri: str, files: tuple[str, ...]) -> Path:
     manifest = read(uri, files[0])
     target = state_dir() / "artifacts" / hashlib.sha256(manifest).hexdigest()[:24]
     if not (target / files[0]).is_file():
-        with staged_directory(target) as staging:
+        with staged_directory(target, replace=False) as staging:  # content-addressed: the first copy wins
             (staging / files[0]).write_bytes(manifest)
             for name in files[1:]:
                 (staging / name).write_bytes(read(uri, name))

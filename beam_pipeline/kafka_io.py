@@ -43,7 +43,7 @@ from apache_beam.utils.timestamp import Timestamp
 from kafka import KafkaConsumer, TopicPartition
 
 from exporters.kafka import KafkaSink, Message
-from trustbeam.kafka import KafkaSettings, end_offsets
+from exporters.kafka_client import KafkaSettings, end_offsets
 
 log = logging.getLogger(__name__)
 MAX_AHEAD_MS = 86_400_000  # a day: events timed further past the wall clock are dead-lettered (--max_future_s)

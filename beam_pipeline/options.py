@@ -14,7 +14,7 @@ from beam_pipeline.kafka_io import MAX_AHEAD_MS, MAX_SKEW_MS
 from model.checkpoint import CheckpointError, load
 from model.config import RankingConfig, SystemParams
 from model.stages import Stages, TorchStages
-from trustbeam.kafka import Topics
+from exporters.kafka_client import Topics
 
 
 BACKENDS = ("torch", "onnx")
@@ -156,3 +156,43 @@ def _load(checkpoint: str, onnx_dir: str | None, content_hash: str) -> tuple[Sta
 
     return (OnnxStages(artifacts.localize(onnx_dir, ONNX_FILES), expect_content_hash=manifest["content_hash"]),
             manifest["model_version"])
+
+
+def _known_pipeline_options() -> set[str]:
+    """Every ``--flag`` a registered PipelineOptions view (Beam's and trustbeam's) accepts."""
+    from apache_beam.options.pipeline_options import _BeamArgumentParser
+
+    parser = _BeamArgumentParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
+    pending, seen = [PipelineOptions], set()
+    while pending:
+        for view in pending.pop().__subclasses__():
+            if view not in seen:
+                seen.add(view)
+                view._add_argparse_args(parser)
+                pending.append(view)
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def checked_pipeline_args(args: list[str]) -> list[str]:
+    """``args`` with each option spelled as its view declares it (``--lateness-slots`` -> ``--lateness_slots``).
+
+    Raises ValueError naming an option no view knows, with the closest known spellings: Beam itself
+    would discard it with a warning, so a typo would silently run on a default.
+    """
+    import difflib
+
+    known = _known_pipeline_options()
+    out = []
+    for arg in args:
+        if not arg.startswith("--"):
+            out.append(arg)
+            continue
+        name, sep, value = arg.partition("=")
+        spelled = next((s for s in (name, name.replace("-", "_"), "--" + name[2:].replace("-", "_")) if s in known),
+                       None)
+        if spelled is None:
+            close = difflib.get_close_matches(name.replace("-", "_"), sorted(known), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise ValueError(f"unrecognized option {name}{hint}")
+        out.append(spelled + sep + value)
+    return out

@@ -32,7 +32,7 @@ from beam_pipeline.transforms import ScoreSlots, outputs, wire_records
 from exporters.kafka import message
 from exporters.parquet import ParquetResults
 from model.scoring import EvidenceSnapshot, SlotScores
-from trustbeam.kafka import KafkaSettings
+from exporters.kafka_client import KafkaSettings
 
 XLANG_BATCH = 5000
 CLOSED = "closed"  # PublishClosed's side output: the SlotScores it publishes

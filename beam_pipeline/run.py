@@ -52,17 +52,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 from kafka import TopicPartition
+from kafka.errors import KafkaTimeoutError
 
 from beam_pipeline.kafka_io import LogReplaced, TopicMissing, consumer, plan
 from beam_pipeline.options import JobConfig
 from beam_pipeline.pipeline import JOB_HEADER, cycle_pipeline, identity
 from model.scoring import EvidenceSnapshot
-from trustbeam.kafka import KafkaSettings, end_offsets, wait_until_answering
-from trustbeam.state import state_dir
+from exporters.kafka_client import KafkaSettings, end_offsets, wait_until_answering
+from model.config import state_dir
 
 log = logging.getLogger(__name__)
 LEDGER_FORMAT = 2
 TAIL_SCAN = 2000  # records read back from an output partition's end to find this job's last one
+TAIL_READ_S = 60.0  # longest a tail read may take before the cycle fails (retriably)
 
 
 class LedgerError(ValueError):
@@ -176,12 +178,11 @@ def tail_marks(settings: KafkaSettings, topics: list[str], job_id: str, model_ve
                     continue
                 client.assign([tp])
                 client.seek(tp, max(ends[tp] - TAIL_SCAN, 0))
-                last = None
-                while client.position(tp) < ends[tp]:
-                    batch = client.poll(timeout_ms=500).get(tp, [])
-                    if not batch:
-                        break
-                    for record in batch:
+                last, deadline = None, time.monotonic() + TAIL_READ_S
+                while client.position(tp) < ends[tp]:  # an empty poll is a slow broker, not the end: read on
+                    if time.monotonic() > deadline:
+                        raise KafkaTimeoutError(f"reading the tail of {topic}/{tp.partition} took over {TAIL_READ_S} s")
+                    for record in client.poll(timeout_ms=500).get(tp, []):
                         mark = _own_mark(record, job_id, model_version)
                         last = mark if mark is not None else last
                 if last is not None:

@@ -14,6 +14,14 @@
   one must land in dead-letter with its reason and the counters must add up.
 * ``load``: 5,000 devices (10x the paper's), statuses and events over many slots, ``--follow`` cycles while
   a publisher keeps sending; peak RSS and the pickled size of the shard state, against devices x S.
+* ``disorder``: the ordinary disorder of production streams, each scenario reporting events published,
+  processed, dead-lettered (by reason), lost (must be 0) and output records duplicated (must be 0):
+  the broker replaced under the job (the input topics deleted and created again, a new run published);
+  a producer whose clock runs hours ahead, in ``--follow`` cycles on a live clock; record timestamps
+  stepping back across polls; two followers on one ledger (the second must be refused); the broker
+  frozen (SIGSTOP) for 12 s mid-cycle. Compacted and transactional topics: Tansu 0.6 supports
+  neither, so the scenario reports that; the reader's handling of offset gaps is covered by
+  ``tests/test_source.py``.
 
 Run: ``python -m bench.fault_harness [--seeds 2] [--load-slots 40] [--soak-minutes 10]``.
 """
@@ -79,7 +87,7 @@ def untrained_checkpoint(directory: Path, sim, window: int = 6, small: bool = Tr
 
 
 def fresh_topics(settings):
-    from trustbeam.kafka import Topics, ensure_topics
+    from exporters.kafka_client import Topics, ensure_topics
 
     tag = uuid.uuid4().hex[:8]
     topics = Topics(*(f"{name}-{tag}" for name in ("events", "status", "scores", "rankings", "dead")))
@@ -102,15 +110,20 @@ def topic_args(topics) -> list[str]:
 
 
 def published_keys(settings, topics) -> tuple[dict, int]:
-    """{(kind, slot, owner, collaborator): record json} of the output topics, and how many keys repeat."""
-    from trustbeam.kafka import read_to_end
+    """{(kind, slot, owner, collaborator): record json} of the output topics (the newest generation's), and how
+    many publications repeat: the same job generation, record, model version and revision sent twice."""
+    from beam_pipeline.pipeline import JOB_HEADER
+    from exporters.kafka_client import read_to_end
 
-    keys, repeats = {}, 0
+    keys, seen, repeats = {}, set(), 0
     for kind, topic in (("score", topics.scores), ("ranking", topics.rankings)):
         for record in read_to_end(settings, topic):
             body = json.loads(record.value)
             key = (kind, body["slot"], body["owner"], body.get("collaborator", ""))
-            repeats += key in keys and not body["is_update"]
+            publication = (dict(record.headers or []).get(JOB_HEADER), *key, body["model_version"],
+                           body.get("revision"))
+            repeats += publication in seen
+            seen.add(publication)
             keys[key] = body
     return keys, repeats
 
@@ -205,7 +218,7 @@ def outage(work: Path, port: int, pause_s: float = 3.0, seed: int = 6) -> dict[s
     from beam_pipeline.options import JobConfig
     from beam_pipeline.run import Backoff, run
     from deploy.local.broker import LocalBroker
-    from trustbeam.kafka import ensure_topics
+    from exporters.kafka_client import ensure_topics
 
     os.environ["TRUSTBEAM_STATE_DIR"] = str(work / "outage-state")
     sim, events, status = small_run(seed, slots=12, tasks=540)
@@ -295,7 +308,7 @@ def hostile(settings, work: Path, seed: int = 5) -> dict[str, Any]:
     """A valid run plus one message of every bad kind in one cycle: where each went, and the counters."""
     from beam_pipeline.options import JobConfig
     from beam_pipeline.run import Ledger, run_cycle
-    from trustbeam.kafka import make_producer, read_to_end
+    from exporters.kafka_client import make_producer, read_to_end
 
     sim, events, status = small_run(seed)
     checkpoint = untrained_checkpoint(work / f"hostile-model-{seed}", sim)
@@ -324,6 +337,8 @@ def hostile(settings, work: Path, seed: int = 5) -> dict[str, Any]:
     got, repeats = published_keys(settings, topics)
     return {"kinds": len(bad), "dead_lettered": sum(bool(v) for k, v in landed.items() if k != "duplicate"),
             "reasons": landed, "duplicates_dropped": c.get("events_duplicate", 0),
+            "letters_without_pointer": sum(not all(k in h for k in ("source_topic", "source_partition",
+                                                                    "source_offset")) for _, h in letters),
             "read": c.get("events_read", 0),
             "accounted": sum(c.get(f"events_{k}", 0) for k in ("valid", "invalid", "late", "future")),
             "valid_events": events.num_rows,
@@ -400,6 +415,187 @@ def load(settings, work: Path, devices: int = 5000, slots: int = 40, tasks_per_d
             "state_bound_mb": round(devices * 32 * (32 * 4 + 16) / 2**20, 2)}
 
 
+def accounted(counters: dict) -> int:
+    """Events a cycle processed or dead-lettered (a duplicate is processed, then dropped)."""
+    return sum(counters.get(f"events_{k}", 0) for k in ("valid", "invalid", "late", "future"))
+
+
+def reason_kind(reason: str) -> str:
+    """``collaboration_event: late: slot 5 ...`` -> ``late``; a field error -> the field's name."""
+    parts = reason.split(":")
+    return parts[1].strip() if len(parts) > 2 else reason[:40]
+
+
+def scenario_row(name: str, settings, topics, published: int, reports: list, expect_dead: int = 0,
+                 extra: dict | None = None) -> dict[str, Any]:
+    """The disorder scenarios' common summary: published, processed, dead-lettered by reason, lost, duplicated."""
+    from exporters.kafka_client import read_to_end
+
+    counters = [r.counters for r in reports]
+    dead: dict[str, int] = {}
+    for record in read_to_end(settings, topics.dead_letter):
+        kind = reason_kind(dict(record.headers)["reason"].decode())
+        dead[kind] = dead.get(kind, 0) + 1
+    _, repeats = published_keys(settings, topics)
+    read = sum(c.get("events_read", 0) for c in counters)
+    row = {"scenario": name, "published": published, "read": read,
+           "processed": sum(c.get("events_valid", 0) for c in counters), "dead_lettered": dead,
+           "lost": published - sum(accounted(c) for c in counters), "duplicated": repeats, **(extra or {})}
+    row["ok"] = row["lost"] == 0 and repeats == 0 and sum(dead.values()) == expect_dead and read == published
+    return row
+
+
+def disorder(settings, work: Path) -> list[dict[str, Any]]:
+    """The ordinary-disorder scenarios (see the module docstring)."""
+    return [replaced_log(settings, work), skewed_producer(settings, work), stepping_back(settings, work),
+            two_followers(settings, work), stalled_broker(work),
+            {"scenario": "compacted / transactional topic", "ok": None, "detail": "not supported by Tansu 0.6; "
+             "offset gaps are covered by tests/test_source.py"}]
+
+
+def replaced_log(settings, work: Path) -> dict[str, Any]:
+    from beam_pipeline.options import JobConfig
+    from beam_pipeline.run import run
+    from exporters.kafka_client import admin, ensure_topics
+
+    os.environ["TRUSTBEAM_STATE_DIR"] = str(work / f"replaced-{uuid.uuid4().hex[:6]}")
+    sim, events, status = small_run(5)
+    checkpoint = untrained_checkpoint(work / "replaced-model", sim)
+    topics = fresh_topics(settings)
+    config = JobConfig(str(checkpoint), shards=3, topics=topics)
+    publish(settings, topics, events, status)
+    (first,) = run(settings, config, "replaced", follow=False)
+    client = admin(settings)
+    client.delete_topics([topics.events, topics.status])
+    client.close()
+    time.sleep(0.5)
+    ensure_topics(settings, {topics.events: 8, topics.status: 4})
+    _, later, later_status = small_run(11, tasks=720)
+    publish(settings, topics, later, later_status)
+    (second,) = run(settings, config, "replaced", follow=False)
+    return scenario_row("broker replaced (topics recreated)", settings, topics, events.num_rows + later.num_rows,
+                        [first, second], extra={"detail": f"detected: {second.log_replaced}, slots published "
+                                                          f"{len(first.published_slots)} + {len(second.published_slots)}"})
+
+
+def skewed_producer(settings, work: Path) -> dict[str, Any]:
+    from beam_pipeline.options import JobConfig
+    from beam_pipeline.run import run
+    from model.config import SlotClock
+    from schemas import CollaborationEvent, to_json
+    from exporters.kafka_client import make_producer
+
+    os.environ["TRUSTBEAM_STATE_DIR"] = str(work / f"skew-{uuid.uuid4().hex[:6]}")
+    now_slot = int(time.time() * 1000) // 60_000
+    sim, _, _ = small_run(5)
+    sim = replace(sim, slots=12, tasks=540, clock=SlotClock(origin_ms=(now_slot - 12) * 60_000))
+    from simulator.engine import MemorySink, Simulator
+
+    memory = MemorySink()
+    Simulator(sim).run([memory])
+    events, status = memory["events"], memory["status"]
+    checkpoint = untrained_checkpoint(work / f"skew-model-{now_slot}", sim)
+    topics = fresh_topics(settings)
+    config = JobConfig(str(checkpoint), shards=3, topics=topics)
+    slot = events["slot"].to_numpy()
+    publish(settings, topics, events.filter(slot < 6), status)
+    ahead = int(time.time() * 1000) + 3 * 3_600_000
+    skewed = CollaborationEvent(event_id="skewed", event_time_ms=ahead, owner="dev-000001", collaborator="dev-000002",
+                                tr_success=True, com_success=True)
+    producer = make_producer(settings)
+    producer.send(topics.events, key=b"dev-000001", value=to_json(skewed), timestamp_ms=ahead)
+    producer.flush()
+    producer.close()
+    reports = list(run(settings, config, "skew", follow=True, poll_s=0, max_cycles=1))
+    publish(settings, topics, events.filter(slot >= 6), status.slice(0, 0))
+    reports += list(run(settings, config, "skew", follow=True, poll_s=0, max_cycles=1))
+    closed = [s for r in reports for s in r.published_slots]
+    row = scenario_row("a producer 3 h ahead (follow, live clock)", settings, topics, events.num_rows + 1, reports,
+                       extra={"detail": f"slots published {closed[0]}..{closed[-1]}; late: "
+                                        f"{sum(r.counters.get('events_late', 0) for r in reports)}"})
+    row["ok"] = row["ok"] and max(closed) <= 9  # nothing closed by the skewed event; the last slots wait
+    return row
+
+
+def stepping_back(settings, work: Path) -> dict[str, Any]:
+    from beam_pipeline.options import JobConfig
+    from beam_pipeline.run import run
+    from simulator.publish import KafkaPublisher
+
+    os.environ["TRUSTBEAM_STATE_DIR"] = str(work / f"back-{uuid.uuid4().hex[:6]}")
+    sim, events, status = small_run(7)
+    checkpoint = untrained_checkpoint(work / "back-model", sim)
+    topics = fresh_topics(settings)
+    publisher = KafkaPublisher(settings, topics)
+    publisher.write("status", status)
+    for chunk in reversed(np.array_split(np.arange(events.num_rows), 6)):  # each poll's timestamps older than the last
+        publisher.write("events", events.take(chunk))
+        publisher.sink.flush()
+    publisher.close()
+    config = JobConfig(str(checkpoint), shards=3, topics=topics)
+    reports = list(run(settings, config, "back", follow=False))
+    got, _ = published_keys(settings, topics)
+    row = scenario_row("record timestamps stepping back", settings, topics, events.num_rows, reports)
+    row["ok"] = row["ok"] and same_values(got, offline_keys(checkpoint, topics, events, status))
+    row["detail"] = "no crash; outputs equal the offline scorer's"
+    return row
+
+
+def two_followers(settings, work: Path) -> dict[str, Any]:
+    sim, events, status = small_run(8)
+    checkpoint = untrained_checkpoint(work / "two-model", sim)
+    topics = fresh_topics(settings)
+    publish(settings, topics, events, status)
+    env = {**os.environ, "TRUSTBEAM_STATE_DIR": str(work / f"two-{uuid.uuid4().hex[:6]}")}
+    command = [sys.executable, "-m", "trustbeam.cli", "run", "--follow", "--poll-seconds", "1", "--bootstrap",
+               settings.bootstrap, "--group", "shared", f"--checkpoint={checkpoint}", "--shards=3",
+               *topic_args(topics)]
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        first.stdout.readline()  # its first cycle is done: it holds the ledger
+        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.wait(timeout=60)
+    _, repeats = published_keys(settings, topics)
+    return {"scenario": "two followers on one ledger", "ok": second.returncode == 2 and repeats == 0
+            and "is using this ledger" in second.stderr, "published": events.num_rows, "lost": 0,
+            "duplicated": repeats, "detail": f"second refused with exit {second.returncode}"}
+
+
+def stalled_broker(work: Path) -> dict[str, Any]:
+    from beam_pipeline.options import JobConfig
+    from beam_pipeline.run import Backoff, run
+    from deploy.local.broker import LocalBroker
+    from deploy.local.broker import free_port
+
+    os.environ["TRUSTBEAM_STATE_DIR"] = str(work / f"stall-{uuid.uuid4().hex[:6]}")
+    broker = LocalBroker(port=free_port(), state_dir=work / "stall-broker")
+    broker.start()
+    try:
+        sim, events, status = small_run(9)
+        checkpoint = untrained_checkpoint(work / "stall-model", sim)
+        topics = fresh_topics(broker.settings)
+        publish(broker.settings, topics, events, status)
+        pid = broker.pid()
+
+        def freeze() -> None:
+            time.sleep(2.0)
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(12.0)
+            os.kill(pid, signal.SIGCONT)
+
+        threading.Thread(target=freeze, daemon=True).start()
+        config = JobConfig(str(checkpoint), shards=3, topics=topics)
+        reports = list(run(broker.settings, config, "stall", follow=False, backoff=Backoff(0.5, 4.0),
+                           retry_deadline_s=120))
+        row = scenario_row("broker frozen 12 s mid-cycle", broker.settings, topics, events.num_rows, reports,
+                           extra={"detail": f"retries {sum(r.retries for r in reports)}"})
+    finally:
+        broker.stop()
+    return row
+
+
 def _peak_rss_kb(pid: int) -> int:
     """VmHWM of a live process (its peak resident set), in kB; 0 once it is gone."""
     try:
@@ -424,7 +620,7 @@ def main() -> None:
                         help="run the load scenario at least this long")
     args = parser.parse_args()
     from deploy.local.broker import LocalBroker
-    from tests.conftest import free_port
+    from deploy.local.broker import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -438,6 +634,7 @@ def main() -> None:
             bad = hostile(broker.settings, work)
             slots = max(args.load_slots, math.ceil(args.soak_minutes * 60 / args.load_pace))
             loaded = load(broker.settings, work, devices=args.load_devices, slots=slots, pace_s=args.load_pace)
+            disordered = disorder(broker.settings, work)
         finally:
             broker.stop()
     rows = [{"scenario": f"restart kill={k['kill']} seed={k['seed']}", "ok": k["equal_to_uninterrupted"],
@@ -457,12 +654,17 @@ def main() -> None:
                  "lost": loaded["events_lost"], "duplicates": loaded["duplicates_published"],
                  "detail": f"peak RSS {loaded['peak_rss_mb']} MB, state {loaded['state_mb']} MB "
                            f"(bound {loaded['state_bound_mb']} MB), {loaded['seconds']} s"})
+    rows += [{"scenario": d["scenario"], "ok": d["ok"], "lost": d.get("lost", 0), "duplicates": d.get("duplicated", 0),
+              "detail": "; ".join(filter(None, [d.get("detail", ""), *(f"{k} {d[k]}" for k in ("published", "processed")
+                                                                        if k in d),
+                                                f"dead-lettered {d['dead_lettered']}" if "dead_lettered" in d else ""]))}
+             for d in disordered]
     emit("fault_harness", rows, {"kill_points_survived": sum(k["equal_to_uninterrupted"] for k in kills),
                                  "kill_points": len(kills), "outages_survived": sum(not o["crashed"] for o in outages),
                                  "bad_inputs_by_kind": {k: int(bool(v)) for k, v in bad["reasons"].items()},
                                  "events_lost": sum(r["lost"] for r in rows),
                                  "duplicates_published": sum(r["duplicates"] for r in rows),
-                                 "load": loaded, "outages": outages, "restarts": kills})
+                                 "load": loaded, "outages": outages, "restarts": kills, "disorder": disordered})
 
 
 if __name__ == "__main__":

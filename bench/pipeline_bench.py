@@ -81,7 +81,7 @@ def publish(bootstrap: str, topics, directory: Path) -> float:
     import pyarrow.parquet as pq
 
     from simulator.publish import KafkaPublisher
-    from trustbeam.kafka import KafkaSettings
+    from exporters.kafka_client import KafkaSettings
 
     publisher = KafkaPublisher(KafkaSettings(bootstrap), topics)
     started = time.perf_counter()
@@ -93,7 +93,7 @@ def publish(bootstrap: str, topics, directory: Path) -> float:
 
 def case(kind: str, work: Path, bootstrap: str, tag: str) -> dict:
     """Child process: one measured case."""
-    from trustbeam.kafka import KafkaSettings, Topics
+    from exporters.kafka_client import KafkaSettings, Topics
 
     topics = Topics(*(f"{n}-{tag}" for n in ("events", "status", "scores", "rankings", "dead")))
     settings = KafkaSettings(bootstrap)
@@ -101,7 +101,7 @@ def case(kind: str, work: Path, bootstrap: str, tag: str) -> dict:
     if kind == "raw consume":
         from kafka import KafkaConsumer, TopicPartition
 
-        from trustbeam.kafka import end_offsets
+        from exporters.kafka_client import end_offsets
 
         consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         tps = [TopicPartition(topics.events, p) for p in sorted(consumer.partitions_for_topic(topics.events))]
@@ -162,7 +162,7 @@ def follow_latency(work: Path, bootstrap: str, tag: str, slots: int = 8, pace_s:
     from beam_pipeline.options import JobConfig
     from beam_pipeline.run import run
     from simulator.publish import KafkaPublisher
-    from trustbeam.kafka import KafkaSettings, Topics, ensure_topics
+    from exporters.kafka_client import KafkaSettings, Topics, ensure_topics
 
     settings = KafkaSettings(bootstrap)
     topics = Topics(*(f"{n}-{tag}" for n in ("events", "status", "scores", "rankings", "dead")))
@@ -239,7 +239,7 @@ def main() -> None:
         return
 
     from deploy.local.broker import LocalBroker
-    from trustbeam.kafka import KafkaSettings, Topics, ensure_topics
+    from exporters.kafka_client import KafkaSettings, Topics, ensure_topics
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

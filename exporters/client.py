@@ -1,8 +1,11 @@
 """The schedulers' client: follow ``collaborator-rankings`` and ``trust-scores``, answer "the best
 collaborator for owner X with this task and threshold theta" from the latest slot, with the score's age.
 
-* **State**: per owner, the newest slot's ranking and trust scores (an update of a slot replaces it;
-  records of an older slot, as on a replay, are ignored).
+* **State**: per owner, one view: the ranking and trust scores of its newest publication, identified by
+  (slot, revision, model version). A later slot, or a later revision of the slot (an update after late
+  events), replaces the view; a record of the same slot and revision from another model version starts
+  a new view too (the one read last wins): a view never mixes two publications. Records of an older
+  publication, as on a replay, are ignored.
 * **Answers** (:meth:`TrustClient.best`): the candidates of the owner's newest slot (its ranking and its
   trust scores) with T >= theta; the highest VoC wins, then the highest T. VoC is the ranking's, computed
   for the owner's latest task profile; a scheduler with a different task passes ``value`` to rate the
@@ -30,7 +33,7 @@ import numpy as np
 from kafka import KafkaConsumer, TopicPartition
 
 from schemas import CollaboratorRanking, TrustScore, ValidationError, from_json_forward
-from trustbeam.kafka import KafkaSettings, Topics
+from exporters.kafka_client import KafkaSettings, Topics
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +58,15 @@ class Choice:
 @dataclass
 class OwnerView:
     slot: int = -1
-    is_update: bool = False
+    revision: int = -1
+    model_version: str = ""
     ranking: CollaboratorRanking | None = None
     scores: dict[str, TrustScore] = field(default_factory=dict)
+
+
+def revision(record: TrustScore | CollaboratorRanking) -> int:
+    """A record's revision; a producer that did not number them: 0 for a first publication, 1 for an update."""
+    return record.revision if record.revision is not None else int(record.is_update)
 
 
 class TrustClient:
@@ -123,27 +132,27 @@ class TrustClient:
         applied = self._apply_ranking(record) if cls is CollaboratorRanking else self._apply_score(record)
         self.counters["applied" if applied else "stale"] += 1
 
-    def _view(self, owner: str, slot: int, is_update: bool) -> OwnerView | None:
-        view = self.views.setdefault(owner, OwnerView())
-        if slot < view.slot:
+    def _view(self, record: TrustScore | CollaboratorRanking) -> OwnerView | None:
+        """The owner's view the record belongs to (a new one if the record is of a newer publication), or None
+        for a record of an older publication."""
+        view = self.views.get(record.owner, OwnerView())
+        key, held = (record.slot, revision(record)), (view.slot, view.revision)
+        if key < held:
             return None
-        if slot > view.slot:
-            self.views[owner] = view = OwnerView(slot, is_update)
-        elif is_update and not view.is_update:  # the slot's update replaces its first publication
-            self.views[owner] = view = OwnerView(slot, True)
-        elif view.is_update and not is_update:
-            return None
+        if key > held or record.model_version != view.model_version:
+            view = OwnerView(record.slot, key[1], record.model_version)
+        self.views[record.owner] = view
         return view
 
     def _apply_ranking(self, ranking: CollaboratorRanking) -> bool:
-        view = self._view(ranking.owner, ranking.slot, ranking.is_update)
+        view = self._view(ranking)
         if view is None:
             return False
         view.ranking = ranking
         return True
 
     def _apply_score(self, score: TrustScore) -> bool:
-        view = self._view(score.owner, score.slot, score.is_update)
+        view = self._view(score)
         if view is None:
             return False
         view.scores[score.collaborator] = score
@@ -151,7 +160,7 @@ class TrustClient:
 
     def catch_up(self, timeout_s: float = 30.0) -> int:
         """Poll until every partition is at the end offsets seen now; returns the records read."""
-        from trustbeam.kafka import end_offsets
+        from exporters.kafka_client import end_offsets
 
         positions = {tp: self.consumer.position(tp) for tp in self.partitions}
         ends = end_offsets(self.consumer, self.partitions)  # reassigns: restore ours

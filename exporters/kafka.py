@@ -5,7 +5,7 @@ the simulator's events.
   owner's records stay in order in one partition; the JSON wire form is the value, and
   ``schema_version`` and ``record`` headers let consumers route and evolve (:func:`message`).
 * The producer is idempotent with acks=all and bounded retries and delivery timeout
-  (:func:`trustbeam.kafka.make_producer`).
+  (:func:`exporters.kafka_client.make_producer`).
 * Delivery errors are never swallowed: each is counted, the first is logged, and :meth:`KafkaSink.flush`
   raises :class:`DeliveryError` naming how many failed, so a Beam bundle fails and is retried.
 """
@@ -19,7 +19,7 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
 
 from schemas import Record, to_json
-from trustbeam.kafka import KafkaSettings, make_producer
+from exporters.kafka_client import KafkaSettings, make_producer
 
 log = logging.getLogger(__name__)
 

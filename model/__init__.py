@@ -1,5 +1,7 @@
 """trustbeam's model: the paper's physics and trust, slot graphs, GNN, BiMamba, baselines.
 
+Layer 2: imports only ``schemas``.
+
 Glossary (paper symbol -> code name):
 
 =================  ==========================================  ==============================

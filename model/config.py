@@ -8,7 +8,9 @@ GHz"; in SI (f in Hz) the same physics is ``capacitance = 1e-11 / (1e9)**2 =
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -110,3 +112,9 @@ class RankingConfig:
             raise ValueError(f"RankingConfig.range_m: must be > 0 or None (got {self.range_m!r})")
         if not 0 <= self.default_threshold <= 1:
             raise ValueError(f"RankingConfig.default_threshold: must lie in [0, 1] (got {self.default_threshold!r})")
+
+
+def state_dir() -> Path:
+    """Where trustbeam keeps local state (ledgers, broker PID files and logs, caches): ``TRUSTBEAM_STATE_DIR``,
+    default ``~/.local/state/trustbeam``."""
+    return Path(os.environ.get("TRUSTBEAM_STATE_DIR") or Path.home() / ".local" / "state" / "trustbeam")

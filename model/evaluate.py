@@ -34,7 +34,6 @@ import torch
 
 from model.baselines import RULES, OnlineScorer, predict_edges
 from model.bm import BMConfig, PairQuery, Readout
-from model.graphs import DeviceIndex
 from model.history import History
 from model.metrics import expected_calibration_error, mae, rmse
 from model.plots import plot_curves, plot_reliability
@@ -97,7 +96,7 @@ class Simulated:
     """What only a simulated log has: the hidden truth, and the world for the selection experiment."""
 
     truth: pa.Table
-    world: object  # simulator.world.World
+    world: object  # simulator.world.World (the simulator sits above model: duck-typed here)
     events: pa.Table
 
 
@@ -260,46 +259,15 @@ def write_report(out: Path, title: str, runs: list[dict[str, dict]], setup: dict
     return report
 
 
-def simulated_log(sim_config) -> tuple[pa.Table, pa.Table]:
-    """(events, truth) of a simulated run, in memory."""
-    events, truth, _ = simulated_run(sim_config)
-    return events, truth
-
-
-def simulated_run(sim_config) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """(events, truth, status) of a simulated run, in memory."""
-    from simulator.engine import MemorySink, Simulator
-
-    memory = MemorySink()
-    Simulator(sim_config).run([memory])
-    return memory["events"], memory["truth"], memory["status"]
-
-
-def evaluate_simulated(sim_config, config: BMConfig, train: TrainConfig, runs: int, methods: list[str],
-                       progress: Callable[[str], None] = lambda _: None, voc: bool = True) -> list[dict[str, dict]]:
-    from simulator.world import World
-
-    results = []
-    for run in range(runs):
-        run_config = replace(sim_config, seed=sim_config.seed + run)
-        events, truth, status = simulated_run(run_config)
-        world = World(run_config)
-        # every simulated device has a row (in the world's order), and slot 0 is the clock's first slot
-        history = History.from_events(events, sim_config.clock, config.weights,
-                                      index=DeviceIndex(tuple(world.ids.to_pylist())), first_slot=0, status=status)
-        results.append(evaluate_run(history, replace(config, clock=sim_config.clock),
-                                    replace(train, seed=train.seed + run), methods,
-                                    Simulated(truth, world, events), voc))
-        progress(f"run {run + 1}/{runs} done")
-    return results
-
-
 def evaluate_log(events: pa.Table, config: BMConfig, train: TrainConfig, runs: int, methods: list[str],
-                 progress: Callable[[str], None] = lambda _: None, status: pa.Table | None = None
-                 ) -> list[dict[str, dict[str, float]]]:
+                 progress: Callable[[str], None] = lambda _: None, status: pa.Table | None = None,
+                 each_run: Callable[[list], None] = lambda _: None) -> list[dict[str, dict[str, float]]]:
+    """Every method on a recorded log, ``runs`` training seeds; ``each_run`` sees the results so far after
+    each run (a long evaluation keeps what it finished)."""
     history = History.from_events(events, config.clock, config.weights, status=status)
     results = []
     for run in range(runs):
         results.append(evaluate_run(history, config, replace(train, seed=train.seed + run), methods))
         progress(f"run {run + 1}/{runs} done")
+        each_run(results)
     return results

@@ -1,5 +1,7 @@
 """trustbeam's wire schemas: one definition per record gives validation, JSON, Arrow and JSON Schema.
 
+The ground floor: imports no other trustbeam package.
+
 >>> from schemas import CollaborationEvent, to_json, from_json
 >>> event = CollaborationEvent(event_id="e1", event_time_ms=0, owner="a", collaborator="b", reliability=0.9)
 >>> from_json(CollaborationEvent, to_json(event)) == event

@@ -22,7 +22,7 @@ import numpy as np
 
 from model import physics
 from model.config import SystemParams
-from trustbeam.state import state_dir
+from model.config import state_dir
 
 
 class Channel(Protocol):

@@ -17,7 +17,7 @@ from kafka import KafkaProducer
 
 from exporters.kafka import KafkaSink, message
 from schemas import CollaborationEvent, DeviceStatus, Record
-from trustbeam.kafka import KafkaSettings, Topics
+from exporters.kafka_client import KafkaSettings, Topics
 
 _ROUTES: dict[str, tuple[type[Record], str, str]] = {  # record, key field, event-time field
     "events": (CollaborationEvent, "collaborator", "event_time_ms"),

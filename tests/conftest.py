@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
 
-from deploy.local.broker import LocalBroker
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from deploy.local.broker import LocalBroker, free_port
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,19 @@
-"""Shared by the pipeline tests: a small simulated run in memory, and a checkpoint of an untrained model."""
+"""Shared by the pipeline tests: a small simulated run in memory, a checkpoint of an untrained model, and a
+sink that keeps a pipeline's outputs as files (the runners may run DoFns in other processes)."""
 
 from __future__ import annotations
 
+import pickle
+import uuid
 from dataclasses import replace
 from pathlib import Path
+
+import apache_beam as beam
 
 import numpy as np
 import pyarrow as pa
 import torch
+from apache_beam.utils.timestamp import Timestamp
 
 from beam_pipeline.options import JobConfig
 from model.bm import BM
@@ -45,3 +51,23 @@ def write_checkpoint(directory: Path, config: SimConfig = SIM) -> Path:
 
 def job(checkpoint: Path, **changes) -> JobConfig:
     return JobConfig(str(checkpoint), **{"shards": 3, "lateness_slots": 1, "ranking": RANKING, **changes})
+
+
+def at(ms: float) -> Timestamp:
+    """A Beam timestamp from epoch milliseconds."""
+    return Timestamp(micros=int(ms) * 1000)
+
+
+class Keep(beam.DoFn):
+    """Writes each element to its own pickle file in ``directory``."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def process(self, element) -> None:
+        Path(self.directory, uuid.uuid4().hex).write_bytes(pickle.dumps(element))
+
+
+def kept(directory: Path) -> list:
+    """What :class:`Keep` wrote to ``directory``."""
+    return [pickle.loads(p.read_bytes()) for p in sorted(directory.iterdir())]

@@ -14,7 +14,8 @@ from model.bimamba import MambaConfig
 from model.bm import BM, BMConfig, PairQuery
 from model.checkpoint import CheckpointError, load, save
 from model.config import SlotClock
-from model.evaluate import simulated_run, truth_for
+from model.evaluate import truth_for
+from simulator.experiment import simulated_run
 from model.gnn import GNNConfig
 from model.head import soft_labels
 from model.history import History

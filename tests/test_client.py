@@ -11,7 +11,7 @@ import pytest
 from exporters.kafka import KafkaSink, message
 from schemas import CollaboratorRanking, RankedCandidate, TrustScore, to_json
 from exporters.client import TrustClient
-from trustbeam.kafka import Topics, ensure_topics
+from exporters.kafka_client import Topics, ensure_topics
 
 pytestmark = pytest.mark.kafka
 SLOT_MS = 60_000
@@ -25,10 +25,11 @@ def fresh_topics(broker) -> Topics:
 
 
 def slot_records(owner: str, slot: int, candidates: dict[str, tuple[float, float]], threshold: float = 0.4,
-                 is_update: bool = False) -> list[tuple[str, object]]:
+                 is_update: bool = False, revision: int | None = None, model: str = "bm-test"
+                 ) -> list[tuple[str, object]]:
     """A ranking (candidates with T >= threshold, best VoC first) and a trust score per candidate."""
     common = dict(owner=owner, slot=slot, slot_start_ms=slot * SLOT_MS, slot_end_ms=(slot + 1) * SLOT_MS,
-                  model_version="bm-test", is_update=is_update)
+                  model_version=model, is_update=is_update, revision=revision)
     ranked = sorted(((c, t, v) for c, (t, v) in candidates.items() if t >= threshold), key=lambda x: -x[2])
     ranking = CollaboratorRanking(threshold=threshold, candidates=tuple(
         RankedCandidate(collaborator=c, trust=t, voc=v) for c, t, v in ranked), **common)
@@ -47,14 +48,15 @@ def send(broker, topics: Topics, items: list[tuple[str, object]], raw: list[tupl
 
 def test_best_follows_the_newest_slot_its_updates_and_theta(broker) -> None:
     topics = fresh_topics(broker)
-    send(broker, topics,
-         slot_records("a", 1, {"b": (0.9, 0.2), "c": (0.6, 0.8)})
-         + slot_records("a", 2, {"b": (0.9, 0.3), "c": (0.5, 0.7), "d": (0.3, 0.9)})
-         + slot_records("a", 2, {"b": (0.95, 0.3), "c": (0.45, 0.7), "d": (0.3, 0.9)}, is_update=True)
-         + slot_records("a", 1, {"e": (0.99, 0.99)})  # a replayed older slot: ignored
-         + slot_records("z", 2, {"y": (0.2, 0.5)}))
     client = TrustClient(broker.settings, topics, group=f"g-{uuid.uuid4().hex[:6]}", now=lambda: 3 * 60.0 + 12)
-    client.catch_up()
+    phases = [slot_records("a", 1, {"b": (0.9, 0.2), "c": (0.6, 0.8)}),
+              slot_records("a", 2, {"b": (0.9, 0.3), "c": (0.5, 0.7), "d": (0.3, 0.9)}),
+              slot_records("a", 2, {"b": (0.95, 0.3), "c": (0.45, 0.7), "d": (0.3, 0.9)}, is_update=True),
+              slot_records("a", 1, {"e": (0.99, 0.99)}),  # a replayed older slot: ignored, its 2 records stale
+              slot_records("z", 2, {"y": (0.2, 0.5)})]
+    for phase in phases:  # each phase read before the next: the answer does not hang on topic interleaving
+        send(broker, topics, phase)
+        client.catch_up()
     choice = client.best("a")  # theta from the ranking: 0.4 -> c (VoC 0.7) beats b (VoC 0.3)
     assert (choice.collaborator, choice.slot, choice.theta, choice.eligible) == ("c", 2, 0.4, 2)
     assert choice.trust == pytest.approx(0.45) and choice.voc == pytest.approx(0.7)  # the update's values
@@ -65,7 +67,28 @@ def test_best_follows_the_newest_slot_its_updates_and_theta(broker) -> None:
     assert client.best("a", theta=0.2, value=lambda ids: np.array([{"b": 0.1, "c": 0.2, "d": 0.6}[i]
                                                                     for i in ids])).collaborator == "d"
     assert client.best("z").collaborator is None and client.best("nobody").slot is None
-    assert client.counters["stale"] >= 2 and client.counters["undecodable"] == 0  # depends on topic interleaving
+    assert client.counters["stale"] == 2 and client.counters["undecodable"] == 0
+    client.close()
+
+
+def test_a_view_never_mixes_two_publications(broker) -> None:
+    """Revision 2 of a slot drops revision 1's scores (b); another model's publication of the same revision
+    replaces the view instead of adding to it."""
+    topics = fresh_topics(broker)
+    client = TrustClient(broker.settings, topics, group=f"g-{uuid.uuid4().hex[:6]}")
+    for phase in (slot_records("a", 5, {"b": (0.9, 0.2), "c": (0.6, 0.8)}, is_update=True, revision=1),
+                  slot_records("a", 5, {"c": (0.7, 0.8)}, is_update=True, revision=2),
+                  slot_records("a", 5, {"c": (0.65, 0.8)}, is_update=True, revision=1)):  # older: stale
+        send(broker, topics, phase)
+        client.catch_up()
+    view = client.views["a"]
+    assert (view.slot, view.revision, sorted(view.scores)) == (5, 2, ["c"])
+    assert client.best("a", theta=0.5).trust == pytest.approx(0.7) and client.counters["stale"] == 2
+    send(broker, topics, slot_records("a", 5, {"d": (0.8, 0.5)}, is_update=True, revision=2, model="bm-next"))
+    client.catch_up()
+    view = client.views["a"]
+    assert (view.model_version, sorted(view.scores)) == ("bm-next", ["d"])  # not c of bm-test beside it
+    assert client.best("a", theta=0.5).collaborator == "d"
     client.close()
 
 

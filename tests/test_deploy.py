@@ -14,7 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from deploy.container import requirements
 from deploy.dataflow import metadata
-from deploy.dataflow.main import flex_args
+from trustbeam.flex_template import flex_args
 from trustbeam.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]

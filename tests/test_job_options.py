@@ -40,6 +40,25 @@ def test_options_reach_the_config(checkpoint) -> None:
     assert (config.shards, config.ranking.range_m, config.ranking.top_k) == (7, None, 3)
 
 
+@pytest.mark.parametrize("argv, hint", [
+    (["run", "--until-end", "--lateness-slots", "3", "--shard", "9"], "did you mean --shards"),
+    (["score", "--events", "x", "--out", "y", "--top-kk", "2"], "did you mean --top_k"),
+    (["run", "--follow", "--max-cycle", "2"], "unrecognized"),
+    (["train", "--events", "x", "--out", "y", "--epoch", "3"], "did you mean --epochs"),
+])
+def test_a_typo_in_any_option_exits_2_with_a_suggestion(argv, hint, capsys) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2 and hint in capsys.readouterr().err
+
+
+def test_pipeline_options_take_either_spelling() -> None:
+    from beam_pipeline.options import checked_pipeline_args
+
+    assert checked_pipeline_args(["--lateness-slots", "3", "--top_k=2", "--runner", "x"]) == [
+        "--lateness_slots", "3", "--top_k=2", "--runner", "x"]
+
+
 def test_trustbeam_score_writes_valid_wire_records(checkpoint, tmp_path, capsys) -> None:
     events, status = run_tables()
     pq.write_table(events, tmp_path / "events.parquet")
@@ -114,3 +133,31 @@ def test_a_checkpoint_with_pickled_code_is_refused_even_with_matching_hashes(che
     (forged / "config.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="weights.pt: refused, not a plain tensor file"):
         load(forged)
+
+
+@pytest.mark.parametrize("replace", [True, False])
+def test_concurrent_writers_of_one_staged_directory_leave_one_complete_copy(tmp_path, replace: bool) -> None:
+    import threading
+
+    from model.checkpoint import staged_directory
+
+    target, errors = tmp_path / "artifact", []
+    start = threading.Barrier(8)
+
+    def write(k: int) -> None:
+        try:
+            start.wait()
+            with staged_directory(target, replace=replace) as staging:
+                for name in ("a", "b"):
+                    (staging / name).write_text(f"writer {k}")
+        except Exception as error:  # noqa: BLE001 - collected for the assertion
+            errors.append(error)
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["artifact"]  # no staging or set-aside copy left
+    assert (target / "a").read_text() == (target / "b").read_text()  # one writer's complete copy

@@ -17,9 +17,9 @@ from schemas import CollaborationEvent, DeviceStatus, TrustScore, from_json
 from simulator.config import SimConfig
 from simulator.engine import Simulator
 from simulator.publish import KafkaPublisher
-from tests.conftest import free_port
+from deploy.local.broker import free_port
 from trustbeam.cli import main
-from trustbeam.kafka import LOCAL_BOOTSTRAP, KafkaSettings, Topics, ensure_topics, make_producer, read_to_end
+from exporters.kafka_client import LOCAL_BOOTSTRAP, KafkaSettings, Topics, ensure_topics, make_producer, read_to_end
 
 pytestmark = pytest.mark.kafka
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from beam_pipeline.pipeline import JOB_HEADER
 from beam_pipeline.run import Ledger, run, run_cycle
 from deploy.local.broker import LocalBroker
 from exporters.onnx import export_onnx
@@ -27,7 +28,7 @@ from simulator.publish import KafkaPublisher
 from tests.pipeline_fixtures import SIM, job, run_tables, write_checkpoint
 from tests.records import event
 from trustbeam.cli import main
-from trustbeam.kafka import Topics, ensure_topics, make_producer, read_to_end
+from exporters.kafka_client import Topics, ensure_topics, make_producer, read_to_end
 
 pytestmark = pytest.mark.kafka
 
@@ -51,9 +52,15 @@ def publish(broker: LocalBroker, topics: Topics, events: pa.Table, status: pa.Ta
     publisher.close()
 
 
-def published(broker: LocalBroker, topics: Topics) -> tuple[list[TrustScore], list[CollaboratorRanking]]:
-    scores = [from_json(TrustScore, r.value) for r in read_to_end(broker.settings, topics.scores)]
-    rankings = [from_json(CollaboratorRanking, r.value) for r in read_to_end(broker.settings, topics.rankings)]
+def published(broker: LocalBroker, topics: Topics, skip_foreign: bool = False
+              ) -> tuple[list[TrustScore], list[CollaboratorRanking]]:
+    """The records on the output topics (``skip_foreign``: only those a trustbeam job published)."""
+    def ours(record) -> bool:
+        return not skip_foreign or JOB_HEADER in dict(record.headers or [])
+
+    scores = [from_json(TrustScore, r.value) for r in read_to_end(broker.settings, topics.scores) if ours(r)]
+    rankings = [from_json(CollaboratorRanking, r.value) for r in read_to_end(broker.settings, topics.rankings)
+                if ours(r)]
     return scores, rankings
 
 

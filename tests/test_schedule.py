@@ -10,7 +10,7 @@ from model.config import RankingConfig
 from schemas import CollaborationEvent, from_json
 from simulator.engine import Simulator
 from tests.pipeline_fixtures import SIM, job, write_checkpoint
-from trustbeam.kafka import read_to_end
+from exporters.kafka_client import read_to_end
 from trustbeam.schedule import ARMS, schedule_loop, tagged_topics
 
 pytestmark = pytest.mark.kafka

@@ -12,7 +12,7 @@ import torch
 
 from model.bm import BM, PairQuery
 from model.config import RankingConfig, SlotClock, SystemParams
-from model.evaluate import simulated_run
+from simulator.experiment import simulated_run
 from model.graphs import DeviceIndex, device_keys
 from model.history import History
 from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, score_log, shard_of, slot_part,

@@ -11,7 +11,7 @@ from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_pipeline.kafka_io import PartitionRange, PartitionStalled, ReadPartition
-from trustbeam.kafka import KafkaSettings
+from exporters.kafka_client import KafkaSettings
 
 
 @dataclass
@@ -96,3 +96,72 @@ def test_a_stalled_partition_is_a_retriable_error() -> None:
     with pytest.raises(PartitionStalled) as raised:
         list(reader.process(PartitionRange("events", 0, 0, 10, 0), tracker, ManualWatermarkEstimator(None)))
     assert raised.value.retriable
+
+
+class FakeLog:
+    """A kafka-python consumer over one partition holding offsets [begin, end) (what plan() asks of it)."""
+
+    def __init__(self, begin: int, end: int, topic_id: str = "id-1", salt: bytes = b"") -> None:
+        from types import SimpleNamespace
+
+        self.begin, self.end, self.salt, self.at, self.tp = begin, end, salt, begin, None
+        self._client = SimpleNamespace(cluster=SimpleNamespace(_topic_ids={"events": topic_id}))
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return {0}
+
+    def beginning_offsets(self, partitions) -> dict:
+        return {tp: self.begin for tp in partitions}
+
+    def end_offsets(self, partitions) -> dict:
+        return {tp: self.end for tp in partitions}
+
+    def assign(self, partitions) -> None:
+        self.tp = partitions[0]
+
+    def seek(self, tp, offset: int) -> None:
+        self.at = max(offset, self.begin)
+
+    def position(self, tp) -> int:
+        return self.at
+
+    def highwater(self, tp) -> int:
+        return self.end
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict:
+        if self.at >= self.end:
+            return {}
+        record = Record(self.at, 1_000 + self.at, b"value-%d" % self.at + self.salt)
+        self.at += 1
+        return {self.tp: [record]}
+
+    def close(self) -> None:
+        pass
+
+
+def planned(monkeypatch, log: FakeLog, start: dict, identity: dict | None = None):
+    import beam_pipeline.kafka_io as kafka_io
+
+    monkeypatch.setattr(kafka_io, "consumer", lambda settings: log)
+    return kafka_io.plan(KafkaSettings("unused:1"), ["events"], start, identity)
+
+
+def test_records_deleted_by_retention_before_they_were_read_are_counted_and_warned(monkeypatch, caplog) -> None:
+    reading = planned(monkeypatch, FakeLog(begin=10, end=20), {("events", 0): 4})
+    (part,) = reading.ranges
+    assert (part.start, part.stop) == (10, 20) and reading.lost == {"events/0": 6}
+    assert "retention deleted offsets 4..9 before they were read (6 records lost)" in caplog.text
+
+
+def test_a_log_that_is_not_the_one_read_is_refused_by_name(monkeypatch) -> None:
+    from beam_pipeline.kafka_io import LogReplaced
+
+    first = planned(monkeypatch, FakeLog(0, 20), {})
+    assert first.identity["topic_ids"] == {"events": "id-1"} and first.identity["tails"]["events/0"][0] == 19
+    grown = planned(monkeypatch, FakeLog(0, 30), {("events", 0): 20}, first.identity)  # the same log, longer
+    assert grown.ranges[0].start == 20
+    for log, why in ((FakeLog(0, 30, topic_id="id-2"), "deleted and created again"),
+                     (FakeLog(0, 30, salt=b"-new"), "not the one read before"),
+                     (FakeLog(0, 12), "ends at offset 12")):
+        with pytest.raises(LogReplaced, match=why):
+            planned(monkeypatch, log, {("events", 0): 20}, first.identity)

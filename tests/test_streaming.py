@@ -10,8 +10,6 @@ already forgotten (the shards refuse it: a late event never triggers scoring).
 from __future__ import annotations
 
 import json
-import pickle
-import uuid
 from pathlib import Path
 
 import apache_beam as beam
@@ -21,33 +19,16 @@ import pyarrow.compute as pc
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_stream import TestStream as Stream
-from apache_beam.utils.timestamp import Timestamp
 
 from beam_pipeline.pipeline import JOB_HEADER, streaming_pipeline
 from model.scoring import score_log
 from schemas import CollaborationEvent, CollaboratorRanking, DeviceStatus, TrustScore, from_json
-from tests.pipeline_fixtures import SIM, job, run_tables, write_checkpoint
+from tests.pipeline_fixtures import SIM, Keep, at, job, kept, run_tables, write_checkpoint
 from tests.test_transforms import raw
-from trustbeam.kafka import KafkaSettings
+from exporters.kafka_client import KafkaSettings
 
 SLOTS = 6
 SLOT_MS = SIM.clock.slot_ms
-
-
-def at(ms: float) -> Timestamp:
-    return Timestamp(micros=int(ms) * 1000)
-
-
-class Keep(beam.DoFn):
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-
-    def process(self, element) -> None:
-        Path(self.directory, uuid.uuid4().hex).write_bytes(pickle.dumps(element))
-
-
-def written(directory: Path) -> list:
-    return [pickle.loads(p.read_bytes()) for p in sorted(directory.iterdir())]
 
 
 def timeline(events: pa.Table, lateness: int, rng: np.random.Generator) -> list[tuple[float, str, object]]:
@@ -107,7 +88,7 @@ def run_stream(root: Path, lateness: int, extra: list | None = None, tombstone_s
     streaming_pipeline(options, KafkaSettings("unused:1"), config, source, sink).run().wait_until_finish()
     stages, version = config.stages()
     twin = {r.slot: r for r in score_log(stages, events, status, config.ranking, config.params, version)}
-    return {"config": config, "events": events, "twin": twin, **{k: written(v) for k, v in sinks.items()}}
+    return {"config": config, "events": events, "twin": twin, **{k: kept(v) for k, v in sinks.items()}}
 
 
 def final(messages: list, cls) -> dict:

@@ -7,9 +7,6 @@ the Python DirectRunner), and they are compared with the offline scorer on the s
 
 from __future__ import annotations
 
-import pickle
-import uuid
-from pathlib import Path
 
 import apache_beam as beam
 import numpy as np
@@ -18,13 +15,12 @@ import pyarrow.compute as pc
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_stream import TestStream as Stream
-from apache_beam.utils.timestamp import Timestamp
 
 from beam_pipeline.kafka_io import RawBatch
 from beam_pipeline.transforms import ScoreSlots
 from model.scoring import score_log
 from schemas import CollaborationEvent, DeviceStatus, from_json, to_json
-from tests.pipeline_fixtures import SIM, job, run_tables, write_checkpoint
+from tests.pipeline_fixtures import SIM, Keep, at, job, kept, run_tables, write_checkpoint
 
 SLOT_MS = SIM.clock.slot_ms
 
@@ -34,22 +30,6 @@ def raw(cls, table: pa.Table, topic: str, first_offset: int = 0) -> RawBatch:
     values = [to_json(cls(**row)) for row in rows]
     offsets = np.arange(first_offset, first_offset + len(values), dtype=np.int64)
     return RawBatch(topic, 0, offsets, np.zeros(len(values), np.int64), values, 0)
-
-
-def at(ms: int) -> Timestamp:
-    return Timestamp(micros=int(ms) * 1000)
-
-
-class Keep(beam.DoFn):
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-
-    def process(self, element) -> None:
-        Path(self.directory, uuid.uuid4().hex).write_bytes(pickle.dumps(element))
-
-
-def kept(directory: Path) -> list:
-    return [pickle.loads(p.read_bytes()) for p in sorted(directory.iterdir())]
 
 
 @pytest.fixture(scope="module")

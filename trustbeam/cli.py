@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import sys
@@ -58,7 +59,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     publisher = None
     if args.publish:
         from simulator.publish import KafkaPublisher
-        from trustbeam.kafka import KafkaSettings, Topics, ensure_topics, wait_until_answering
+        from exporters.kafka_client import KafkaSettings, Topics, ensure_topics, wait_until_answering
 
         settings = KafkaSettings.resolve(args.bootstrap)
         wait_until_answering(settings, timeout_s=5.0)
@@ -78,7 +79,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_broker(args: argparse.Namespace) -> int:
     from deploy.local.broker import LocalBroker
-    from trustbeam.kafka import Topics, ensure_topics
+    from exporters.kafka_client import Topics, ensure_topics
 
     broker = LocalBroker(port=args.port)
     if args.action == "start":
@@ -167,7 +168,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     from model.bimamba import MambaConfig
     from model.bm import BMConfig
-    from model.evaluate import evaluate_log, evaluate_simulated, write_report
+    from model.evaluate import evaluate_log, write_report
+    from simulator.experiment import evaluate_simulated
     from model.gnn import GNNConfig
     from model.node2vec import Node2VecConfig
     from model.train import TrainConfig
@@ -187,23 +189,29 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     methods = args.methods or list(EVALUATE_METHODS)
     say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else (lambda _: None)
     started = time.perf_counter()
+
+    def setup(done: int) -> dict:
+        return {"runs": runs, "runs_done": done, "quick": args.quick, "bm": asdict(config), "train": asdict(train),
+                "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots},
+                "seconds": round(time.perf_counter() - started, 1)}
+
+    def keep(results: list) -> None:  # the report so far, rewritten after every run
+        write_report(Path(args.out), title, results, setup(len(results)), notes)
+
     if args.events:
         events = pq.read_table(args.events)
         clock = SlotClock.from_metadata(events.schema.metadata) or SlotClock()
         config = replace(config, clock=clock)
         status = pq.read_table(args.status) if args.status else None
-        results = evaluate_log(events, config, train, runs, methods, say, status)
         title, notes = f"trustbeam evaluation on {Path(args.events).name}", ["no hidden truth: scores are against "
                                                                            "the observed next-slot T_col only"]
+        results = evaluate_log(events, config, train, runs, methods, say, status, each_run=keep)
     else:
-        results = evaluate_simulated(sim, config, train, runs, methods, say, voc=not args.no_voc)
         title, notes = "trustbeam evaluation on the simulated paper setting", [
             "rmse/mae: against the observed next-slot T_col; *_truth: against the simulator's hidden expected "
             "reliability; oracle predicts the truth, so its rmse is the noise floor"]
-    setup = {"runs": runs, "quick": args.quick, "bm": asdict(config), "train": asdict(train),
-             "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots},
-             "seconds": round(time.perf_counter() - started, 1)}
-    report = write_report(Path(args.out), title, results, setup, notes)
+        results = evaluate_simulated(sim, config, train, runs, methods, say, voc=not args.no_voc, each_run=keep)
+    report = write_report(Path(args.out), title, results, setup(len(results)), notes)
     print(json.dumps({m: {k: report[m][k]["mean"] for k in ("rmse", "mae", "rmse_truth") if k in report[m]}
                       for m in results[0] if "rmse" in report[m]}, indent=2))
     return 0
@@ -235,7 +243,8 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     counts = {"slots": 0, "trust_scores": 0, "rankings": 0}
     parquet = ParquetResults(config.parquet_out) if config.parquet_out else None
     with open(out / "trust-scores.jsonl", "wb") as scores, open(out / "collaborator-rankings.jsonl", "wb") as ranks:
-        for result in score_log(stages, events, status, config.ranking, config.params, version):
+        seconds: dict[str, float] = {}
+        for result in score_log(stages, events, status, config.ranking, config.params, version, seconds):
             scores.writelines(to_json(r) + b"\n" for r in result.scores)
             ranks.writelines(to_json(r) + b"\n" for r in result.rankings)
             if parquet is not None:
@@ -243,8 +252,8 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
             counts["slots"] += 1
             counts["trust_scores"] += len(result.scores)
             counts["rankings"] += len(result.rankings)
-    print(json.dumps({**counts, "model_version": version, "out": str(out.resolve()), "parquet_out": config.parquet_out},
-                     indent=2))
+    print(json.dumps({**counts, "model_version": version, "out": str(out.resolve()), "parquet_out": config.parquet_out,
+                      "seconds_by_stage": {k: round(v, 2) for k, v in seconds.items()}}, indent=2))
     return 0
 
 
@@ -255,7 +264,7 @@ def cmd_run(args: argparse.Namespace, beam_args: list[str]) -> int:
     from beam_pipeline.options import TrustbeamOptions
     from beam_pipeline.pipeline import streaming_pipeline
     from beam_pipeline.run import run
-    from trustbeam.kafka import KafkaSettings, check_topics, wait_until_answering
+    from exporters.kafka_client import KafkaSettings, check_topics, wait_until_answering
 
     config = _job_config(beam_args)
     settings = KafkaSettings.resolve(args.bootstrap)
@@ -411,14 +420,30 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.add_argument("--warmup", type=int, default=32, help="slots run with the random policy first")
     schedule.add_argument("--loop", type=int, default=8, help="slots scheduled from the live topics")
     schedule.set_defaults(handler=cmd_schedule_demo)
+    for command in sub.choices.values():  # an abbreviation is a typo waiting to happen: spell options out
+        command.allow_abbrev = False
     return parser
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and not getattr(args, "beam_options", False):
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        known = sorted(flag for action in _subparser(parser, args.command)._actions for flag in action.option_strings)
+        close = difflib.get_close_matches(rest[0].split("=")[0], known, n=2, cutoff=0.6)
+        parser.error(f"unrecognized arguments: {' '.join(rest)}"
+                     + (f"; did you mean {' or '.join(close)}?" if close else ""))
+    if getattr(args, "beam_options", False):  # pipeline options: either spelling, and a typo is an error
+        from beam_pipeline.options import checked_pipeline_args
+
+        try:
+            rest = checked_pipeline_args(rest)
+        except ValueError as error:
+            parser.error(str(error))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # kafka-python warns about its own event loop under load; errors still show

@@ -67,7 +67,7 @@ def cached_checkpoint(sim: SimConfig, epochs: int, root: Path) -> Path:
 
 def latest_rankings(settings: Any, topic: str) -> list[Any]:
     from schemas import CollaboratorRanking, from_json
-    from trustbeam.kafka import read_to_end
+    from exporters.kafka_client import read_to_end
 
     rankings = [from_json(CollaboratorRanking, r.value) for r in read_to_end(settings, topic)]
     if not rankings:
@@ -83,8 +83,8 @@ def run_demo(sim: SimConfig, bootstrap: str | None, out: str, epochs: int, owner
     from simulator.engine import Simulator
     from simulator.parquet_sink import ParquetSink
     from simulator.publish import KafkaPublisher
-    from trustbeam.kafka import KafkaSettings, Topics, ensure_topics
-    from trustbeam.state import state_dir
+    from exporters.kafka_client import KafkaSettings, Topics, ensure_topics
+    from model.config import state_dir
 
     timings: dict[str, float] = {}
     settings = KafkaSettings.resolve(bootstrap)

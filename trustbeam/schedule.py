@@ -39,7 +39,7 @@ from simulator.config import SimConfig
 from simulator.engine import Simulator, Summary
 from simulator.publish import KafkaPublisher
 from exporters.client import TrustClient
-from trustbeam.kafka import KafkaSettings, Topics, ensure_topics
+from exporters.kafka_client import KafkaSettings, Topics, ensure_topics
 
 RULE_ARMS = ("qs_trust", "channel_beta")
 ARMS = ("trustbeam", *RULE_ARMS, "oracle", "random")
@@ -207,7 +207,7 @@ def run_schedule_demo(sim: SimConfig, bootstrap: str | None, epochs: int, warmup
     from model.checkpoint import load
     from model.config import RankingConfig
     from trustbeam.demo import cached_checkpoint, live_config, step
-    from trustbeam.state import state_dir
+    from model.config import state_dir
 
     settings = KafkaSettings.resolve(bootstrap)
     step(f"broker at {settings.bootstrap}")

@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from trustbeam.kafka import KafkaSettings, wait_until_answering
-from trustbeam.state import state_dir as trustbeam_state_dir
+from exporters.kafka_client import KafkaSettings, wait_until_answering
+from model.config import state_dir as trustbeam_state_dir
 
 DEFAULT_PORT = 19092
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for a broker of one's own, never the user's on the default port)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def tansu_binary() -> Path:

@@ -1,4 +1,5 @@
-"""The Dataflow Flex Template's entry point: template parameters -> ``trustbeam run`` on DataflowRunner.
+"""The Dataflow Flex Template's entry point (``deploy/dataflow/Dockerfile``): template parameters -> ``trustbeam run``
+on DataflowRunner.
 
 Dataflow passes every parameter as ``--name=value``. ``bootstrap`` names the Kafka brokers (security
 settings come from the launcher's environment, never from parameters); everything else is a pipeline

@@ -210,13 +210,14 @@ def read_to_end(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) ->
         consumer.close()
 
 
-def end_offsets(consumer: Any, partitions: list[Any], settle_s: float = 1.0) -> dict[Any, int]:
+def end_offsets(consumer: Any, partitions: list[Any], timeout_s: float = 10.0) -> dict[Any, int]:
     """The offset after each partition's last record.
 
-    Tansu 0.6 answers ListOffsets(latest) with the base offset of the last record batch, not the
-    high watermark; so read from the reported ends and take the last offset found + 1. On Apache
-    Kafka nothing lies beyond and the reported ends stand after ``settle_s``. Changes the
-    consumer's assignment.
+    Tansu 0.6 answers ListOffsets(latest) with the base offset of the last record batch, not the high
+    watermark; its fetch responses carry the right one. So each partition with records is read from the
+    reported end through the high watermark its fetches report, and its end is the larger of that and
+    the last record read + 1: a wait on that condition (bounded by ``timeout_s``), not a fixed pause;
+    on Apache Kafka the reported end and the high watermark agree. Changes the consumer's assignment.
     """
     reported = consumer.end_offsets(partitions)
     ends = dict(reported)
@@ -226,13 +227,17 @@ def end_offsets(consumer: Any, partitions: list[Any], settle_s: float = 1.0) -> 
     consumer.assign(sorted(pending))
     for tp in pending:
         consumer.seek(tp, reported[tp])
-    seen: set[Any] = set()
-    deadline = time.monotonic() + settle_s
-    while time.monotonic() < deadline:
-        fetched = consumer.poll(timeout_ms=100, max_records=1_000_000)
-        for tp, records in fetched.items():
-            ends[tp] = max(ends[tp], records[-1].offset + 1)
-            seen.add(tp)
-        if not fetched and seen >= pending:
-            break
+    deadline = time.monotonic() + timeout_s
+    while pending and time.monotonic() < deadline:
+        for tp, records in consumer.poll(timeout_ms=100).items():  # what lies past the reported end counts too
+            if records:
+                ends[tp] = max(ends[tp], records[-1].offset + 1)
+        for tp in list(pending):
+            highwater = consumer.highwater(tp)
+            if highwater is not None and consumer.position(tp) >= highwater:  # read through to it
+                ends[tp] = max(ends[tp], highwater)
+                pending.discard(tp)
+    if pending:
+        raise TimeoutError(f"no fetch answered for {sorted(f'{tp.topic}/{tp.partition}' for tp in pending)} within "
+                           f"{timeout_s} s")
     return ends

@@ -1,0 +1,49 @@
+"""The paper's experiments on simulated runs: a run in memory, and the evaluation of every method on it.
+
+The simulator sits above ``model``: it takes the physics from there, and hands its runs, with what only a
+simulation has (the hidden truth, the world for the selection experiment), to :mod:`model.evaluate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+import pyarrow as pa
+
+from model.bm import BMConfig
+from model.evaluate import Simulated, evaluate_run
+from model.graphs import DeviceIndex
+from model.history import History
+from model.train import TrainConfig
+from simulator.config import SimConfig
+from simulator.engine import MemorySink, Simulator
+from simulator.world import World
+
+
+def simulated_run(sim_config: SimConfig) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(events, truth, status) of a simulated run, in memory."""
+    memory = MemorySink()
+    Simulator(sim_config).run([memory])
+    return memory["events"], memory["truth"], memory["status"]
+
+
+def evaluate_simulated(sim_config: SimConfig, config: BMConfig, train: TrainConfig, runs: int, methods: list[str],
+                       progress: Callable[[str], None] = lambda _: None, voc: bool = True,
+                       each_run: Callable[[list], None] = lambda _: None) -> list[dict[str, dict]]:
+    """Every method on ``runs`` simulated runs (seeds ``sim_config.seed`` + 0, 1, ...), one result per run;
+    ``each_run`` sees the results so far after each run (a long evaluation keeps what it finished)."""
+    results = []
+    for run in range(runs):
+        run_config = replace(sim_config, seed=sim_config.seed + run)
+        events, truth, status = simulated_run(run_config)
+        world = World(run_config)
+        # every simulated device has a row (in the world's order), and slot 0 is the clock's first slot
+        history = History.from_events(events, sim_config.clock, config.weights,
+                                      index=DeviceIndex(tuple(world.ids.to_pylist())), first_slot=0, status=status)
+        results.append(evaluate_run(history, replace(config, clock=sim_config.clock),
+                                    replace(train, seed=train.seed + run), methods,
+                                    Simulated(truth, world, events), voc))
+        progress(f"run {run + 1}/{runs} done")
+        each_run(results)
+    return results
