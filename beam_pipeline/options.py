@@ -12,6 +12,7 @@ from beam_pipeline import artifacts
 from beam_pipeline.artifacts import CHECKPOINT_FILES, ONNX_FILES
 from beam_pipeline.kafka_io import MAX_AHEAD_MS, MAX_SKEW_MS
 from model.checkpoint import CheckpointError, load
+from model.candidates import Pieces
 from model.config import RankingConfig, SystemParams
 from model.stages import Stages, TorchStages
 from exporters.kafka_client import Topics
@@ -20,6 +21,7 @@ from exporters.kafka_client import Topics
 BACKENDS = ("torch", "onnx")
 MAX_FUTURE_S = MAX_AHEAD_MS / 1000  # a day: simulated runs publish up to hours ahead; years ahead is forged
 MAX_SKEW_S = MAX_SKEW_MS / 1000
+SCORE_PIECES = 4  # a slot's pair scoring in 4 keys by default (model.candidates.Pieces)
 
 
 class TrustbeamOptions(PipelineOptions):
@@ -42,6 +44,11 @@ class TrustbeamOptions(PipelineOptions):
         parser.add_argument("--parquet_out", help="also write scores and rankings to Parquet under this path or URI, "
                                                   "partitioned by slot date (exporters.parquet)")
         parser.add_argument("--shards", type=int, default=4, help="device shards holding slot sequences in state")
+        parser.add_argument("--score_pieces", type=int, default=SCORE_PIECES,
+                            help="pieces a slot's pair scoring is split into, by space (owners by cell, with the "
+                                 "devices within range): keys (slot, piece) spread a slot over workers")
+        parser.add_argument("--cell_m", type=float, default=Pieces.cell_m,
+                            help="side of the cells that --score_pieces hashes, in metres (at least 2 x --range_m)")
         parser.add_argument("--lateness_slots", type=int, default=1,
                             help="allowed lateness, in slots: later events for a slot go to dead-letter")
         parser.add_argument("--tombstone_slots", type=int, default=64,
@@ -83,6 +90,7 @@ class JobConfig:
     onnx_model: str | None = None
     parquet_out: str | None = None
     shards: int = 4
+    pieces: Pieces = field(default_factory=lambda: Pieces(SCORE_PIECES))
     lateness_slots: int = 1
     tombstone_slots: int = 64
     ranking: RankingConfig = field(default_factory=RankingConfig)
@@ -124,8 +132,12 @@ class JobConfig:
         ranking = RankingConfig(owner_slots=o.owner_slots, range_m=o.range_m or None, top_k=o.top_k,
                                 scores_per_owner=o.scores_per_owner, default_threshold=o.default_threshold)
         topics = Topics(o.events_topic, o.status_topic, o.scores_topic, o.rankings_topic, o.dead_letter_topic)
-        return cls(o.checkpoint, o.backend, o.onnx_model, o.parquet_out, o.shards, o.lateness_slots, o.tombstone_slots,
-                   ranking, topics=topics, max_future_s=o.max_future_s, max_skew_s=o.max_skew_s,
+        try:
+            pieces = Pieces(o.score_pieces, o.cell_m)
+        except ValueError as error:
+            raise ValueError(f"--score_pieces/--cell_m: {error}") from None
+        return cls(o.checkpoint, o.backend, o.onnx_model, o.parquet_out, o.shards, pieces, o.lateness_slots,
+                   o.tombstone_slots, ranking, topics=topics, max_future_s=o.max_future_s, max_skew_s=o.max_skew_s,
                    model_sha256=o.model_sha256, group_id=o.group_id)
 
     @property

@@ -45,8 +45,8 @@ def identity(body: dict[str, Any]) -> tuple:
 
 
 class PublishClosed(beam.DoFn):
-    """All SlotScores of a cycle -> the wire records of the closed, unpublished slots, in identity order
-    (slot, owner, collaborator), each with the job's ``trustbeam-job`` header.
+    """All SlotScores of a cycle (each slot's pieces) -> the wire records of the closed, unpublished slots, in
+    identity order (slot, owner, collaborator), each with the job's ``trustbeam-job`` header.
 
     A slot is closed when the job's progress (the ledger's, or this cycle's if later) is the allowed
     lateness past its end. ``marks`` are the identities of the last record this job published (with
@@ -65,11 +65,15 @@ class PublishClosed(beam.DoFn):
         lateness_ms = self.config.lateness_slots * clock.slot_ms
         progress = max(progress_ms, self.known_progress_ms)
         published = []
-        for result in sorted(results, key=lambda r: r.slot):
-            closed = self.final or int(clock.end_ms(result.slot)) + lateness_ms <= progress
-            if result.slot <= self.published_through or not closed:
+        by_slot: dict[int, list[SlotScores]] = {}
+        for piece in results:
+            by_slot.setdefault(piece.slot, []).append(piece)
+        for slot in sorted(by_slot):
+            closed = self.final or int(clock.end_ms(slot)) + lateness_ms <= progress
+            if slot <= self.published_through or not closed:
                 continue
-            published.append(result.slot)
+            published.append(slot)
+            result = SlotScores.join(by_slot[slot])
             yield beam.pvalue.TaggedOutput(CLOSED, result)
             # identity order within each partition, so that a partition's tail marks a prefix of the slot
             for topic, record in sorted(outputs(result, self.config.topics), key=lambda o: identity(vars(o[1]))):

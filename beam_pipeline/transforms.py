@@ -2,7 +2,7 @@
 
     RawBatch/TableBatch ─ ParseEvents ─► (slot, events table) ─ CloseSlot ─► (shard, slot part) ─┐
     RawBatch ─ ParseStatus ─► (shard, statuses) ──────────────────────────────────────┴─ ShardState
-        ─► (slot, shard frame) ─ GatherSlot ─► SlotScores
+        ─► ((slot, piece), shard frame) ─ GatherSlot ─► SlotScores (one per piece of the slot)
 
 Everything invalid leaves through the ``dead`` output as a dead-letter record (original bytes,
 source topic/partition/offset, reason); counters in the ``trustbeam`` namespace say how many.
@@ -327,7 +327,7 @@ class ShardBook:
 
 
 @beam.typehints.with_input_types(Tuple[int, Any])
-@beam.typehints.with_output_types(Tuple[int, Any])
+@beam.typehints.with_output_types(Tuple[Tuple[int, int], Any])
 class ShardState(beam.DoFn):
     """Keyed by shard: its devices' history in state; at each closed slot, their frame for scoring.
 
@@ -339,11 +339,13 @@ class ShardState(beam.DoFn):
     past it plus the allowed lateness (a slot CloseSlot had forgotten): a late event never triggers
     scoring. A slot's evidence becomes final once the allowed lateness has passed it by a slot.
     Memory: the shard's devices x S slot embeddings at most, and their evidence. Parts and statuses
-    live in separate cells so that neither kind of input rewrites the other.
+    live in separate cells so that neither kind of input rewrites the other, and a status batch is
+    appended to a bag (O(batch), never a rewrite of the shard's statuses), compacted at the next emit.
     """
 
     HISTORY = ReadModifyWriteStateSpec("history", BytesCoder())  # (DeviceHistory without statuses, ShardBook)
-    STATUS = ReadModifyWriteStateSpec("status", BytesCoder())  # (StatusLog, (keys, ids) it names)
+    STATUS = ReadModifyWriteStateSpec("status", BytesCoder())  # (StatusLog, (keys, ids) it names), compacted
+    NEW_STATUS = BagStateSpec("new_status", BytesCoder())  # status batches since: appended, never rewritten
     EMIT = TimerSpec("emit", TimeDomain.WATERMARK)  # at the earliest pending slot's end
 
     def __init__(self, config: JobConfig, published_through: int | None = None) -> None:
@@ -371,18 +373,15 @@ class ShardState(beam.DoFn):
         return kept, book
 
     def process(self, element: tuple[int, tuple], history=beam.DoFn.StateParam(HISTORY),
-                status=beam.DoFn.StateParam(STATUS), emit=beam.DoFn.TimerParam(EMIT)) -> Iterator[Any]:
+                new_status=beam.DoFn.StateParam(NEW_STATUS), emit=beam.DoFn.TimerParam(EMIT)) -> Iterator[Any]:
         shard, payload = element
         if payload[0] == "evidence":  # final evidence an earlier run kept (the local runner's cycles)
             kept, book = self._load(history)
             kept.seed(payload[1])
             store(history, (kept, book))
             return
-        if payload[0] == "status":
-            log, names = load(status, (StatusLog(), (np.zeros(0, np.int64), np.zeros(0, object))))
-            keys, ids, times, values = payload[1:]
-            log.add(keys, times, values)
-            store(status, (log, (np.concatenate([names[0], keys]), np.concatenate([names[1], ids]))))
+        if payload[0] == "status":  # O(batch): the shard's statuses are compacted when it next emits
+            new_status.add(pickle.dumps(payload[1:], protocol=pickle.HIGHEST_PROTOCOL))
             return
         kept, book = self._load(history)
         _, part, version, pointers = payload
@@ -392,7 +391,7 @@ class ShardState(beam.DoFn):
         # the lateness cannot be: CloseSlot's pending expiry holds this shard's watermark below end + lateness)
         if self.published_through is None and end + lateness * self.clock.slot_ms < book.watermark_ms:
             self.refused.inc()
-            yield slot, (shard, version, None, pointers)  # GatherSlot dead-letters it; nothing is scored
+            yield (slot, 0), (shard, version, None, pointers)  # GatherSlot dead-letters it; nothing is scored
             return
         if version <= book.versions.get(slot, -1):
             return  # an older version than the one held
@@ -407,9 +406,15 @@ class ShardState(beam.DoFn):
 
     @on_timer(EMIT)
     def on_emit(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam, history=beam.DoFn.StateParam(HISTORY),
-                status=beam.DoFn.StateParam(STATUS), emit=beam.DoFn.TimerParam(EMIT)) -> Iterator[Any]:
+                status=beam.DoFn.StateParam(STATUS), new_status=beam.DoFn.StateParam(NEW_STATUS),
+                emit=beam.DoFn.TimerParam(EMIT)) -> Iterator[Any]:
         kept, book = self._load(history)
         log, names = load(status, (StatusLog(), (np.zeros(0, np.int64), np.zeros(0, object))))
+        batches = [pickle.loads(b) for b in new_status.read()]
+        for keys, _, times, values in batches:
+            log.add(keys, times, values)
+        names = tuple(np.concatenate([names[k], *(b[k] for b in batches)]) for k in range(2))
+        new_status.clear()
         kept.status = log
         kept.name(*names)
         book.watermark_ms = max(book.watermark_ms, int(fired.micros // 1000))
@@ -419,8 +424,9 @@ class ShardState(beam.DoFn):
             version = book.pending.pop(slot)
             if self.published_through is None or slot > self.published_through:
                 book.emitted[slot] = version
-                yield slot, (key, version, kept.frame(self.stages, slot, self.config.ranking),
-                             book.pointers.get(slot))
+                frame = kept.frame(self.stages, slot, self.config.ranking)
+                for piece, part in enumerate(frame.pieces(self.config.pieces, self.config.ranking.range_m)):
+                    yield (slot, piece), (key, version, part, book.pointers.get(slot) if piece == 0 else None)
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         if ready:
             final = ready[-1] - self.config.lateness_slots - 1  # no update can reach these slots any more
@@ -432,17 +438,20 @@ class ShardState(beam.DoFn):
             kept.prune(first_kept, int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))
             book.forget_before(min(first_kept, final - self.config.lateness_slots))
             yield beam.pvalue.TaggedOutput(EVIDENCE, (key, EvidenceSnapshot(kept.folded_through, kept.evidence)))
-        named = np.isin(names[0], kept.status.keys)  # the statuses' names, for the devices they still hold
-        store(status, (kept.status, (names[0][named], names[1][named])))
+        named, first = np.unique(names[0], return_index=True)
+        held = np.isin(named, kept.status.keys)  # the statuses' names, once each, for the devices they still hold
+        store(status, (kept.status, (named[held], names[1][first[held]])))
         kept.status = StatusLog()
         store(history, (kept, book))
         if book.pending:
             emit.set(millis(self.clock.end_ms(min(book.pending))))
 
 
-@beam.typehints.with_input_types(Tuple[int, Any])
+@beam.typehints.with_input_types(Tuple[Tuple[int, int], Any])
 class GatherSlot(beam.DoFn):
-    """Keyed by slot: once every shard's frame of a version is in, score the slot (an update if version > 0).
+    """Keyed by (slot, piece): once every shard's frame of the piece of a version is in, score the piece (an
+    update if version > 0). A slot is scored in ``--score_pieces`` pieces by space (its owners by cell, with
+    the devices within range of them: :class:`model.candidates.Pieces`), so no slot sits on one key.
 
     A shard that refused a slot's part as late answers None instead of a frame: nothing of that part
     is scored, and the designated shard's refusal, which carries the events' pointers, sends them to
@@ -465,7 +474,7 @@ class GatherSlot(beam.DoFn):
 
     def process(self, element: tuple[int, tuple], frames=beam.DoFn.StateParam(FRAMES),
                 forget=beam.DoFn.TimerParam(FORGET)) -> Iterator[Any]:
-        slot, (shard, version, frame, pointers) = element
+        (slot, piece), (shard, version, frame, pointers) = element
         if frame is None:  # refused as late by a shard
             yield from self.dead_late(slot, pointers)
             return
@@ -481,7 +490,7 @@ class GatherSlot(beam.DoFn):
         started = time.perf_counter()
         joined = DeviceFrame.concat([f for _, f, _ in have.values()])
         result = score_slot(self.stages, joined, slot, self.config.ranking, self.config.params, self.version,
-                            revision=published)
+                            revision=published, piece=piece)
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         self.scored.inc()
         self.pairs.inc(len(result.scores) + len(result.rankings))

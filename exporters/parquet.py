@@ -2,13 +2,15 @@
 
 Layout under ``root`` (a local path or any URI pyarrow's filesystems open, e.g. ``gs://``, ``s3://``)::
 
-    trust_scores/date=2026-11-22/slot-00000123.parquet
-    collaborator_rankings/date=2026-11-22/slot-00000123.parquet
+    trust_scores/date=2026-11-22/slot-00000123-0000.parquet
+    collaborator_rankings/date=2026-11-22/slot-00000123-0000.parquet
 
 ``date`` is the UTC date of the slot's start (a Hive partition: ``pyarrow.dataset.dataset(root +
-"/trust_scores", partitioning="hive")`` reads it back). Each slot is one file, written under a
-hidden temporary name and renamed into place, so readers never see half a file; an update of the
-slot (``is_update``) replaces the file the same way, so a slot has one version on disk, the newest.
+"/trust_scores", partitioning="hive")`` reads it back). Each piece of a slot (the streaming job scores
+a slot in pieces, ``SlotScores.piece``; the offline scorer and the local cycles write it whole, piece 0)
+is one file, written under a hidden temporary name and renamed into place, so readers never see half a
+file; an update of the piece (``is_update``) replaces the file the same way, so a piece has one version
+on disk, the newest.
 Schemas are the records' Arrow schemas from :mod:`schemas`.
 """
 
@@ -49,8 +51,9 @@ class ParquetResults:
                 continue
             directory = f"{base.rstrip('/')}/{name}/date={slot_date(records[0].slot_start_ms)}"
             fs.create_dir(directory, recursive=True)
-            path = f"{directory}/slot-{result.slot:08d}.parquet"
-            temporary = f"{directory}/.slot-{result.slot:08d}.{uuid.uuid4().hex}.tmp"
+            stem = f"slot-{result.slot:08d}-{result.piece:04d}"
+            path = f"{directory}/{stem}.parquet"
+            temporary = f"{directory}/.{stem}.{uuid.uuid4().hex}.tmp"
             try:
                 with fs.open_output_stream(temporary) as stream:
                     pq.write_table(to_arrow(TABLES[name], records), stream, compression="zstd")

@@ -4,9 +4,13 @@ Cost ~ owners x neighbours (a k-d tree over the known positions, :class:`scipy.s
 never owners x fleet; ``range_m=None`` (every device is a candidate) stays available and is quadratic
 by definition. Pairs come out sorted by owner, then candidate (positions in the caller's arrays), so a
 slot's scores do not depend on how they were found.
+
+:class:`Pieces` splits a slot's pair scoring by space, so a fleet's slot is scored on many workers.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.spatial import cKDTree
@@ -33,3 +37,52 @@ def candidate_pairs(xy: np.ndarray, owners: np.ndarray, known: np.ndarray,
     distance = np.hypot(*(xy[src, c] - xy[dst, c] for c in (0, 1)))
     keep = (src != dst) & (distance <= (np.inf if range_m is None else range_m))
     return src[keep].astype(np.int64), dst[keep].astype(np.int64), distance[keep]
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """How a slot's pair scoring splits into ``count`` pieces, so that no slot sits on one key.
+
+    An owner belongs to the piece of the square cell (side ``max(cell_m, 2 range_m)``) its position lies
+    in, each cell hashed to one of ``count`` pieces; a piece holds its owners and every device within
+    ``range_m`` of them: each device enters the pieces of the cells its range square touches, at most 4
+    (so the data sent grows by less than 4x, and by ``(1 + 2 range_m / side)^2`` on average). Owners
+    without a position have no candidates (:func:`candidate_pairs`) and belong to no piece. With
+    ``range_m=None`` (every device a candidate) there is one piece: that case is quadratic anyway.
+    """
+
+    count: int = 1
+    cell_m: float = 2000.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.count <= 4096:
+            raise ValueError(f"Pieces.count: must lie in 1..4096 (got {self.count!r})")
+        if not self.cell_m > 0:
+            raise ValueError(f"Pieces.cell_m: must be > 0 metres (got {self.cell_m!r})")
+
+    def side(self, range_m: float) -> float:
+        return max(self.cell_m, 2.0 * range_m)
+
+    def _piece(self, cx: np.ndarray, cy: np.ndarray) -> np.ndarray:
+        """A cell's piece: a hash of its integer coordinates (neighbouring cells land on different pieces)."""
+        return ((cx * 73_856_093) ^ (cy * 19_349_663)) % self.count
+
+    def home(self, xy: np.ndarray, range_m: float | None) -> np.ndarray:
+        """(n,) the piece of each device as an owner; -1 for a device without a position. xy: (n, 2) metres."""
+        known = ~np.isnan(xy).any(axis=1)
+        if range_m is None or self.count == 1:
+            return np.where(known, 0, -1)
+        cells = np.floor(np.where(known[:, None], xy, 0.0) / self.side(range_m)).astype(np.int64)
+        return np.where(known, self._piece(cells[:, 0], cells[:, 1]), -1)
+
+    def reach(self, xy: np.ndarray, range_m: float | None) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, pieces) int64, sorted: each device with a position in every piece whose owners it may serve."""
+        rows = np.flatnonzero(~np.isnan(xy).any(axis=1))
+        if range_m is None or self.count == 1:
+            return rows, np.zeros(len(rows), np.int64)
+        side = self.side(range_m)
+        low = np.floor((xy[rows] - range_m) / side).astype(np.int64)  # (k, 2): side >= 2 range: 1 or 2 cells per axis
+        high = np.floor((xy[rows] + range_m) / side).astype(np.int64)
+        corners = [self._piece(a[:, 0], b[:, 1]) for a in (low, high) for b in (low, high)]
+        pairs = np.unique(np.concatenate([rows * self.count + piece for piece in corners]))
+        return pairs // self.count, pairs % self.count

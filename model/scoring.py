@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from model.candidates import candidate_pairs
+from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SystemParams
 from model.context import pair_physics
 from model.evidence import (CHANNELS, ROLES, EvidenceConfig, EvidenceState, decay, pair_evidence_features,
@@ -140,14 +140,38 @@ class DeviceFrame:
     since: np.ndarray  # (n,) slots since the device last served (NEVER: not known to have)
     owner: np.ndarray  # (n, L, C) evidence as owner
     pairs: np.ndarray  # (m,) pair keys of the recent owners' pairs
+    pair_owners: np.ndarray  # (m,) the owner key of each pair
     pair_evidence: np.ndarray  # (m, L, C)
+
+    PAIR_FIELDS = ("pairs", "pair_owners", "pair_evidence")
 
     @classmethod
     def concat(cls, frames: list["DeviceFrame"]) -> "DeviceFrame":
         joined = {f.name: np.concatenate([getattr(frame, f.name) for frame in frames]) for f in fields(cls)}
         devices, pairs = np.argsort(joined["keys"]), np.argsort(joined["pairs"])
-        return cls(**{name: value[pairs if name in ("pairs", "pair_evidence") else devices]
-                      for name, value in joined.items()})
+        return cls(**{name: value[pairs if name in cls.PAIR_FIELDS else devices] for name, value in joined.items()})
+
+    def select(self, devices: np.ndarray, owners: np.ndarray) -> "DeviceFrame":
+        """The frame of the rows in ``devices`` or ``owners`` ((n,) bool), where only ``owners`` are scored as
+        owners, with their pairs."""
+        rows = devices | owners
+        recent = self.recent_owner & owners
+        mine = np.isin(self.pair_owners, self.keys[recent])
+        return DeviceFrame(**{f.name: getattr(self, f.name)[mine if f.name in self.PAIR_FIELDS else rows]
+                              for f in fields(self) if f.name != "recent_owner"}, recent_owner=recent[rows])
+
+    def pieces(self, pieces: Pieces, range_m: float | None) -> list["DeviceFrame"]:
+        """The frame split into ``pieces.count`` frames (:class:`model.candidates.Pieces`): scoring each and
+        joining the results gives the records of scoring the whole frame."""
+        xy = self.status[:, [X, Y]]
+        home = pieces.home(xy, range_m)
+        rows, piece = pieces.reach(xy, range_m)
+        out = []
+        for k in range(pieces.count):
+            devices = np.zeros(len(self.keys), bool)
+            devices[rows[piece == k]] = True
+            out.append(self.select(devices, home == k))
+        return out
 
 
 @dataclass
@@ -264,12 +288,14 @@ class DeviceHistory:
         owner, _ = self._evidence("owner", keys, slot)
         pairs_state = self.evidence["pair"]
         pending = [self.parts[s] for s in self.parts if self.folded_through < s <= slot]
-        candidates = np.concatenate([pairs_state.keys[np.isin(pairs_state.tags, keys[recent])],
-                                     *(p.evidence["pair"][0][np.isin(p.pair_owners, keys[recent])] for p in pending)])
-        pairs = np.unique(candidates)
+        held = np.isin(pairs_state.tags, keys[recent])
+        fresh = [np.isin(p.pair_owners, keys[recent]) for p in pending]
+        candidates = np.concatenate([pairs_state.keys[held], *(p.evidence["pair"][0][f] for p, f in zip(pending, fresh))])
+        tags = np.concatenate([pairs_state.tags[held], *(p.pair_owners[f] for p, f in zip(pending, fresh))])
+        pairs, first = np.unique(candidates, return_index=True)
         pair_evidence, _ = self._evidence("pair", pairs, slot)
         return DeviceFrame(keys, ids, y, status, profile[:, 1:], recent, collaborator, since, owner, pairs,
-                           pair_evidence)
+                           tags[first].astype(np.int64), pair_evidence)
 
     def sequences(self, stages: Stages, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """(n, S, d) slot embeddings over [max(slot - S + 1, 0), slot], right-padded by the last; (n,) lengths."""
@@ -352,6 +378,16 @@ class SlotScores:
     slot: int
     scores: list[TrustScore]
     rankings: list[CollaboratorRanking]
+    piece: int = 0  # which piece of the slot (:meth:`DeviceFrame.pieces`): its owners' records, all of them
+
+    @classmethod
+    def join(cls, results: list["SlotScores"]) -> "SlotScores":
+        """The pieces of one slot as one result (piece 0), in piece order."""
+        slots = {r.slot for r in results}
+        if len(slots) != 1:
+            raise ValueError(f"SlotScores.join: pieces of several slots {sorted(slots)}")
+        by_owner = sorted(results, key=lambda r: r.piece)
+        return cls(slots.pop(), [s for r in by_owner for s in r.scores], [k for r in by_owner for k in r.rankings])
 
 
 def _pair_lookup(frame: DeviceFrame, keys: np.ndarray) -> np.ndarray:
@@ -365,9 +401,10 @@ def _pair_lookup(frame: DeviceFrame, keys: np.ndarray) -> np.ndarray:
 
 
 def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,
-               model_version: str, revision: int = 0) -> SlotScores:
+               model_version: str, revision: int = 0, piece: int = 0) -> SlotScores:
     """Score each recent owner against its candidates and rank them by the paper's rule; ``revision`` numbers
-    the slot's publications (0: the first; an update after late events has a higher one)."""
+    the slot's publications (0: the first; an update after late events has a higher one); ``piece`` names the
+    piece of the slot ``frame`` is (:meth:`DeviceFrame.pieces`)."""
     is_update = revision > 0
     config = stages.config
     clock = config.clock
@@ -375,6 +412,8 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
     owners = np.flatnonzero(frame.recent_owner)
     known = np.flatnonzero(~np.isnan(frame.status[:, X]))
     src, dst, _ = candidate_pairs(frame.status[:, [X, Y]], owners, known, ranking.range_m)  # (P,) frame rows
+    if not len(src):  # nothing to score (an empty piece of the slot)
+        return SlotScores(slot, [], [], piece)
     physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
     evidence = pair_evidence_features(frame.collaborator[dst], frame.owner[src],
                                       _pair_lookup(frame, pair_keys(frame.keys[src], frame.keys[dst])),
@@ -407,7 +446,7 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
             model_version=model_version, is_update=is_update, revision=revision,
             candidates=tuple(RankedCandidate(collaborator=ids[dst[p]], trust=float(trust[p]), voc=float(voc[p]))
                              for p in chosen)))
-    return SlotScores(slot, scores, rankings)
+    return SlotScores(slot, scores, rankings, piece)
 
 
 def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking: RankingConfig,

@@ -17,6 +17,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from beam_pipeline.options import JobConfig
 from model.bm import BM
+from model.candidates import Pieces
 from model.checkpoint import save
 from model.config import RankingConfig
 from model.graphs import DeviceIndex
@@ -26,7 +27,8 @@ from simulator.world import device_ids
 from tests.test_bm import SMALL
 
 SIM = SimConfig(devices=30, tasks=360, slots=8, seed=5)
-RANKING = RankingConfig(range_m=None, top_k=5, scores_per_owner=6)
+RANKING = RankingConfig(range_m=400.0, top_k=5, scores_per_owner=6)
+PIECES = Pieces(3, cell_m=1.0)  # cells of 2 x range = 800 m: the 1 km square spans 4, on 3 pieces
 
 
 def run_tables(config: SimConfig = SIM) -> tuple[pa.Table, pa.Table]:
@@ -50,7 +52,8 @@ def write_checkpoint(directory: Path, config: SimConfig = SIM) -> Path:
 
 
 def job(checkpoint: Path, **changes) -> JobConfig:
-    return JobConfig(str(checkpoint), **{"shards": 3, "lateness_slots": 1, "ranking": RANKING, **changes})
+    return JobConfig(str(checkpoint), **{"shards": 3, "pieces": PIECES, "lateness_slots": 1, "ranking": RANKING,
+                                         **changes})
 
 
 def at(ms: float) -> Timestamp:
@@ -71,3 +74,16 @@ class Keep(beam.DoFn):
 def kept(directory: Path) -> list:
     """What :class:`Keep` wrote to ``directory``."""
     return [pickle.loads(p.read_bytes()) for p in sorted(directory.iterdir())]
+
+
+def whole_slots(pieces: list) -> list:
+    """SlotScores of a pipeline (each slot in pieces, each publication numbered by revision) joined per slot and
+    revision, in (slot, revision) order; pieces without records say nothing and are left out."""
+    from model.scoring import SlotScores
+
+    groups: dict[tuple[int, int], list] = {}
+    for piece in pieces:
+        records = piece.scores or piece.rankings
+        if records:
+            groups.setdefault((piece.slot, records[0].revision), []).append(piece)
+    return [SlotScores.join(groups[key]) for key in sorted(groups)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from model.candidates import candidate_pairs
+from model.candidates import Pieces, candidate_pairs
 
 
 def brute_force(xy: np.ndarray, owners: np.ndarray, known: np.ndarray, range_m: float | None):
@@ -32,3 +32,36 @@ def test_a_pair_exactly_at_the_range_is_a_candidate_and_one_beyond_is_not() -> N
     xy = np.array([[0.0, 0.0], [300.0, 0.0], [300.001, 0.0]])
     src, dst, distance = candidate_pairs(xy, np.array([0]), np.arange(3), 300.0)
     assert src.tolist() == [0] and dst.tolist() == [1] and distance.tolist() == [300.0]
+
+
+@pytest.mark.parametrize("count,cell_m,range_m", [(4, 1.0, 150.0), (7, 500.0, 100.0), (3, 2000.0, 300.0)])
+def test_every_pair_within_range_lies_in_its_owners_piece_and_a_device_in_at_most_four(
+        count: int, cell_m: float, range_m: float) -> None:
+    rng = np.random.default_rng(count)
+    xy = rng.uniform(-1500, 2500, (1500, 2))
+    xy[rng.random(len(xy)) < 0.05] = np.nan
+    pieces = Pieces(count, cell_m)
+    home = pieces.home(xy, range_m)
+    rows, piece = pieces.reach(xy, range_m)
+    held = set(zip(rows.tolist(), piece.tolist()))
+    known = np.flatnonzero(~np.isnan(xy[:, 0]))
+    src, dst, _ = candidate_pairs(xy, known, known, range_m)
+    assert len(src) > 1000 and all((d, home[s]) in held for s, d in zip(src.tolist(), dst.tolist()))
+    assert (home[np.isnan(xy[:, 0])] == -1).all() and set(home[known].tolist()) == set(range(count))
+    assert np.bincount(rows).max() <= 4 and np.isin(known, rows).all()
+    fan_out = (1 + 2 * range_m / pieces.side(range_m)) ** 2  # cells a device's range square touches, on average
+    assert len(rows) <= 1.1 * fan_out * len(known)
+
+
+def test_one_piece_when_every_device_is_a_candidate() -> None:
+    xy = np.array([[0.0, 0.0], [5e4, 5e4], [np.nan, np.nan]])
+    pieces = Pieces(8, 100.0)
+    assert pieces.home(xy, None).tolist() == [0, 0, -1]
+    assert [a.tolist() for a in pieces.reach(xy, None)] == [[0, 1], [0, 0]]
+
+
+def test_pieces_refuse_nonsense() -> None:
+    with pytest.raises(ValueError, match="Pieces.count"):
+        Pieces(0)
+    with pytest.raises(ValueError, match="Pieces.cell_m"):
+        Pieces(2, -1.0)

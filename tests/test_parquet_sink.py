@@ -32,10 +32,10 @@ def test_slots_land_in_their_date_partition_and_read_back_equal(tmp_path) -> Non
     results = ParquetResults(str(tmp_path))
     written = results.write(result(3, START)) + results.write(result(1443, START + DAY_MS + 3000))
     assert sorted(p.split(str(tmp_path))[1] for p in written) == [
-        "/collaborator_rankings/date=2026-01-01/slot-00000003.parquet",
-        "/collaborator_rankings/date=2026-01-02/slot-00001443.parquet",
-        "/trust_scores/date=2026-01-01/slot-00000003.parquet",
-        "/trust_scores/date=2026-01-02/slot-00001443.parquet"]
+        "/collaborator_rankings/date=2026-01-01/slot-00000003-0000.parquet",
+        "/collaborator_rankings/date=2026-01-02/slot-00001443-0000.parquet",
+        "/trust_scores/date=2026-01-01/slot-00000003-0000.parquet",
+        "/trust_scores/date=2026-01-02/slot-00001443-0000.parquet"]
     scores = read_results(str(tmp_path), "trust_scores")
     assert sorted(scores["date"].to_pylist()) == ["2026-01-01"] * 2 + ["2026-01-02"] * 2
     assert sorted(from_arrow(TrustScore, scores), key=lambda r: (r.slot, r.collaborator)) == \
@@ -65,7 +65,7 @@ def test_a_failed_write_leaves_nothing_visible(tmp_path, monkeypatch) -> None:
     with pytest.raises(OSError, match="disk full"):
         results.write(result(7, START, t_beh=0.9, is_update=True))
     files = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
-    assert files == ["slot-00000007.parquet"] * 2  # the old version, no temporary files
+    assert files == ["slot-00000007-0000.parquet"] * 2  # the old version, no temporary files
     assert {s.t_beh for s in from_arrow(TrustScore, read_results(str(tmp_path), "trust_scores"))} == {0.5}
 
 

@@ -15,7 +15,7 @@ from model.config import RankingConfig, SlotClock, SystemParams
 from simulator.experiment import simulated_run
 from model.graphs import DeviceIndex, device_keys
 from model.history import History
-from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, score_log, shard_of, slot_part,
+from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, score_log, score_slot, shard_of, slot_part,
                            status_arrays)
 from model.stages import TorchStages
 from simulator.config import SimConfig
@@ -166,3 +166,27 @@ def test_devices_the_model_never_saw_are_scored_from_the_cold_row(log) -> None:
     values = [s.t_beh for r in results for s in r.scores if s.collaborator == "newcomer-a"]
     assert values and all(0 <= v <= 1 for v in values)
     assert pc.sum(pc.equal(events["collaborator"], "newcomer-a")).as_py() > 0
+
+
+def test_a_slot_scored_in_pieces_gives_the_records_of_scoring_it_whole(log) -> None:
+    from model.candidates import Pieces
+
+    events, status, history, model = log
+    stages, ranking = TorchStages(model, history.index), RankingConfig(range_m=300.0, scores_per_owner=1000)
+    whole = DeviceHistory(SMALL.evidence)
+    whole.add_status(*status_arrays(status))
+    slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
+    for slot in range(8):
+        whole.add_part(slot_part(stages, events.filter(slot_of == slot), slot))
+    frame = whole.frame(stages, 7, ranking)
+    one = score_slot(stages, frame, 7, ranking, SystemParams(), "v1")
+    parts = [score_slot(stages, part, 7, ranking, SystemParams(), "v1", piece=k)
+             for k, part in enumerate(frame.pieces(Pieces(3, cell_m=1.0), ranking.range_m))]
+    assert sum(bool(p.rankings) for p in parts) >= 2  # the slot really was spread
+    joined = SlotScores.join(parts)
+
+    def table(result):
+        return sorted((s.owner, s.collaborator, round(s.t_beh, 5), round(s.trust, 5)) for s in result.scores)
+
+    assert len(one.scores) > 200 and table(joined) == table(one)
+    assert sorted(map(repr, joined.rankings)) == sorted(map(repr, one.rankings))

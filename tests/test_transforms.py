@@ -20,7 +20,7 @@ from beam_pipeline.kafka_io import RawBatch
 from beam_pipeline.transforms import ScoreSlots
 from model.scoring import score_log
 from schemas import CollaborationEvent, DeviceStatus, from_json, to_json
-from tests.pipeline_fixtures import SIM, Keep, at, job, kept, run_tables, write_checkpoint
+from tests.pipeline_fixtures import SIM, Keep, at, job, kept, run_tables, whole_slots, write_checkpoint
 
 SLOT_MS = SIM.clock.slot_ms
 
@@ -89,7 +89,7 @@ def same_scores(got, want) -> None:
 
 
 def test_each_slot_closes_once_on_the_watermark_and_late_events_update_it(scenario) -> None:
-    results = sorted(scenario["scores"], key=lambda r: (r.slot, r.scores[0].is_update if r.scores else False))
+    results = whole_slots(scenario["scores"])
     assert [(r.slot, bool(r.scores) and r.scores[0].is_update) for r in results] == \
         [(0, False), (0, True), (1, False), (2, False)]
     config, events, late, status = scenario["config"], scenario["events"], scenario["late"], scenario["status"]
