@@ -161,6 +161,26 @@ class CycleReport:
     progress_ms: int = -1
     retries: int = 0  # failed attempts before this cycle succeeded
     log_replaced: bool = False  # the job started over on a new log in this cycle
+    lag: dict[str, int] = field(default_factory=dict)  # topic -> records past what the cycle read, when it ended
+    state_bytes: int = 0  # the ledger and the snapshots the next cycle starts from
+
+    DEAD = ("invalid", "unknown_device", "late", "future")  # the counters' dead-letter reasons, per input
+
+    def line(self, cycle: int) -> str:
+        """One line for an operator: events read and their rate, consumer lag per topic, dead letters by reason,
+        slots published, state size, time."""
+        read = self.counters.get("events_read", 0)
+        dead = {f"{kind}_{reason}": self.counters[f"{kind}_{reason}"] for kind in ("events", "status")
+                for reason in self.DEAD if self.counters.get(f"{kind}_{reason}")}
+        slots = self.published_slots
+        return (f"cycle {cycle}: {read:,} events read ({read / max(self.seconds, 1e-9):,.0f}/s), "
+                f"{self.counters.get('status_read', 0):,} statuses; lag "
+                + (", ".join(f"{topic} {n:,}" for topic, n in sorted(self.lag.items())) or "-")
+                + "; dead letters " + (", ".join(f"{k} {n:,}" for k, n in dead.items()) or "0")
+                + f"; {len(slots)} slots published" + (f" ({slots[0]}..{slots[-1]})" if slots else "")
+                + f", {self.records_published:,} records; state {self.state_bytes / 2**20:,.1f} MiB; "
+                f"{self.seconds:.1f} s" + (f"; {self.retries} retries" if self.retries else "")
+                + ("; log replaced, started over" if self.log_replaced else ""))
 
 
 def tail_marks(settings: KafkaSettings, topics: list[str], job_id: str, model_version: str
@@ -239,8 +259,22 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     next_ledger = Ledger(ledger.generation, {f"{r.topic}/{r.partition}": r.stop for r in reading.ranges}, through,
                          progress, events, statuses, evidence, evidence_through, reading.identity)
     report = CycleReport(published, counters.get("published", 0), counters, round(time.perf_counter() - started, 3),
-                         progress)
+                         progress, lag=lag(settings, reading.ranges),
+                         state_bytes=sum(Path(f).stat().st_size for f in next_ledger.snapshots if f))
     return next_ledger, report
+
+
+def lag(settings: KafkaSettings, ranges: list[Any]) -> dict[str, int]:
+    """Per topic, the records past the ends a cycle read to (what arrived while it ran)."""
+    client = consumer(settings)
+    try:
+        ends = end_offsets(client, [TopicPartition(r.topic, r.partition) for r in ranges])
+    finally:
+        client.close()
+    out: dict[str, int] = {}
+    for r in ranges:
+        out[r.topic] = out.get(r.topic, 0) + max(0, ends[TopicPartition(r.topic, r.partition)] - r.stop)
+    return out
 
 
 def _offsets(which: dict[str, int]) -> dict[tuple[str, int], int]:

@@ -151,3 +151,24 @@ def test_retries_are_classified_by_type_not_by_message() -> None:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "model")
+
+
+def test_each_cycle_says_what_an_operator_needs_on_one_line() -> None:
+    from beam_pipeline.run import CycleReport
+
+    report = CycleReport([4, 5, 6], 1800, {"events_read": 3000, "status_read": 40, "events_late": 2,
+                                           "events_invalid": 1, "status_invalid": 0, "events_duplicate": 7},
+                         seconds=2.0, retries=1, lag={"collab-events": 12, "device-status": 0},
+                         state_bytes=3 * 2**20)
+    assert report.line(7) == ("cycle 7: 3,000 events read (1,500/s), 40 statuses; lag collab-events 12, "
+                              "device-status 0; dead letters events_invalid 1, events_late 2; 3 slots published "
+                              "(4..6), 1,800 records; state 3.0 MiB; 2.0 s; 1 retries")
+
+
+def test_a_cycle_reports_its_lag_and_state(broker, checkpoint) -> None:
+    topics = fresh_topics(broker)
+    events, status = run_tables()
+    publish(broker, topics, events, status)
+    (report,) = run(broker.settings, job(checkpoint, topics=topics), "lag", follow=False)
+    assert report.lag == {topics.events: 0, topics.status: 0}  # nothing arrived while it ran
+    assert report.state_bytes > 0 and "0 statuses" not in report.line(1)

@@ -274,13 +274,15 @@ def cmd_run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if options.view_as(TrustbeamOptions).kafka_io == "xlang":  # Flink/Dataflow: Beam's Java KafkaIO, unbounded
         streaming_pipeline(options, settings, config).run().wait_until_finish()
         return 0
-    for report in run(settings, config, args.group, follow=args.follow, poll_s=args.poll_seconds,
-                      max_cycles=args.max_cycles, runner=args.runner, beam_args=beam_args,
-                      retry_deadline_s=args.retry_deadline_seconds):
+    for cycle, report in enumerate(run(settings, config, args.group, follow=args.follow, poll_s=args.poll_seconds,
+                                       max_cycles=args.max_cycles, runner=args.runner, beam_args=beam_args,
+                                       retry_deadline_s=args.retry_deadline_seconds), start=1):
+        print(report.line(cycle), file=sys.stderr, flush=True)  # for the operator; stdout stays one JSON per cycle
         print(json.dumps({"published_slots": report.published_slots, "slots": len(report.published_slots),
                           "records_published": report.records_published, "progress_ms": report.progress_ms,
-                          "retries": report.retries, "log_replaced": report.log_replaced,
-                          "seconds": report.seconds, "counters": report.counters}), flush=True)
+                          "retries": report.retries, "log_replaced": report.log_replaced, "lag": report.lag,
+                          "state_bytes": report.state_bytes, "seconds": report.seconds,
+                          "counters": report.counters}), flush=True)
     return 0
 
 
