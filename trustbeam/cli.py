@@ -398,10 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
     mode = job.add_mutually_exclusive_group(required=True)
     mode.add_argument("--until-end", action="store_true", help="process the topics to their current end, then exit")
     mode.add_argument("--follow", action="store_true", help="keep publishing as events arrive (catch-up cycles)")
-    job.add_argument("--bootstrap", default=None)
+    job.add_argument("--bootstrap", default=None, help="Kafka brokers (else KAFKA_BOOTSTRAP, else the local broker)")
     job.add_argument("--group", default="trustbeam-run", help="name of the run's ledger (resume point)")
     job.add_argument("--runner", default="FnApiRunner", help="Beam runner (named explicitly)")
-    job.add_argument("--poll-seconds", type=float, default=5.0)
+    job.add_argument("--poll-seconds", type=float, default=5.0, help="seconds between --follow cycles")
     job.add_argument("--max-cycles", type=int, default=None, help="stop --follow after this many cycles")
     job.add_argument("--retry-deadline-seconds", type=float, default=600.0,
                      help="retry broker trouble for at most this long since the last successful cycle")
@@ -424,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.set_defaults(handler=cmd_schedule_demo)
     for command in sub.choices.values():  # an abbreviation is a typo waiting to happen: spell options out
         command.allow_abbrev = False
+        command.formatter_class = argparse.ArgumentDefaultsHelpFormatter  # --help shows every default
     return parser
 
 
