@@ -57,7 +57,8 @@ from kafka.errors import KafkaTimeoutError
 from beam_pipeline.kafka_io import LogReplaced, TopicMissing, consumer, plan
 from beam_pipeline.options import JobConfig
 from beam_pipeline.pipeline import JOB_HEADER, cycle_pipeline, identity
-from model.scoring import EvidenceSnapshot
+from model.scoring import EvidenceSnapshot, dedup, slots_read_back
+from model.status import latest_entries
 from exporters.kafka_client import KafkaSettings, end_offsets, wait_until_answering
 from model.config import state_dir
 
@@ -178,9 +179,17 @@ class CycleReport:
                 + (", ".join(f"{topic} {n:,}" for topic, n in sorted(self.lag.items())) or "-")
                 + "; dead letters " + (", ".join(f"{k} {n:,}" for k, n in dead.items()) or "0")
                 + f"; {len(slots)} slots published" + (f" ({slots[0]}..{slots[-1]})" if slots else "")
-                + f", {self.records_published:,} records; state {self.state_bytes / 2**20:,.1f} MiB; "
+                + f", {self.records_published:,} records; state {_size(self.state_bytes)}; "
                 f"{self.seconds:.1f} s" + (f"; {self.retries} retries" if self.retries else "")
                 + ("; log replaced, started over" if self.log_replaced else ""))
+
+
+def _size(n: int) -> str:
+    """Bytes for people: ``3.0 MiB``, ``32.1 KiB``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n} B"
 
 
 def tail_marks(settings: KafkaSettings, topics: list[str], job_id: str, model_version: str
@@ -252,7 +261,7 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     if evidence is None:  # nothing became final in this cycle: the last snapshot still holds
         evidence, evidence_through = ledger.evidence_snapshot, ledger.evidence_through
     clock = stages.config.clock
-    keep_from = min(through + 1 - max(stages.config.window, config.ranking.owner_slots), evidence_through + 1)
+    keep_from = min(through + 1 - slots_read_back(stages.config.window, config.ranking), evidence_through + 1)
     events = _keep_events(Path(work, "events.parquet"), int(clock.start_ms(keep_from)), directory)
     statuses = _keep_statuses(Path(work, "status.parquet"), int(clock.start_ms(keep_from)), directory)
     shutil.rmtree(work, ignore_errors=True)
@@ -297,10 +306,9 @@ def _keep_events(path: Path, cut_ms: int, directory: Path) -> str | None:
         return None
     table = pq.read_table(path)
     table = table.filter(pa.array(table["event_time_ms"].to_numpy() >= cut_ms))
-    _, first = np.unique(table["event_id"].to_numpy(zero_copy_only=False), return_index=True)
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"events-{uuid.uuid4().hex}.parquet"
-    pq.write_table(table.take(np.sort(first)), target)
+    pq.write_table(dedup(table), target)
     return str(target)
 
 
@@ -310,10 +318,7 @@ def _keep_statuses(path: Path, cut_ms: int, directory: Path) -> str | None:
         return None
     table = pq.read_table(path)
     times, devices = table["time_ms"].to_numpy(), table["device"].to_numpy(zero_copy_only=False)
-    before = np.flatnonzero(times < cut_ms)
-    order = before[np.lexsort((times[before], devices[before]))]
-    latest = order[np.r_[devices[order][1:] != devices[order][:-1], True]] if len(order) else order
-    keep = np.sort(np.concatenate([latest, np.flatnonzero(times >= cut_ms)]))
+    keep = np.sort(np.concatenate([latest_entries(devices, times, times < cut_ms), np.flatnonzero(times >= cut_ms)]))
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"status-{uuid.uuid4().hex}.parquet"
     pq.write_table(table.take(keep), target)
