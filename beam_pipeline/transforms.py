@@ -28,7 +28,8 @@ from apache_beam.utils.timestamp import Timestamp
 from beam_pipeline.kafka_io import RawBatch, trusted_progress
 from beam_pipeline.parquet_io import TableBatch
 from beam_pipeline.options import JobConfig
-from model.scoring import DeviceFrame, DeviceHistory, EvidenceSnapshot, score_slot, shard_of, slot_part, status_arrays
+from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, first_occurrences, score_slot, shard_of,
+                           slot_part, slots_read_back, status_arrays)
 from model.status import StatusLog
 from exporters.kafka import Message, message
 from schemas import CollaborationEvent, DeviceStatus, Record, from_arrow, to_json
@@ -288,13 +289,13 @@ class CloseSlot(beam.DoFn):
         replayed = table[REPLAYED].to_numpy(zero_copy_only=False)
         order = np.argsort(~replayed, kind="stable")  # replayed copies first: a new copy of one is the duplicate
         table = table.take(order)
-        _, first = np.unique(table["event_id"].to_numpy(zero_copy_only=False), return_index=True)
+        first = first_occurrences(table)
         duplicates = int((~replayed[order]).sum()) - int((~replayed[order][first]).sum())
         self.duplicates.inc(duplicates - current.duplicates)
         current.duplicates = duplicates
         if not len(first) or (current.closes and len(first) == current.distinct):
             return
-        unique = table.take(np.sort(first))
+        unique = table.take(first)
         part = slot_part(self.stages, unique.drop_columns(EXTRA_COLUMNS), slot)
         pointers = (unique["event_id"].to_numpy(zero_copy_only=False), *provenance(unique))
         (self.updates if current.closes else self.closed).inc()
@@ -432,7 +433,7 @@ class ShardState(beam.DoFn):
             final = ready[-1] - self.config.lateness_slots - 1  # no update can reach these slots any more
             if self.published_through is not None:
                 final = min(final, self.published_through)
-            keep = max(self.stages.config.window, self.config.ranking.owner_slots) + self.config.lateness_slots
+            keep = slots_read_back(self.stages.config.window, self.config.ranking) + self.config.lateness_slots
             kept.fold(final)
             first_kept = min(ready[-1] - keep + 1, final + 1)
             kept.prune(first_kept, int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))

@@ -119,11 +119,23 @@ def slot_part(stages: Stages, events: pa.Table, slot: int) -> SlotPart:
                     embeddings[by_active], owners[by_owner], np.stack(columns, axis=1)[by_owner], evidence, pair_owners)
 
 
+def first_occurrences(events: pa.Table) -> np.ndarray:
+    """Sorted row indices of the first occurrence of each ``event_id``: the one dedup rule, offline, in the
+    local cycles' snapshots and at a streaming slot's close."""
+    _, first = np.unique(events["event_id"].to_numpy(zero_copy_only=False), return_index=True)
+    return np.sort(first)
+
+
 def dedup(events: pa.Table) -> pa.Table:
     """The first occurrence of each ``event_id``."""
-    ids = events["event_id"].to_numpy(zero_copy_only=False)
-    _, first = np.unique(ids, return_index=True)
-    return events.take(np.sort(first)) if len(first) < len(ids) else events
+    first = first_occurrences(events)
+    return events.take(first) if len(first) < events.num_rows else events
+
+
+def slots_read_back(window: int, ranking: RankingConfig) -> int:
+    """How many slots up to a slot its frame reads (the sequence window, the owners' recent slots): the
+    retention horizon of slot parts, offline, in the shards and in the local cycles' event snapshots."""
+    return max(window, ranking.owner_slots)
 
 
 @dataclass
@@ -479,7 +491,7 @@ def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking
         with clocked("pairs"):
             scores = score_slot(stages, frame, slot, ranking, params, model_version)
         yield scores
-        history.prune(slot - max(config.window, ranking.owner_slots) + 1, int(clock.start_ms(slot)))
+        history.prune(slot - slots_read_back(config.window, ranking) + 1, int(clock.start_ms(slot)))
 
 
 @contextmanager

@@ -190,3 +190,13 @@ def test_a_slot_scored_in_pieces_gives_the_records_of_scoring_it_whole(log) -> N
 
     assert len(one.scores) > 200 and table(joined) == table(one)
     assert sorted(map(repr, joined.rankings)) == sorted(map(repr, one.rankings))
+
+
+def test_one_dedup_rule_and_one_retention_horizon() -> None:
+    from model.scoring import dedup, first_occurrences, slots_read_back
+
+    table = pa.table({"event_id": ["b", "a", "b", "c", "a"], "n": [0, 1, 2, 3, 4]})
+    assert first_occurrences(table).tolist() == [0, 1, 3]  # the first of each id, in arrival order
+    assert dedup(table)["n"].to_pylist() == [0, 1, 3]
+    assert slots_read_back(32, RankingConfig(owner_slots=1)) == 32
+    assert slots_read_back(4, RankingConfig(owner_slots=6)) == 6
