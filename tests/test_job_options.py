@@ -66,7 +66,10 @@ def test_trustbeam_score_writes_valid_wire_records(checkpoint, tmp_path, capsys)
     code = main(["score", "--events", str(tmp_path / "events.parquet"), "--status", str(tmp_path / "status.parquet"),
                  "--out", str(tmp_path / "out"), "--checkpoint", str(checkpoint), "--top_k", "2"])
     assert code == 0
-    summary = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert set(summary["seconds_by_phase"]) == {"model", "read", "score"}  # and each phase said so as it ended
+    assert all(f"trustbeam score: {name} " in captured.err for name in summary["seconds_by_phase"])
     scores = [from_json(TrustScore, line) for line in (tmp_path / "out" / "trust-scores.jsonl").read_bytes().splitlines()]
     rankings = [from_json(CollaboratorRanking, line)
                 for line in (tmp_path / "out" / "collaborator-rankings.jsonl").read_bytes().splitlines()]

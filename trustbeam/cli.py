@@ -15,6 +15,7 @@ from kafka.errors import KafkaError
 
 from model.config import SlotClock
 from simulator.config import ChannelModel, Policy, SimConfig, parse_mix
+from trustbeam.progress import Phases, bar
 
 Handler = Callable[[argparse.Namespace], int]
 # model.evaluate.METHODS, spelled out so that building the parser imports no model (a test keeps them equal)
@@ -113,28 +114,32 @@ def cmd_train(args: argparse.Namespace) -> int:
     from model.history import History
     from model.train import PAPER_GRID, TrainConfig, train_bm
 
-    events = pq.read_table(args.events)
+    phase = Phases("train")
+    with phase("read"):
+        events = pq.read_table(args.events)
+        status = pq.read_table(args.status) if args.status else None
     clock = SlotClock.from_metadata(events.schema.metadata) or SlotClock()
     if args.slot_seconds is not None or args.origin_ms is not None:
         clock = SlotClock(origin_ms=clock.origin_ms if args.origin_ms is None else args.origin_ms,
                           slot_ms=clock.slot_ms if args.slot_seconds is None else int(args.slot_seconds * 1000))
     config = replace(BMConfig(), clock=clock, window=args.window, sequence=args.sequence, head=args.head)
-    status = pq.read_table(args.status) if args.status else None
-    history = History.from_events(events, config.clock, config.weights, status=status)
+    with phase("history"):
+        history = History.from_events(events, config.clock, config.weights, status=status)
     train = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout, epochs=args.epochs,
                         patience=args.patience, seed=args.seed, grid=PAPER_GRID if args.grid == "paper" else {},
                         workers=args.workers)
-    started = time.perf_counter()
-    model, _, report = train_bm(history, config, train, progress=args.progress or sys.stderr.isatty())
-    seconds = time.perf_counter() - started
+    with phase("train"):
+        model, _, report = train_bm(history, config, train, progress=args.progress or sys.stderr.isatty())
     summary = {"setting": report.setting, "best_epoch": report.fit.best_epoch, "val_rmse": report.fit.val_rmse,
                "train_loss": report.fit.train_losses, "test_rmse": report.test_rmse, "test_mae": report.test_mae,
                "train_slots": len(report.train_slots), "test_slots": len(report.test_slots),
-               "devices": len(history.index), "search": report.search, "train_seconds": round(seconds, 1)}
-    content = save(model, history.index, args.out, metadata={"events": str(Path(args.events).resolve()),
-                                                             "status": args.status, "train": asdict(train), **summary})
+               "devices": len(history.index), "search": report.search, "train_seconds": round(phase.seconds["train"], 1)}
+    with phase("save"):
+        content = save(model, history.index, args.out, metadata={"events": str(Path(args.events).resolve()),
+                                                                 "status": args.status, "train": asdict(train),
+                                                                 **summary})
     print(json.dumps({"checkpoint": str(Path(args.out).resolve()), "model_version": model_version(content),
-                      **summary}, indent=2))
+                      **summary, "seconds_by_phase": phase.seconds}, indent=2))
     return 0
 
 
@@ -187,8 +192,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         sim = replace(sim, slots=args.sim_slots, tasks=round(sim.tasks * args.sim_slots / sim.slots))
     runs = args.runs or (2 if args.quick else 10)
     methods = args.methods or list(EVALUATE_METHODS)
-    say = (lambda m: print(m, file=sys.stderr)) if not args.quiet else (lambda _: None)
     started = time.perf_counter()
+    say = ((lambda m: print(f"trustbeam evaluate: {m}, {time.perf_counter() - started:.0f} s elapsed", file=sys.stderr,
+                            flush=True)) if not args.quiet else (lambda _: None))
 
     def setup(done: int) -> dict:
         return {"runs": runs, "runs_done": done, "quick": args.quick, "bm": asdict(config), "train": asdict(train),
@@ -228,6 +234,7 @@ def _job_config(beam_args: list[str]):
 
 def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     """Offline scoring of an events file: the same slot scorer the pipeline runs, to JSON-lines files."""
+    import numpy as np
     import pyarrow.parquet as pq
 
     from exporters.parquet import ParquetResults
@@ -235,16 +242,22 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     from schemas import to_json
 
     config = _job_config(beam_args)
-    stages, version = config.stages()
-    events = pq.read_table(args.events)
-    status = pq.read_table(args.status) if args.status else None
+    phase = Phases("score")
+    with phase("model"):
+        stages, version = config.stages()
+    with phase("read"):
+        events = pq.read_table(args.events)
+        status = pq.read_table(args.status) if args.status else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     counts = {"slots": 0, "trust_scores": 0, "rankings": 0}
     parquet = ParquetResults(config.parquet_out) if config.parquet_out else None
-    with open(out / "trust-scores.jsonl", "wb") as scores, open(out / "collaborator-rankings.jsonl", "wb") as ranks:
+    slots = len(np.unique(stages.config.clock.slot_of(events["event_time_ms"].to_numpy())))
+    with open(out / "trust-scores.jsonl", "wb") as scores, open(out / "collaborator-rankings.jsonl", "wb") as ranks, \
+            phase("score"):
         seconds: dict[str, float] = {}
-        for result in score_log(stages, events, status, config.ranking, config.params, version, seconds):
+        for result in bar(score_log(stages, events, status, config.ranking, config.params, version, seconds), slots,
+                          "slot", args.progress or None):
             scores.writelines(to_json(r) + b"\n" for r in result.scores)
             ranks.writelines(to_json(r) + b"\n" for r in result.rankings)
             if parquet is not None:
@@ -253,6 +266,7 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
             counts["trust_scores"] += len(result.scores)
             counts["rankings"] += len(result.rankings)
     print(json.dumps({**counts, "model_version": version, "out": str(out.resolve()), "parquet_out": config.parquet_out,
+                      "seconds_by_phase": phase.seconds,
                       "seconds_by_stage": {k: round(v, 2) for k, v in seconds.items()}}, indent=2))
     return 0
 
@@ -385,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--events", required=True)
     score.add_argument("--status", default=None, help="status.parquet (T_res and positions)")
     score.add_argument("--out", required=True, help="directory for trust-scores.jsonl and collaborator-rankings.jsonl")
+    score.add_argument("--progress", action="store_true", help="show a progress bar even without a tty")
     score.set_defaults(handler=cmd_score, beam_options=True)
 
     export = sub.add_parser("export-onnx", help="export a checkpoint's GNN, BiMamba and pair head to ONNX")
