@@ -1,89 +1,31 @@
-"""Pipeline assembly: the bounded catch-up cycle (local runners) and the streaming job (``--kafka_io=xlang``).
+"""Pipeline assembly of the streaming job (``--kafka_io=xlang``) and what it shares with the local cycles.
 
-Both wrap the same :class:`~beam_pipeline.transforms.ScoreSlots`; they differ only in how records
-come in and go out:
-
-* :func:`cycle_pipeline` reads the planned offset ranges with the kafka-python source and publishes
-  the closed, unpublished slots of the cycle in slot order (:mod:`beam_pipeline.run` drives it).
-* :func:`streaming_pipeline` reads with Beam's cross-language KafkaIO (Java; Flink or Dataflow,
-  where its jars are available), offsets committed when the runner finalizes a checkpoint, and
-  publishes each slot as the watermark closes it, late updates marked ``is_update``. Its jars
-  cannot be fetched on the development machine, so it is built but not run there.
+:func:`streaming_pipeline` wraps :class:`~beam_pipeline.transforms.ScoreSlots` with Beam's cross-language
+KafkaIO (Java; Flink or Dataflow, where its jars are available), offsets committed when the runner
+finalizes a checkpoint, and publishes each slot as the watermark closes it, late updates marked
+``is_update``. Its jars cannot be fetched on the development machine, so it is built but not run there.
+The local runners' bounded catch-up cycle, with its ledger and the files it hands its driver, lives
+apart in :mod:`beam_pipeline.cycle`: nothing here knows of it.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable
 
 import apache_beam as beam
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
-from kafka.partitioner.default import murmur2
 
-from beam_pipeline.kafka_io import PartitionRange, ProduceRecords, RawBatch, ReadKafka
+from beam_pipeline.kafka_io import RawBatch
 from beam_pipeline.options import JobConfig, TrustbeamOptions
-from beam_pipeline.parquet_io import ReadParquet
-from beam_pipeline.transforms import ScoreSlots, outputs, wire_records
-from exporters.kafka import message
-from exporters.parquet import ParquetResults
-from model.scoring import EvidenceSnapshot, SlotScores
+from beam_pipeline.transforms import ScoreSlots, wire_records
 from exporters.kafka_client import KafkaSettings
+from exporters.parquet import ParquetResults
+from model.scoring import SlotScores
 
 XLANG_BATCH = 5000
-CLOSED = "closed"  # PublishClosed's side output: the SlotScores it publishes
 JOB_HEADER = "trustbeam-job"  # the header naming the job (group@generation) that published an output record
-
-
-def identity(body: dict[str, Any]) -> tuple:
-    """Order of output records within a partition: (slot, owner, collaborator)."""
-    return body["slot"], body["owner"], body.get("collaborator", "")
-
-
-class PublishClosed(beam.DoFn):
-    """All SlotScores of a cycle (each slot's pieces) -> the wire records of the closed, unpublished slots, in
-    identity order (slot, owner, collaborator), each with the job's ``trustbeam-job`` header.
-
-    A slot is closed when the job's progress (the ledger's, or this cycle's if later) is the allowed
-    lateness past its end. ``marks`` are the identities of the last record this job published (with
-    this model version) in each output partition: records at or before them were sent by a cycle
-    that died before saving its ledger, and are not sent again.
-    """
-
-    def __init__(self, config: JobConfig, ledger: Any, final: bool, partitions: dict[str, int],
-                 marks: dict[tuple[str, int], tuple], out_dir: str, job_id: str) -> None:
-        self.config, self.published_through, self.final = config, ledger.published_through, final
-        self.known_progress_ms = ledger.progress_ms
-        self.partitions, self.marks, self.out_dir, self.job_id = partitions, marks, out_dir, job_id
-
-    def process(self, results: list, progress_ms: int) -> Iterator[Any]:
-        clock = self.config.stages()[0].config.clock
-        lateness_ms = self.config.lateness_slots * clock.slot_ms
-        progress = max(progress_ms, self.known_progress_ms)
-        published = []
-        by_slot: dict[int, list[SlotScores]] = {}
-        for piece in results:
-            by_slot.setdefault(piece.slot, []).append(piece)
-        for slot in sorted(by_slot):
-            closed = self.final or int(clock.end_ms(slot)) + lateness_ms <= progress
-            if slot <= self.published_through or not closed:
-                continue
-            published.append(slot)
-            result = SlotScores.join(by_slot[slot])
-            yield beam.pvalue.TaggedOutput(CLOSED, result)
-            # identity order within each partition, so that a partition's tail marks a prefix of the slot
-            for topic, record in sorted(outputs(result, self.config.topics), key=lambda o: identity(vars(o[1]))):
-                partition = (murmur2(record.owner.encode()) & 0x7FFFFFFF) % self.partitions[topic]
-                mark = self.marks.get((topic, partition))
-                if mark is not None and identity(vars(record)) <= mark:
-                    continue
-                topic, key, value, headers = message(topic, record)
-                yield topic, key, value, [*headers, (JOB_HEADER, self.job_id.encode())]
-        Path(self.out_dir, "published.json").write_text(json.dumps({"published": published, "progress_ms": progress}))
 
 
 class WriteParquet(beam.DoFn):
@@ -95,73 +37,6 @@ class WriteParquet(beam.DoFn):
 
     def process(self, result: SlotScores) -> None:
         self.files.inc(len(self.results.write(result)))
-
-
-class WriteEvidence(beam.DoFn):
-    """The shards' final evidence, merged into one snapshot file (the driver keeps it for the next cycle)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def process(self, shards: list) -> None:
-        if shards:
-            EvidenceSnapshot.merge([snapshot for _, snapshot in shards]).save(self.path)
-
-
-class WriteTables(beam.DoFn):
-    """The cycle's valid events or statuses, as one Parquet file (the driver keeps what the next cycle needs)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def process(self, tables: list) -> None:
-        if tables:
-            pq.write_table(pa.concat_tables(tables), self.path)
-
-
-def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: JobConfig,
-                   ranges: list[PartitionRange], ledger: Any, final: bool, partitions: dict[str, int],
-                   marks: dict[tuple[str, int], tuple], work: str, job_id: str, max_batch: int = 5000
-                   ) -> beam.Pipeline:
-    """One bounded cycle over the new records of ``ranges`` and what the ``ledger`` (``beam_pipeline.run.Ledger``)
-    kept: its events and statuses are read as already-seen input, its final evidence seeds the shards.
-    Writes to ``work``: ``published.json`` (the slots published and the progress), ``events.parquet`` and
-    ``status.parquet`` (the valid records it read) and ``evidence.npz`` (the shards' final evidence)."""
-    topics = config.topics
-    p = beam.Pipeline(options=options)
-    skew_ms = config.max_skew_s * 1000
-    raw = {}
-    for name, topic, kept in (("Events", topics.events, ledger.events_snapshot),
-                              ("Status", topics.status, ledger.status_snapshot)):
-        raw[name] = p | f"Read{name}" >> ReadKafka(settings, [r for r in ranges if r.topic == topic], max_batch,
-                                                   skew_ms)
-        if kept:
-            earlier = p | f"Kept{name}" >> ReadParquet([kept], seen=True)
-            raw[name] = (raw[name], earlier) | f"With{name}" >> beam.Flatten()
-    inputs = (raw["Events"], raw["Status"])
-    if ledger.evidence_snapshot:
-        snapshot = EvidenceSnapshot.load(ledger.evidence_snapshot)
-        seeds = [(k, ("evidence", snapshot.select(k, config.shards))) for k in range(config.shards)]
-        inputs += (p | "KeptEvidence" >> beam.Create(seeds),)
-    out = inputs | "Score" >> ScoreSlots(config, ledger.published_through)
-    progress = (out["progress"] | "PartitionProgress" >> beam.CombinePerKey(max) | "Progress" >> beam.Values()
-                | "SlowestPartition" >> beam.CombineGlobally(min).without_defaults())
-    closed = (out["scores"] | "AllSlots" >> beam.combiners.ToList()
-              | "Closed" >> beam.ParDo(PublishClosed(config, ledger, final, partitions, marks, work, job_id),
-                                       progress_ms=beam.pvalue.AsSingleton(progress, default_value=-1))
-              .with_outputs(CLOSED, main="records"))
-    records = closed.records
-    if config.parquet_out:
-        closed[CLOSED] | "Parquet" >> beam.ParDo(WriteParquet(config.parquet_out))
-    records | "Publish" >> beam.ParDo(ProduceRecords(settings, "published"))
-    out["dead"] | "DeadLetter" >> beam.ParDo(ProduceRecords(settings, "dead_letters"))
-    for name in ("events", "statuses"):
-        file = "events.parquet" if name == "events" else "status.parquet"
-        (out[name] | f"Collect{name.title()}" >> beam.combiners.ToList()
-         | f"Write{name.title()}" >> beam.ParDo(WriteTables(str(Path(work, file)))))
-    (out["evidence"] | "LastFold" >> beam.CombinePerKey(lambda kept: max(kept, key=lambda s: s.folded_through))
-     | "Evidence" >> beam.combiners.ToList() | "WriteEvidence" >> beam.ParDo(WriteEvidence(str(Path(work, "evidence.npz")))))
-    return p
 
 
 def _batches(topic: str) -> beam.PTransform:

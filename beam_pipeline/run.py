@@ -56,7 +56,8 @@ from kafka.errors import KafkaTimeoutError
 
 from beam_pipeline.kafka_io import LogReplaced, TopicMissing, consumer, plan
 from beam_pipeline.options import JobConfig
-from beam_pipeline.pipeline import JOB_HEADER, cycle_pipeline, identity
+from beam_pipeline.cycle import cycle_pipeline, identity
+from beam_pipeline.pipeline import JOB_HEADER
 from model.scoring import EvidenceSnapshot, dedup, slots_read_back
 from model.status import latest_entries
 from exporters.kafka_client import KafkaSettings, end_offsets, wait_until_answering
