@@ -41,6 +41,7 @@ import os
 import random
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -341,7 +342,8 @@ def _partition_counts(settings: KafkaSettings, topics: list[str]) -> dict[str, i
 
 def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, poll_s: float = 5.0,
         max_cycles: int | None = None, runner: str = "FnApiRunner", beam_args: list[str] | None = None,
-        backoff: "Backoff | None" = None, retry_deadline_s: float = 600.0) -> Iterator[CycleReport]:
+        backoff: "Backoff | None" = None, retry_deadline_s: float = 600.0,
+        stop: threading.Event | None = None) -> Iterator[CycleReport]:
     """Cycles until the end (one) or forever (``follow``), saving the ledger after each, under the ledger's lock.
 
     A cycle that fails with a retriable error (:func:`retriable`) is retried after a bounded
@@ -349,8 +351,10 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
     the last error is raised); the ledger is only saved after a cycle succeeds, so a failed cycle is
     simply done again. A new ledger is saved before the first cycle, so that its generation (the job's
     identity in its outputs) survives a cycle killed while publishing; likewise the fresh ledger of
-    a job that starts over on a replaced log.
+    a job that starts over on a replaced log. ``stop`` (set by a signal handler, say) ends the run after
+    the cycle in flight, its ledger saved: a graceful shutdown.
     """
+    stop = stop or threading.Event()
     with LedgerLock(group):
         ledger = Ledger.load(group)
         if not Ledger.path(group).exists():
@@ -375,7 +379,8 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
                 delay = backoff.next()
                 log.error("cycle failed (%s: %s); retry %d in %.1f s", type(error).__name__, _first_line(error),
                           backoff.failures, delay)
-                time.sleep(delay)
+                if stop.wait(delay):
+                    return
                 continue
             report = CycleReport(**{**asdict(report), "retries": backoff.failures, "log_replaced": replaced})
             backoff.reset()
@@ -386,9 +391,8 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
                 Path(old).unlink(missing_ok=True)
             cycles, last_success = cycles + 1, time.monotonic()
             yield report
-            if not follow or (max_cycles is not None and cycles >= max_cycles):
+            if not follow or (max_cycles is not None and cycles >= max_cycles) or stop.wait(poll_s):
                 return
-            time.sleep(poll_s)
 
 
 @dataclass

@@ -173,3 +173,28 @@ def test_a_cycle_reports_its_lag_and_state(broker, checkpoint) -> None:
     assert report.lag == {topics.events: 0, topics.status: 0}  # nothing arrived while it ran
     assert report.counters["status_read"] > 0 and f"{report.counters['status_read']:,} statuses" in report.line(1)
     assert report.state_bytes > 1024 and "KiB" in report.line(1)  # the snapshots the next cycle starts from
+
+
+def test_sigint_stops_a_follower_after_its_cycle_with_the_ledger_saved(broker, checkpoint, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from beam_pipeline.run import Ledger
+
+    topics = fresh_topics(broker)
+    events, status = run_tables()
+    publish(broker, topics, events, status)
+    command = [sys.executable, "-m", "trustbeam.cli", "run", "--follow", "--poll-seconds", "1", "--bootstrap",
+               broker.settings.bootstrap, "--group", "graceful", f"--checkpoint={checkpoint}", "--shards=3",
+               *(f"--{name}_topic={getattr(topics, name)}" for name in ("events", "status", "scores", "rankings",
+                                                                        "dead_letter"))]
+    follower = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = json.loads(follower.stdout.readline())  # its first cycle is done
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=120)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0 and "SIGINT: stopping after the cycle in flight" in err
+    assert first["published_slots"] and "Traceback" not in err
+    assert Ledger.load("graceful").published_through == max(first["published_slots"])  # saved: a restart resumes

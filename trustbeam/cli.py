@@ -288,9 +288,10 @@ def cmd_run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if options.view_as(TrustbeamOptions).kafka_io == "xlang":  # Flink/Dataflow: Beam's Java KafkaIO, unbounded
         streaming_pipeline(options, settings, config).run().wait_until_finish()
         return 0
+    stop = graceful_stop()
     for cycle, report in enumerate(run(settings, config, args.group, follow=args.follow, poll_s=args.poll_seconds,
                                        max_cycles=args.max_cycles, runner=args.runner, beam_args=beam_args,
-                                       retry_deadline_s=args.retry_deadline_seconds), start=1):
+                                       retry_deadline_s=args.retry_deadline_seconds, stop=stop), start=1):
         print(report.line(cycle), file=sys.stderr, flush=True)  # for the operator; stdout stays one JSON per cycle
         print(json.dumps({"published_slots": report.published_slots, "slots": len(report.published_slots),
                           "records_published": report.records_published, "progress_ms": report.progress_ms,
@@ -298,6 +299,28 @@ def cmd_run(args: argparse.Namespace, beam_args: list[str]) -> int:
                           "state_bytes": report.state_bytes, "seconds": report.seconds,
                           "counters": report.counters}), flush=True)
     return 0
+
+
+def graceful_stop() -> "threading.Event":
+    """SIGINT or SIGTERM ends ``run`` after the cycle in flight, its ledger saved (a cycle is never cut in half:
+    an interrupt inside Beam's runner could leave its threads holding the process); a second signal ends
+    the process at once, as a kill would (the ledger then replays the cycle)."""
+    import os
+    import signal
+    import threading
+
+    stop = threading.Event()
+
+    def handle(number: int, _frame: object) -> None:
+        if stop.is_set():
+            os._exit(128 + number)
+        stop.set()
+        print(f"trustbeam run: {signal.Signals(number).name}: stopping after the cycle in flight (again to stop now)",
+              file=sys.stderr, flush=True)
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, handle)
+    return stop
 
 
 def cmd_export_onnx(args: argparse.Namespace) -> int:
