@@ -140,7 +140,7 @@ def ingest(config, settings, kind: str, work: Path, max_batch: int | None) -> di
 
     p = beam.Pipeline(options=PipelineOptions(runner="FnApiRunner"))
     if kind.startswith("kafka"):
-        ranges = plan(settings, [config.topics.events], {}, {})
+        ranges = plan(settings, [config.topics.events], {}, {}).ranges
         raw = p | ReadKafka(settings, ranges, max_batch or 5000)
     else:
         directory = work / ("prefix" if max_batch == 1 else "full")
