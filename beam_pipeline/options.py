@@ -21,7 +21,8 @@ from exporters.kafka_client import Topics
 BACKENDS = ("torch", "onnx")
 MAX_FUTURE_S = MAX_AHEAD_MS / 1000  # a day: simulated runs publish up to hours ahead; years ahead is forged
 MAX_SKEW_S = MAX_SKEW_MS / 1000
-SCORE_PIECES = 4  # a slot's pair scoring in 4 keys by default (model.candidates.Pieces)
+SCORE_PIECES = 1  # local runners: one key per slot (pieces add ~30 % to a local cycle and no parallelism);
+# deployments set --score_pieces to their parallelism (deploy/flink, deploy/README.md)
 
 
 class TrustbeamOptions(PipelineOptions):
