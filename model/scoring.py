@@ -175,6 +175,8 @@ class DeviceFrame:
     def pieces(self, pieces: Pieces, range_m: float | None) -> list["DeviceFrame"]:
         """The frame split into ``pieces.count`` frames (:class:`model.candidates.Pieces`): scoring each and
         joining the results gives the records of scoring the whole frame."""
+        if pieces.count == 1:  # the whole frame: nothing to copy
+            return [self]
         xy = self.status[:, [X, Y]]
         home = pieces.home(xy, range_m)
         rows, piece = pieces.reach(xy, range_m)
@@ -470,7 +472,7 @@ def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking
     GNN), ``frame`` (BiMamba, evidence, latest statuses), ``pairs`` (candidates, head, ranking).
     """
     seconds = {} if seconds is None else seconds
-    clocked = partial(_timed, seconds)
+    clocked = partial(timed, seconds)
     config = stages.config
     clock = config.clock
     history = DeviceHistory(config.evidence)
@@ -495,7 +497,8 @@ def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking
 
 
 @contextmanager
-def _timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
+def timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
+    """Add the block's wall time to ``seconds[stage]``."""
     started = time.perf_counter()
     try:
         yield

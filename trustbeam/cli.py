@@ -6,7 +6,10 @@ import argparse
 import difflib
 import json
 import logging
+import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -139,7 +142,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                                                                  "status": args.status, "train": asdict(train),
                                                                  **summary})
     print(json.dumps({"checkpoint": str(Path(args.out).resolve()), "model_version": model_version(content),
-                      **summary, "seconds_by_phase": phase.seconds}, indent=2))
+                      **summary, "seconds_by_phase": {k: round(v, 2) for k, v in phase.seconds.items()}}, indent=2))
     return 0
 
 
@@ -266,7 +269,7 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
             counts["trust_scores"] += len(result.scores)
             counts["rankings"] += len(result.rankings)
     print(json.dumps({**counts, "model_version": version, "out": str(out.resolve()), "parquet_out": config.parquet_out,
-                      "seconds_by_phase": phase.seconds,
+                      "seconds_by_phase": {k: round(v, 2) for k, v in phase.seconds.items()},
                       "seconds_by_stage": {k: round(v, 2) for k, v in seconds.items()}}, indent=2))
     return 0
 
@@ -301,14 +304,10 @@ def cmd_run(args: argparse.Namespace, beam_args: list[str]) -> int:
     return 0
 
 
-def graceful_stop() -> "threading.Event":
+def graceful_stop() -> threading.Event:
     """SIGINT or SIGTERM ends ``run`` after the cycle in flight, its ledger saved (a cycle is never cut in half:
     an interrupt inside Beam's runner could leave its threads holding the process); a second signal ends
     the process at once, as a kill would (the ledger then replays the cycle)."""
-    import os
-    import signal
-    import threading
-
     stop = threading.Event()
 
     def handle(number: int, _frame: object) -> None:

@@ -22,17 +22,21 @@ from typing import Any
 from model.config import SlotClock
 from simulator.config import SimConfig
 
+DEMO_GROUP = "demo"  # the demo job's ledger: a second demo continues its stream
+
 
 def step(message: str) -> float:
     print(f"==> {message}", file=sys.stderr, flush=True)
     return time.perf_counter()
 
 
-def live_config(sim: SimConfig) -> SimConfig:
-    """The same world with its clock starting at the current slot."""
+def live_config(sim: SimConfig, not_before_slot: int = 0) -> SimConfig:
+    """The same world with its clock starting at the current slot, or at ``not_before_slot`` (of ``sim``'s clock)
+    if that is later: a stream that goes on after the slots a job already published, never back into them."""
     clock = sim.clock
     now_slot = (int(time.time() * 1000) - clock.origin_ms) // clock.slot_ms
-    return replace(sim, clock=SlotClock(origin_ms=clock.origin_ms + now_slot * clock.slot_ms, slot_ms=clock.slot_ms))
+    first = max(now_slot, not_before_slot)
+    return replace(sim, clock=SlotClock(origin_ms=clock.origin_ms + first * clock.slot_ms, slot_ms=clock.slot_ms))
 
 
 def cached_checkpoint(sim: SimConfig, epochs: int, root: Path) -> Path:
@@ -78,7 +82,7 @@ def latest_rankings(settings: Any, topic: str) -> list[Any]:
 
 def run_demo(sim: SimConfig, bootstrap: str | None, out: str, epochs: int, owners: int = 5) -> int:
     from beam_pipeline.options import JobConfig
-    from beam_pipeline.run import run
+    from beam_pipeline.run import Ledger, run
     from deploy.local.broker import LocalBroker
     from simulator.engine import Simulator
     from simulator.parquet_sink import ParquetSink
@@ -98,7 +102,8 @@ def run_demo(sim: SimConfig, bootstrap: str | None, out: str, epochs: int, owner
     checkpoint = cached_checkpoint(sim, epochs, state_dir() / "demo")
     timings["model_s"] = time.perf_counter() - started
 
-    live = live_config(sim)
+    # a demo run again on the running broker continues the stream after the slots the last one published
+    live = live_config(sim, Ledger.load(DEMO_GROUP).published_through + 1)
     started = step(f"simulate {live.tasks} tasks of {live.devices} devices over {live.slots} slots onto Kafka")
     publisher = KafkaPublisher(settings, topics)
     summary = Simulator(live).run([publisher, ParquetSink(out)], progress=sys.stderr.isatty())
@@ -106,7 +111,7 @@ def run_demo(sim: SimConfig, bootstrap: str | None, out: str, epochs: int, owner
 
     started = step("trustbeam run --until-end (Beam FnApiRunner)")
     config = JobConfig(str(checkpoint))
-    (report,) = run(settings, config, group="demo", follow=False)
+    (report,) = run(settings, config, group=DEMO_GROUP, follow=False)
     timings["pipeline_s"] = time.perf_counter() - started
 
     rankings = latest_rankings(settings, topics.rankings)
