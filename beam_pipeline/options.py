@@ -14,7 +14,7 @@ from beam_pipeline.kafka_io import MAX_AHEAD_MS, MAX_SKEW_MS
 from model.checkpoint import CheckpointError, load
 from model.candidates import Pieces
 from model.config import RankingConfig, SystemParams
-from model.stages import Stages, TorchStages
+from model.stages import DEVICES, Stages, TorchStages, resolve_device
 from exporters.kafka_client import Topics
 
 
@@ -40,6 +40,8 @@ class TrustbeamOptions(PipelineOptions):
         parser.add_argument("--backend", choices=BACKENDS, default="torch",
                             help="where the model runs: torch (default, faster here; see bench/onnx_bench.py) "
                                  "or onnx (onnxruntime on the graphs of `trustbeam export-onnx`)")
+        parser.add_argument("--device", choices=DEVICES, default="auto",
+                            help="where the model runs: auto = the GPU when one is visible, else the CPU")
         parser.add_argument("--onnx_model", help="`trustbeam export-onnx` output, a directory or URI "
                                                  "(default CHECKPOINT/onnx); ONNX loads from here only")
         parser.add_argument("--parquet_out", help="also write scores and rankings to Parquet under this path or URI, "
@@ -101,6 +103,7 @@ class JobConfig:
     max_skew_s: float = MAX_SKEW_S
     model_sha256: str | None = None  # pinned when the config is built: workers refuse any other model at the URI
     group_id: str | None = None  # the streaming job's consumer group (default trustbeam-<events topic>)
+    device: str = "auto"  # auto | cpu | cuda (model.stages.resolve_device)
 
     def __post_init__(self) -> None:
         if not artifacts.exists(self.checkpoint, CHECKPOINT_FILES[0]):
@@ -109,6 +112,8 @@ class JobConfig:
             object.__setattr__(self, "model_sha256", artifacts.content_hash(self.checkpoint))
         if self.group_id is None:
             object.__setattr__(self, "group_id", f"trustbeam-{self.topics.events}")
+        if self.device not in DEVICES:  # a missing GPU is the workers' to report (the launcher may have none)
+            raise ValueError(f"--device: must be one of {', '.join(DEVICES)} (got {self.device!r})")
         if self.backend not in BACKENDS:
             raise ValueError(f"--backend: must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
         if self.backend == "onnx" and not artifacts.exists(self.onnx_dir, ONNX_FILES[0]):
@@ -139,7 +144,7 @@ class JobConfig:
             raise ValueError(f"--score_pieces/--cell_m: {error}") from None
         return cls(o.checkpoint, o.backend, o.onnx_model, o.parquet_out, o.shards, pieces, o.lateness_slots,
                    o.tombstone_slots, ranking, topics=topics, max_future_s=o.max_future_s, max_skew_s=o.max_skew_s,
-                   model_sha256=o.model_sha256, group_id=o.group_id)
+                   model_sha256=o.model_sha256, group_id=o.group_id, device=o.device)
 
     @property
     def onnx_dir(self) -> str:
@@ -149,7 +154,7 @@ class JobConfig:
         """The model's stages on the chosen backend and the model version (loaded once per process, copied
         first when remote). The ONNX export must come from this checkpoint."""
         return _load(_absolute(self.checkpoint), _absolute(self.onnx_dir) if self.backend == "onnx" else None,
-                     self.model_sha256)
+                     self.model_sha256, self.device)
 
 
 def _absolute(uri: str) -> str:
@@ -157,17 +162,18 @@ def _absolute(uri: str) -> str:
 
 
 @lru_cache(maxsize=4)
-def _load(checkpoint: str, onnx_dir: str | None, content_hash: str) -> tuple[Stages, str]:
+def _load(checkpoint: str, onnx_dir: str | None, content_hash: str, device: str) -> tuple[Stages, str]:
     model, index, manifest = load(artifacts.localize(checkpoint, CHECKPOINT_FILES))
     if manifest["content_hash"] != content_hash:
         raise CheckpointError(f"--checkpoint: the model at {checkpoint!r} is {manifest['model_version']!r}, not the "
                               f"one this job runs (content hash {content_hash[:12]}...): a model URI must not change "
                               "under a job; publish a new model under a new URI")
     if onnx_dir is None:
-        return TorchStages(model, index), manifest["model_version"]
+        return TorchStages(model, index, device=resolve_device(device)), manifest["model_version"]
     from exporters.onnx import OnnxStages
 
-    return (OnnxStages(artifacts.localize(onnx_dir, ONNX_FILES), expect_content_hash=manifest["content_hash"]),
+    return (OnnxStages(artifacts.localize(onnx_dir, ONNX_FILES), expect_content_hash=manifest["content_hash"],
+                       device=device),
             manifest["model_version"])
 
 

@@ -24,6 +24,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipeline.kafka_io import RawBatch, trusted_progress
 from beam_pipeline.parquet_io import TableBatch
@@ -62,6 +63,7 @@ def _counter(name: str) -> Any:
     return Metrics.counter("trustbeam", name)
 
 
+COALESCE_ROWS = 200_000  # ParseEvents holds at most this many events of a bundle before sending them on
 DEAD_LETTER_MAX_BYTES = 256 << 10  # below any producer's request limit, whatever arrived
 # columns ParseEvents adds for CloseSlot: the row was read by an earlier cycle; where it came from
 REPLAYED, SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = "_replayed", "_topic", "_partition", "_offset"
@@ -121,7 +123,8 @@ class _Parse(beam.DoFn):
 
 @beam.typehints.with_output_types(Tuple[int, Any])
 class ParseEvents(_Parse):
-    """RawBatch -> (slot, events table) per slot, timestamped at the slot start; dead letters out of ``dead``.
+    """RawBatch -> (slot, events table) per slot and bundle (at most COALESCE_ROWS events held), timestamped at
+    the slot start; dead letters out of ``dead``.
 
     Side outputs: ``events``, the valid events (the local runner keeps the recent ones for its next
     cycle), and ``progress``, per source partition the newest event time of its new records that
@@ -130,7 +133,7 @@ class ParseEvents(_Parse):
 
     RECORD, KIND = CollaborationEvent, "events"
 
-    def process(self, batch: RawBatch) -> Iterator[Any]:
+    def process(self, batch: RawBatch, window=beam.DoFn.WindowParam) -> Iterator[Any]:
         table, positions, letters = self.decode(batch)
         times = table["event_time_ms"].to_numpy()
         slots = self.clock.slot_of(times)
@@ -163,8 +166,25 @@ class ParseEvents(_Parse):
                  .append_column(SOURCE_OFFSET, pa.array(batch.offsets[positions])))
         table, slots = table.filter(pa.array(keep)), slots[keep]
         for slot in np.unique(slots).tolist():
-            yield beam.window.TimestampedValue((slot, table.take(np.flatnonzero(slots == slot))),  # take: own buffers
-                                               millis(self.clock.start_ms(slot)))
+            self.pending.setdefault((window, slot), []).append(table.take(np.flatnonzero(slots == slot)))
+        self.pending_rows += table.num_rows
+        if self.pending_rows >= COALESCE_ROWS:
+            yield from self.flush()
+
+    def start_bundle(self) -> None:
+        self.pending: dict[tuple[Any, int], list[pa.Table]] = {}  # (window, slot) -> the bundle's tables of it
+        self.pending_rows = 0
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        yield from self.flush()
+
+    def flush(self) -> Iterator[WindowedValue]:
+        """One (slot, table) per slot for what the bundle read so far: a stateful step downstream pays per
+        element, and a batch of one partition spans many slots."""
+        for (window, slot), tables in self.pending.items():
+            table = tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
+            yield WindowedValue((slot, table), millis(self.clock.start_ms(slot)), [window])
+        self.pending, self.pending_rows = {}, 0
 
 
 @beam.typehints.with_output_types(Tuple[int, Any])

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.report import emit
+from bench.report import emit, peak_rss_kb
 
 HOSTILE_KINDS = ("random_bytes", "truncated", "oversized", "wrong_type", "nan", "infinity", "negative_size",
                  "owner_is_collaborator", "unknown_schema_version", "far_future", "before_origin",
@@ -381,13 +381,13 @@ def load(settings, work: Path, devices: int = 5000, slots: int = 40, tasks_per_d
         publisher.write("status", status.filter(status_slot == slot))
         publisher.write("events", events.filter(slot_of == slot))
         publisher.sink.flush()
-        peak_kb = max(peak_kb, _peak_rss_kb(process.pid))
+        peak_kb = max(peak_kb, peak_rss_kb(process.pid))
         time.sleep(max(0.0, started + (slot + 1) * pace_s - time.monotonic()))
     publisher.close()
     expected = set(range(slots - 2))  # the last slots wait for events past the allowed lateness
     _wait(lambda: expected <= {s for r in reports for s in r["published_slots"]} or process.poll() is not None,
           max(900, 30 * slots))
-    peak_kb = max(peak_kb, _peak_rss_kb(process.pid))
+    peak_kb = max(peak_kb, peak_rss_kb(process.pid))
     process.send_signal(signal.SIGINT)
     try:
         process.wait(timeout=30)
@@ -594,17 +594,6 @@ def stalled_broker(work: Path) -> dict[str, Any]:
     finally:
         broker.stop()
     return row
-
-
-def _peak_rss_kb(pid: int) -> int:
-    """VmHWM of a live process (its peak resident set), in kB; 0 once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        return 0
-    return 0
 
 
 def main() -> None:

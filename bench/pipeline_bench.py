@@ -2,7 +2,8 @@
 
 Side by side in one run, each case in its own process (its own peak RSS):
 
-* ``raw consume``: kafka-python alone reading the events topic (the ceiling for the Kafka source).
+* ``raw consume``: kafka-python alone reading the events topic (the reference for ``vs raw consume``).
+* ``raw consume librdkafka``: confluent-kafka alone, the client of the job's local source.
 * ``kafka ingest batched`` / ``kafka ingest per-event``: the job's event path (Kafka source, parse and
   validate, dedup, slot close: T_col edges, slot graph, GNN embeddings), record batches of up to
   5,000 or of one record (FnApiRunner).
@@ -25,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import socket
 import subprocess
 import sys
@@ -35,7 +35,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.report import emit
+from bench.report import emit, peak_rss_kb
 
 DEVICES, SLOTS = 500, 100
 
@@ -97,7 +97,6 @@ def case(kind: str, work: Path, bootstrap: str, tag: str) -> dict:
 
     topics = Topics(*(f"{n}-{tag}" for n in ("events", "status", "scores", "rankings", "dead")))
     settings = KafkaSettings(bootstrap)
-    started = time.perf_counter()
     if kind == "raw consume":
         from kafka import KafkaConsumer, TopicPartition
 
@@ -113,20 +112,44 @@ def case(kind: str, work: Path, bootstrap: str, tag: str) -> dict:
             count += sum(len(r) for r in consumer.poll(timeout_ms=500, max_records=5000).values())
         consumer.close()
         return {"events": count, "seconds": time.perf_counter() - started}
+    if kind == "raw consume librdkafka":
+        return raw_librdkafka(settings, topics.events)
+    imported = time.perf_counter()  # every case times its work, not importing its modules (Beam, PyTorch: ~4 s)
+    import beam_pipeline.transforms  # noqa: F401
     from beam_pipeline.options import JobConfig
+    from beam_pipeline.run import Ledger, run_cycle
 
+    started, import_s = time.perf_counter(), time.perf_counter() - imported
     config = JobConfig(str(work / "model"), topics=topics)
     if kind == "kafka end to end":
-        from beam_pipeline.run import Ledger, run_cycle
-
         _, report = run_cycle(settings, config, Ledger(), final=True, snapshot_dir=work / f"snap-{tag}")
         c = report.counters
-        return {"events": c.get("events_read", 0), "seconds": time.perf_counter() - started,
+        return {"events": c.get("events_read", 0), "seconds": time.perf_counter() - started, "import_s": import_s,
                 "scoring_s": (c.get("scoring_ms", 0) + c.get("sequence_ms", 0)) / 1000,
                 "records_published": report.records_published}
     counters = ingest(config, settings, kind, work, 1 if kind.endswith("per-event") else None)
-    return {"events": counters.get("events_read", 0), "seconds": time.perf_counter() - started,
+    return {"events": counters.get("events_read", 0), "seconds": time.perf_counter() - started, "import_s": import_s,
             "slots": counters.get("slots_closed", 0)}
+
+
+def raw_librdkafka(settings, topic: str) -> dict:
+    """confluent-kafka alone (the job's local source's client) reading every partition to its end."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({**settings.librdkafka_config(), "group.id": "bench", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+    started, count, left = time.perf_counter(), 0, set(partitions)
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    while left:
+        for m in consumer.consume(5000, timeout=0.5):
+            if m.error() is None:
+                count += 1
+                m.value(), m.offset(), m.timestamp()
+            elif m.error().code() == KafkaError._PARTITION_EOF:
+                left.discard(m.partition())
+    consumer.close()
+    return {"events": count, "seconds": time.perf_counter() - started}
 
 
 def ingest(config, settings, kind: str, work: Path, max_batch: int | None) -> dict:
@@ -134,10 +157,12 @@ def ingest(config, settings, kind: str, work: Path, max_batch: int | None) -> di
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from beam_pipeline.cycle import without_state_cache
     from beam_pipeline.kafka_io import ReadKafka, plan
     from beam_pipeline.parquet_io import ReadParquet
     from beam_pipeline.transforms import DEAD, CloseSlot, ParseEvents
 
+    without_state_cache()  # as the job's cycles run
     p = beam.Pipeline(options=PipelineOptions(runner="FnApiRunner"))
     if kind.startswith("kafka"):
         ranges = plan(settings, [config.topics.events], {}, {}).ranges
@@ -227,7 +252,7 @@ def follow_latency(work: Path, bootstrap: str, tag: str, slots: int = 8, pace_s:
 def child(args: argparse.Namespace) -> None:
     figures = (follow_latency(Path(args.work), args.bootstrap, args.tag) if args.case == "follow latency"
                else case(args.case, Path(args.work), args.bootstrap, args.tag))
-    figures["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    figures["peak_rss_mb"] = round(peak_rss_kb() / 1024, 1)
     print(json.dumps(figures))
 
 
@@ -278,6 +303,7 @@ def main() -> None:
                     produce_rate = publish(broker.bootstrap, topics, directory)
                 raw = None
                 for kind, tag in () if args.latency_only else (("raw consume", f"full{size}"),
+                                                                ("raw consume librdkafka", f"full{size}"),
                                                                 ("kafka ingest batched", f"full{size}"),
                                   ("kafka ingest per-event", f"prefix{size}"),
                                   ("parquet ingest batched", f"full{size}"),
@@ -287,7 +313,8 @@ def main() -> None:
                     raw = rate if kind == "raw consume" else raw
                     row = {"events_total": made["events"], "case": kind, "events": figures["events"],
                            "seconds": round(figures["seconds"], 2), "events_per_s": round(rate),
-                           "vs_raw_consume": round(rate / raw, 3) if kind.startswith("kafka") else "",
+                           "vs_raw_consume": round(rate / raw, 3) if kind.startswith(("kafka", "raw consume librdkafka")) else "",
+                           "import_s": round(figures.get("import_s", 0), 2) or "",
                            "scoring_s": figures.get("scoring_s", ""),
                            "records_published": figures.get("records_published", ""),
                            "peak_rss_mb": figures["peak_rss_mb"]}

@@ -3,7 +3,20 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Sequence
+
+
+def peak_rss_kb(pid: int | str = "self") -> int:
+    """VmHWM of a live process (its peak resident set), in kB; 0 once it is gone. Unlike ``ru_maxrss``, it starts
+    afresh at exec: a child does not inherit the peak of the parent it was spawned from."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        return 0
+    return 0
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:

@@ -94,6 +94,14 @@ class KafkaSettings:
             out.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": s["ssl_certfile"]})
         return out
 
+    def librdkafka_config(self) -> dict[str, str]:
+        """The same settings for librdkafka clients (confluent-kafka: the local cycles' source)."""
+        names = {"security_protocol": "security.protocol", "sasl_mechanism": "sasl.mechanism",
+                 "sasl_plain_username": "sasl.username", "sasl_plain_password": "sasl.password",
+                 "ssl_cafile": "ssl.ca.location", "ssl_certfile": "ssl.certificate.location",
+                 "ssl_keyfile": "ssl.key.location"}
+        return {"bootstrap.servers": self.bootstrap, **{names[k]: v for k, v in self.security.items()}}
+
     def __repr__(self) -> str:
         return f"KafkaSettings(bootstrap={self.bootstrap!r}, security={sorted(self.security)!r})"
 

@@ -46,6 +46,19 @@ class Stages(Protocol):
         (P,) float64 T_beh."""
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``--device``: ``auto`` is the GPU when PyTorch sees one, else the CPU; ``cuda`` refuses to start without."""
+    if name not in DEVICES:
+        raise ValueError(f"--device: must be one of {', '.join(DEVICES)} (got {name!r})")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: PyTorch sees no CUDA GPU (torch.cuda.is_available() is False); "
+                         "use --device cpu or auto")
+    return torch.device("cuda" if name != "cpu" and torch.cuda.is_available() else "cpu")
+
+
 def chunks(n: int, size: int) -> Iterator[slice]:
     """Slices covering range(n) in pieces of at most ``size`` (bounds the memory of a stage call)."""
     return (slice(begin, begin + size) for begin in range(0, n, size))
@@ -58,39 +71,44 @@ def lookup_rows(index: DeviceIndex, ids: pa.Array) -> np.ndarray:
 
 
 class TorchStages:
-    """The stages on the PyTorch model (inference mode, the configured scan backend)."""
+    """The stages on the PyTorch model (inference mode) on ``device``: inputs go there, outputs come back as
+    numpy; the scan backend follows the tensors (mamba-ssm's kernels on CUDA when installed, else the
+    reference scan; the C++ scan on the CPU)."""
 
-    def __init__(self, model: BM, index: DeviceIndex, devices_per_call: int = 8192, pairs_per_call: int = 65536
-                 ) -> None:
-        self.model, self.index = model.eval(), index
+    def __init__(self, model: BM, index: DeviceIndex, devices_per_call: int = 8192, pairs_per_call: int = 65536,
+                 device: torch.device = torch.device("cpu")) -> None:
+        self.device = device
+        self.model, self.index = model.to(device).eval(), index
         self.devices_per_call, self.pairs_per_call = devices_per_call, pairs_per_call
         self.config = model.config
-        self.idle = model.slot_encoder.idle.detach().numpy()
+        self.idle = model.slot_encoder.idle.detach().cpu().numpy()
         with torch.no_grad():  # the node2vec rows as inference reads them, then the cold row
             self.table = torch.cat([model.device_features(), model.cold[None]])
 
     def feature_rows(self, ids: pa.Array) -> np.ndarray:
         return lookup_rows(self.index, ids)
 
+    def _in(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+
     def slot_embeddings(self, graph: SlotGraph, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         nodes, src, dst, t_col, offset = batched_inputs([graph], len(rows))
         with torch.no_grad():
-            h = self.model.slot_encoder.encode(self.table[torch.from_numpy(rows)[nodes]], src, dst, t_col, offset)
-        return nodes.numpy(), h.numpy()
+            features = self.table[self._in(rows)[nodes.to(self.device)]]  # (a, node_dim)
+            h = self.model.slot_encoder.encode(features, *(t.to(self.device) for t in (src, dst, t_col, offset)))
+        return nodes.numpy(), h.cpu().numpy()
 
     def long_term(self, sequences: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         out = np.zeros((len(sequences), self.config.gnn.out_dim), np.float32)
         with torch.no_grad():
             for part in chunks(len(sequences), self.devices_per_call):
-                out[part] = self.model.sequence_encoder(torch.from_numpy(sequences[part]),
-                                                        torch.from_numpy(lengths[part])).numpy()
+                out[part] = self.model.sequence_encoder(self._in(sequences[part]), self._in(lengths[part])).cpu().numpy()
         return out
 
     def t_beh(self, y_i: np.ndarray, y_j: np.ndarray, physics: np.ndarray, evidence: np.ndarray) -> np.ndarray:
         out = np.zeros(len(y_i))
         with torch.no_grad():
             for part in chunks(len(y_i), self.pairs_per_call):
-                raw = self.model.head(*(torch.from_numpy(np.ascontiguousarray(a[part], np.float32))
-                                        for a in (y_i, y_j, physics, evidence)))
-                out[part] = self.model.t_beh(raw).double().numpy()
+                raw = self.model.head(*(self._in(np.asarray(a[part], np.float32)) for a in (y_i, y_j, physics, evidence)))
+                out[part] = self.model.t_beh(raw).double().cpu().numpy()
         return out

@@ -58,7 +58,8 @@ def test_every_message_is_a_row_or_a_dead_letter(parser: ParseEvents, data) -> N
     values += list(hostile_messages(VALID[0]).values()) if data.draw(st.booleans()) else []
     n = len(values)
     batch = RawBatch("events", 0, np.arange(n, dtype=np.int64), np.full(n, SIM.clock.origin_ms, np.int64), values, 0)
-    outputs = list(parser.process(batch))
+    parser.start_bundle()
+    outputs = [*parser.process(batch), *parser.finish_bundle()]
     letters = [o.value for o in outputs if getattr(o, "tag", None) == DEAD]
     rows = sum(table.num_rows for o in outputs if getattr(o, "tag", None) is None
                for _, table in [o.value])

@@ -1,16 +1,15 @@
-"""The kafka-python source under disorder: timestamps stepping back, offset gaps, skewed clocks, stalls."""
+"""The local Kafka source under disorder: offset gaps, partitions read together, stalls, skewed clocks; and the
+plan's checks of the log (retention, a replaced log)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
-from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
-from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
-from apache_beam.utils.timestamp import Timestamp
+from confluent_kafka import KafkaError
 
-from beam_pipeline.kafka_io import PartitionRange, PartitionStalled, ReadPartition
+from beam_pipeline.kafka_io import PartitionRange, PartitionStalled, ReadRanges, trusted_progress
 from exporters.kafka_client import KafkaSettings
 
 
@@ -21,81 +20,96 @@ class Record:
     value: bytes = b"{}"
 
 
-class FakeConsumer:
-    """Serves fixed polls of one partition; offsets may have gaps (transaction markers, compaction)."""
+class Message:
+    """A confluent-kafka message, or an end-of-log event when ``eof``."""
 
-    def __init__(self, polls: list[list[Record]], end: int) -> None:
-        self.polls, self.end, self.at, self.tp = list(polls), end, 0, None
+    def __init__(self, partition: int, record: Record | None = None, eof: int | None = None) -> None:
+        self._partition, self.record, self.eof = partition, record, eof
+
+    def topic(self) -> str:
+        return "events"
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self.eof if self.record is None else self.record.offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return 1, self.record.timestamp
+
+    def value(self) -> bytes:
+        return self.record.value
+
+    def error(self) -> KafkaError | None:
+        return None if self.record is not None else KafkaError(KafkaError._PARTITION_EOF)
+
+
+class FakeConsumer:
+    """Serves fixed answers to consume(); records the assignment."""
+
+    def __init__(self, answers: list[list[Message]]) -> None:
+        self.answers, self.assigned = list(answers), None
 
     def assign(self, partitions) -> None:
-        self.tp = partitions[0]
+        self.assigned = sorted((tp.partition, tp.offset) for tp in partitions)
 
-    def seek(self, tp, offset: int) -> None:
-        self.at = offset
+    def unassign(self) -> None:
+        self.assigned = None
 
-    def position(self, tp) -> int:
-        return self.at
-
-    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict:
-        if not self.polls:
-            return {}
-        records = self.polls.pop(0)
-        if records:
-            self.at = records[-1].offset + 1
-        else:  # a control record or compacted records at the end: the position moves past them
-            self.at = self.end
-        return {self.tp: records}
-
-    def end_offsets(self, partitions) -> dict:
-        return {tp: self.end for tp in partitions}
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        return self.answers.pop(0) if self.answers else []
 
     def close(self) -> None:
         pass
 
 
-def read(polls: list[list[Record]], stop: int, max_skew_ms: float = 60_000) -> tuple[list, OffsetRestrictionTracker,
-                                                                                      ManualWatermarkEstimator]:
-    reader = ReadPartition(KafkaSettings("unused:1"), max_batch=100, max_skew_ms=max_skew_ms)
-    reader.client = FakeConsumer(polls, stop)
-    tracker = OffsetRestrictionTracker(OffsetRange(0, stop))
-    watermark = ManualWatermarkEstimator(None)
-    batches = list(reader.process(PartitionRange("events", 0, 0, stop, 0), tracker, watermark))
-    return batches, tracker, watermark
+def read(answers: list[list[Message]], *ranges: PartitionRange, idle_polls: int = 20) -> tuple[list, FakeConsumer]:
+    reader = ReadRanges(KafkaSettings("unused:1"), max_batch=100, idle_polls=idle_polls)
+    reader.client = FakeConsumer(answers)
+    return list(reader.process(tuple(ranges))), reader.client
 
 
-def test_timestamps_stepping_back_across_polls_keep_the_watermark_monotone() -> None:
-    now = int(time.time() * 1000)
-    batches, tracker, watermark = read([[Record(0, now - 300), Record(1, now - 100)], [Record(2, now - 5_000)]], 3)
-    assert sum(len(b.values) for b in batches) == 3  # the stepped-back record is read, not a crash
-    assert watermark.current_watermark() == Timestamp(micros=(now - 100) * 1000)
-    tracker.check_done()
-
-
-def test_offset_gaps_are_not_missing_records() -> None:
-    now = int(time.time() * 1000)
-    polls = [[Record(0, now), Record(1, now)], [Record(4, now), Record(5, now)], []]  # 2-3 and 6-9: markers
-    batches, tracker, _ = read(polls, 10)
+def test_offset_gaps_are_not_missing_records_and_the_end_of_log_past_the_plan_ends_the_range() -> None:
+    answers = [[Message(0, Record(0, 5)), Message(0, Record(1, 5))], [Message(0, Record(4, 5)), Message(0, Record(5, 5))],
+               [Message(0, eof=10)]]  # 2-3 and 6-9: transaction markers or compacted records
+    batches, client = read(answers, PartitionRange("events", 0, 0, 10, 0))
     assert [int(o) for b in batches for o in b.offsets] == [0, 1, 4, 5]
-    tracker.check_done()  # the whole range is claimed: nothing is waited for beyond the last record
+    assert client.assigned is None  # done: unassigned, nothing waited for beyond the end of log
 
 
-def test_a_record_from_a_clock_hours_ahead_does_not_move_the_watermark() -> None:
-    now = int(time.time() * 1000)
-    polls = [[Record(0, now - 1_000), Record(1, now + 3 * 3_600_000), Record(2, now - 500)]]
-    batches, _, watermark = read(polls, 3)
-    assert sum(len(b.values) for b in batches) == 3  # the event is kept (within max_future_s), only not trusted
-    assert watermark.current_watermark() == Timestamp(micros=(now - 500) * 1000)
+def test_partitions_are_read_together_and_nothing_past_a_planned_end_is_emitted() -> None:
+    answers = [[Message(0, Record(3, 1)), Message(1, Record(7, 2)), Message(0, Record(4, 3)), Message(1, Record(8, 4))],
+               [Message(0, Record(5, 5)), Message(1, Record(9, 6)), Message(1, Record(10, 7))],  # 10: past partition 1's end
+               [Message(0, Record(6, 8))]]
+    reader = ReadRanges(KafkaSettings("unused:1"), max_batch=100)
+    reader.client = client = FakeConsumer(answers)
+    batches = reader.process((PartitionRange("events", 0, 3, 7, 5), PartitionRange("events", 1, 7, 10, 7)))
+    first = next(batches)
+    assert client.assigned == [(0, 3), (1, 7)]  # one consumer, both partitions from their planned start
+    rest = list(batches)
+    got = {(b.partition, int(o)): int(t) for b in [first, *rest] for o, t in zip(b.offsets, b.timestamps)}
+    assert got == {(0, 3): 1, (0, 4): 3, (0, 5): 5, (0, 6): 8, (1, 7): 2, (1, 8): 4, (1, 9): 6}
+    assert {b.partition: b.new_from for b in [first, *rest]} == {0: 5, 1: 7}  # offsets below new_from: replayed
 
 
-def test_a_stalled_partition_is_a_retriable_error() -> None:
-    polls = [[]] * 25  # the broker answers, but nothing below the planned end arrives
-    reader = ReadPartition(KafkaSettings("unused:1"), max_batch=100)
-    reader.client = FakeConsumer(polls, 10)
-    reader.client.poll = lambda timeout_ms=0, max_records=None: {}  # the position never moves
-    tracker = OffsetRestrictionTracker(OffsetRange(0, 10))
-    with pytest.raises(PartitionStalled) as raised:
-        list(reader.process(PartitionRange("events", 0, 0, 10, 0), tracker, ManualWatermarkEstimator(None)))
+def test_a_stalled_group_is_a_retriable_error_naming_the_partitions_below_their_end() -> None:
+    with pytest.raises(PartitionStalled, match=r"\('events', 1\)") as raised:
+        read([[Message(0, Record(0, 1))]], PartitionRange("events", 0, 0, 1, 0), PartitionRange("events", 1, 0, 5, 0),
+             idle_polls=3)
     assert raised.value.retriable
+
+
+def test_empty_ranges_assign_nothing() -> None:
+    batches, client = read([], PartitionRange("events", 0, 4, 4, 4))
+    assert batches == [] and client.assigned is None
+
+
+def test_progress_trusts_neither_a_clock_ahead_nor_a_step_back() -> None:
+    now = 1_000_000
+    stamps = np.array([now - 1_000, now + 3 * 3_600_000, now - 500, now - 5_000])  # one producer 3 h ahead
+    assert trusted_progress(stamps, now, max_skew_ms=60_000) == now - 500
+    assert trusted_progress(np.array([now + 3 * 3_600_000]), now, 60_000) is None
 
 
 class FakeLog:

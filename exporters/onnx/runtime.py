@@ -37,10 +37,17 @@ def _onnxruntime():
     return onnxruntime
 
 
-def providers() -> list[str]:
+def providers(device: str = "auto") -> list[str]:
+    """The execution providers for ``--device``: auto = the fastest installed, cpu = the CPU only, cuda = CUDA
+    (refused when onnxruntime-gpu's CUDA provider is not installed)."""
     ort = _onnxruntime()
 
     available = set(ort.get_available_providers())
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    if device == "cuda" and "CUDAExecutionProvider" not in available:
+        raise OnnxModelError("--device cuda --backend onnx: onnxruntime has no CUDAExecutionProvider here "
+                             "(install the gpu extra: onnxruntime-gpu)")
     return [p for p in PREFERRED_PROVIDERS if p in available]
 
 
@@ -48,7 +55,7 @@ class OnnxStages:
     """BM's stages on onnxruntime sessions (see :mod:`exporters.onnx.export` for the graphs)."""
 
     def __init__(self, directory: str | os.PathLike[str], expect_content_hash: str | None = None,
-                 devices_per_call: int = 1024, pairs_per_call: int = 65536) -> None:
+                 devices_per_call: int = 1024, pairs_per_call: int = 65536, device: str = "auto") -> None:
         from exporters.onnx.export import FORMAT, STAGE_FILES
 
         root = Path(directory)
@@ -68,7 +75,7 @@ class OnnxStages:
         self.manifest = manifest
         self.index = DeviceIndex(tuple(manifest["ids"]))
         self.idle = np.asarray(manifest["idle"], dtype=np.float32)
-        self.providers = providers()
+        self.providers = providers(device)
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only: the GPU packages warn on every CPU fallback
         self.sessions = {name: ort.InferenceSession(str(root / name), options, providers=self.providers)

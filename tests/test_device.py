@@ -1,0 +1,66 @@
+"""``--device``: names refused by name, a missing GPU refused before any work, and the GPU path equal to the CPU's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from beam_pipeline.options import JobConfig
+from exporters.onnx import OnnxModelError
+from exporters.onnx.runtime import providers
+from model.checkpoint import load
+from model.config import SystemParams
+from model.scoring import score_log
+from model.stages import TorchStages, resolve_device
+from tests.pipeline_fixtures import RANKING, run_tables, write_checkpoint
+
+GPU = torch.cuda.is_available()
+
+
+def test_device_names_resolve_and_a_typo_is_refused_by_name() -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if GPU else "cpu")
+    with pytest.raises(ValueError, match=r"--device: must be one of auto, cpu, cuda \(got 'gpu'\)"):
+        resolve_device("gpu")
+
+
+@pytest.mark.skipif(GPU, reason="needs a machine without a CUDA GPU")
+def test_cuda_without_a_gpu_is_refused_before_any_work() -> None:
+    with pytest.raises(ValueError, match="--device cuda: PyTorch sees no CUDA GPU"):
+        resolve_device("cuda")
+
+
+def test_the_onnx_backend_runs_where_it_is_told() -> None:
+    import onnxruntime as ort
+
+    assert providers("cpu") == ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        assert providers("cuda")[0] in ("TensorrtExecutionProvider", "CUDAExecutionProvider")
+    else:
+        with pytest.raises(OnnxModelError, match="no CUDAExecutionProvider"):
+            providers("cuda")
+
+
+def test_job_options_refuse_an_unknown_device(tmp_path) -> None:
+    checkpoint = write_checkpoint(tmp_path / "model")
+    with pytest.raises(ValueError, match="--device: must be one of"):
+        JobConfig(str(checkpoint), device="tpu")
+    assert JobConfig(str(checkpoint), device="cpu").device == "cpu"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_a_simulated_run_scores_the_same_on_the_gpu(tmp_path) -> None:
+    checkpoint = write_checkpoint(tmp_path / "model")
+    events, status = run_tables()
+    runs = []
+    for device in ("cpu", "cuda"):
+        model, index, _ = load(checkpoint)
+        stages = TorchStages(model, index, device=torch.device(device))
+        runs.append(list(score_log(stages, events, status, RANKING, SystemParams(), "v")))
+    cpu, cuda = runs
+    assert sum(len(r.scores) for r in cpu) > 100
+    for a, b in zip(cpu, cuda):
+        assert [(s.owner, s.collaborator) for s in a.scores] == [(s.owner, s.collaborator) for s in b.scores]
+        np.testing.assert_allclose([s.t_beh for s in b.scores], [s.t_beh for s in a.scores], atol=1e-4)
