@@ -219,29 +219,33 @@ class ReadRanges(beam.DoFn):
         if not todo:
             return
         self.client.assign([ConfluentPartition(t, p, r.start) for (t, p), r in todo.items()])
+        at = {key: r.start for key, r in planned.items()}  # the next offset expected per partition
         try:
             idle = 0
             while todo:
-                messages = self.client.consume(self.max_batch, timeout=POLL_MS / 1000)
+                # consume() waits for as many messages as asked: never ask for more than the ranges still hold
+                wanted = min(self.max_batch, sum(planned[key].stop - at[key] for key in todo))
+                messages = self.client.consume(wanted, timeout=POLL_MS / 1000)
                 batches: dict[tuple[str, int], list] = {}
+                left = len(todo)
                 for message in messages:
                     key = (message.topic(), message.partition())
-                    if key not in todo:
-                        continue  # a partition already read to its planned end
                     if message.error() is not None:
                         self._error(message, todo)
-                        continue
-                    if message.offset() >= todo[key].stop:
+                    elif key not in todo:
+                        continue  # a partition already read to its planned end
+                    elif message.offset() >= todo[key].stop:
                         del todo[key]
-                        continue
-                    batches.setdefault(key, []).append(message)
-                idle = 0 if messages else idle + 1
+                    else:
+                        batches.setdefault(key, []).append(message)
+                idle = 0 if batches or len(todo) < left else idle + 1  # error events are no progress
                 if idle >= self.idle_polls:
                     raise PartitionStalled(f"nothing below the planned ends of {sorted(todo)} after {idle} polls "
                                            f"(planned ends {[todo[k].stop for k in sorted(todo)]})")
                 for (topic, partition), part in batches.items():
                     self.read.inc(len(part))
                     r = planned[(topic, partition)]
+                    at[(topic, partition)] = part[-1].offset() + 1
                     yield RawBatch(topic, partition, np.fromiter((m.offset() for m in part), np.int64, len(part)),
                                    np.fromiter((m.timestamp()[1] for m in part), np.int64, len(part)),
                                    [m.value() for m in part], r.new_from)
@@ -252,17 +256,19 @@ class ReadRanges(beam.DoFn):
 
     @staticmethod
     def _error(message: Any, todo: dict[tuple[str, int], PartitionRange]) -> None:
-        """An end of log at or past the planned end finishes the partition; other errors raise."""
+        """An end of log at or past the planned end finishes its partition; a missing topic and fatal errors
+        raise; librdkafka recovers from the rest (broker and transport errors) by itself, and a group that
+        stops progressing is caught by the idle polls."""
         error, key = message.error(), (message.topic(), message.partition())
         if error.code() == KafkaError._PARTITION_EOF:
-            if message.offset() >= todo[key].stop:
+            if key in todo and message.offset() >= todo[key].stop:
                 del todo[key]
             return
         if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION):
             raise TopicMissing(f"{key[0]}[{key[1]}]: {error.str()}")
-        if error.retriable():
-            return  # librdkafka retries it
-        raise KafkaException(error)
+        if error.fatal():
+            raise KafkaException(error)
+        log.warning("Kafka consumer: %s (librdkafka retries)", error.str())
 
 
 class ReadKafka(beam.PTransform):

@@ -21,10 +21,11 @@ class Record:
 
 
 class Message:
-    """A confluent-kafka message, or an end-of-log event when ``eof``."""
+    """A confluent-kafka message, an end-of-log event when ``eof``, or an error event with ``code``."""
 
-    def __init__(self, partition: int, record: Record | None = None, eof: int | None = None) -> None:
-        self._partition, self.record, self.eof = partition, record, eof
+    def __init__(self, partition: int, record: Record | None = None, eof: int | None = None,
+                 code: int = KafkaError._PARTITION_EOF) -> None:
+        self._partition, self.record, self.eof, self.code = partition, record, eof, code
 
     def topic(self) -> str:
         return "events"
@@ -42,7 +43,7 @@ class Message:
         return self.record.value
 
     def error(self) -> KafkaError | None:
-        return None if self.record is not None else KafkaError(KafkaError._PARTITION_EOF)
+        return None if self.record is not None else KafkaError(self.code)
 
 
 class FakeConsumer:
@@ -98,6 +99,15 @@ def test_a_stalled_group_is_a_retriable_error_naming_the_partitions_below_their_
         read([[Message(0, Record(0, 1))]], PartitionRange("events", 0, 0, 1, 0), PartitionRange("events", 1, 0, 5, 0),
              idle_polls=3)
     assert raised.value.retriable
+
+
+def test_broker_trouble_is_ridden_out_by_librdkafka_but_never_counts_as_progress() -> None:
+    transport = [Message(0, eof=-1, code=KafkaError._TRANSPORT)]
+    batches, _ = read([transport, transport, [Message(0, Record(0, 1))]], PartitionRange("events", 0, 0, 1, 0),
+                      idle_polls=3)
+    assert [int(o) for b in batches for o in b.offsets] == [0]  # the read went on after two error events
+    with pytest.raises(PartitionStalled):
+        read([transport] * 5, PartitionRange("events", 0, 0, 1, 0), idle_polls=3)
 
 
 def test_empty_ranges_assign_nothing() -> None:
