@@ -106,27 +106,33 @@ def test_a_second_follower_on_a_ledger_is_refused(broker, checkpoint) -> None:
     assert report.counters.get("events_read", 0) == 0 and not report.published_slots
 
 
-def test_a_broker_that_stalls_longer_than_a_read_is_ridden_out(tmp_path, checkpoint) -> None:
+def test_a_broker_that_stalls_longer_than_a_read_is_ridden_out(tmp_path, checkpoint, monkeypatch) -> None:
+    from confluent_kafka import Consumer
+
+    import beam_pipeline.kafka_io as kafka_io
     from deploy.local.broker import LocalBroker
     from deploy.local.broker import free_port
 
     broker = LocalBroker(port=free_port(), state_dir=tmp_path / "stalling")
     broker.start()
+    stalled = threading.Event()
+
+    class FreezingConsumer(Consumer):
+        """Freezes the broker (SIGSTOP) for 12 s, longer than a read's 10 s of patience, at the first read."""
+
+        def consume(self, *args, **kwargs):
+            if not stalled.is_set():
+                pid = broker.pid()
+                os.kill(pid, signal.SIGSTOP)
+                stalled.set()
+                threading.Timer(12.0, os.kill, (pid, signal.SIGCONT)).start()
+            return super().consume(*args, **kwargs)
+
     try:
         topics = fresh_topics(broker)
         events, status = run_tables()
         publish(broker, topics, events, status)
-        pid = broker.pid()
-        stalled = threading.Event()
-
-        def stall() -> None:  # freeze the broker mid-cycle for 12 s (longer than a read's 10 s of patience)
-            time.sleep(2.0)
-            os.kill(pid, signal.SIGSTOP)
-            stalled.set()
-            time.sleep(12.0)
-            os.kill(pid, signal.SIGCONT)
-
-        threading.Thread(target=stall, daemon=True).start()
+        monkeypatch.setattr(kafka_io, "Consumer", FreezingConsumer)
         reports = list(run(broker.settings, job(checkpoint, topics=topics), "stall", follow=False,
                            retry_deadline_s=120))
         assert stalled.is_set() and reports[0].published_slots == list(range(SIM.slots))
