@@ -77,11 +77,15 @@ class TrustbeamOptions(PipelineOptions):
                             help="owners with a task in this many recent slots are ranked")
         parser.add_argument("--range_m", type=float, default=RankingConfig.range_m,
                             help="candidate range in metres (0: every device with a status)")
-        parser.add_argument("--top_k", type=int, default=RankingConfig.top_k, help="candidates per ranking")
+        parser.add_argument("--top_k", type=int, default=RankingConfig.top_k,
+                            help="candidates per ranking by VoC (plus the (T, VoC) frontier)")
         parser.add_argument("--scores_per_owner", type=int, default=RankingConfig.scores_per_owner,
                             help="trust-scores records per owner (its most trusted candidates)")
         parser.add_argument("--default_threshold", type=float, default=RankingConfig.default_threshold,
                             help="theta for owners whose tasks carry none")
+        parser.add_argument("--threshold_floor", type=float, default=None,
+                            help="the lowest theta the schedulers ask: rankings are made at min(owner's theta, this) "
+                                 "and answer every theta above it (default: the owner's theta)")
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,8 @@ class JobConfig:
         if not o.checkpoint:
             raise ValueError("--checkpoint: required (a directory written by `trustbeam train`)")
         ranking = RankingConfig(owner_slots=o.owner_slots, range_m=o.range_m or None, top_k=o.top_k,
-                                scores_per_owner=o.scores_per_owner, default_threshold=o.default_threshold)
+                                scores_per_owner=o.scores_per_owner, default_threshold=o.default_threshold,
+                                threshold_floor=o.threshold_floor)
         topics = Topics(o.events_topic, o.status_topic, o.scores_topic, o.rankings_topic, o.dead_letter_topic)
         try:
             pieces = Pieces(o.score_pieces, o.cell_m)

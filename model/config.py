@@ -93,9 +93,12 @@ class RankingConfig:
     """What a slot's scoring publishes; the same offline (``trustbeam score``) and streaming.
 
     Per slot, every owner with a task in the last ``owner_slots`` slots is scored against the
-    candidates with a known status within ``range_m`` (all when None). It gets one ranking of at most
-    ``top_k`` candidates (T >= its task's theta, best VoC first) and trust scores for its
-    ``scores_per_owner`` most trusted candidates: at most owners * (1 + scores_per_owner) records.
+    candidates with a known status within ``range_m`` (all when None). It gets one ranking at a threshold
+    theta (its latest task's, ``default_threshold`` when its tasks carry none, lowered to
+    ``threshold_floor`` when one is set): the ``top_k`` candidates with T >= theta by VoC, plus every
+    candidate on the (T, VoC) Pareto frontier above theta, best VoC first, so that a scheduler whose
+    task asks any theta' >= theta finds the paper's choice for it in the ranking; and trust scores for
+    its ``scores_per_owner`` most trusted candidates.
     """
 
     owner_slots: int = 1
@@ -103,6 +106,7 @@ class RankingConfig:
     top_k: int = 10
     scores_per_owner: int = 5
     default_threshold: float = 0.5  # theta for an owner whose tasks carry none
+    threshold_floor: float | None = None  # the lowest theta the schedulers ask: rankings answer every theta above
 
     def __post_init__(self) -> None:
         for name in ("owner_slots", "top_k", "scores_per_owner"):
@@ -112,6 +116,8 @@ class RankingConfig:
             raise ValueError(f"RankingConfig.range_m: must be > 0 or None (got {self.range_m!r})")
         if not 0 <= self.default_threshold <= 1:
             raise ValueError(f"RankingConfig.default_threshold: must lie in [0, 1] (got {self.default_threshold!r})")
+        if self.threshold_floor is not None and not 0 <= self.threshold_floor <= 1:
+            raise ValueError(f"RankingConfig.threshold_floor: must lie in [0, 1] (got {self.threshold_floor!r})")
 
 
 def state_dir() -> Path:

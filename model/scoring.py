@@ -439,6 +439,8 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
     voc = physics.value(params)
     theta = frame.profile[src, 2]
     theta = np.where(np.isnan(theta), ranking.default_threshold, theta)
+    if ranking.threshold_floor is not None:
+        theta = np.minimum(theta, ranking.threshold_floor)
     ids = frame.ids
     scores: list[TrustScore] = []
     rankings: list[CollaboratorRanking] = []
@@ -454,13 +456,29 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
                               revision=revision)
                    for p in by_trust]
         eligible = part[trust[part] >= theta[begin]]
-        chosen = eligible[np.lexsort((frame.keys[dst[eligible]], -trust[eligible], -voc[eligible]))][: ranking.top_k]
+        chosen = eligible[ranked(trust[eligible], voc[eligible], frame.keys[dst[eligible]], ranking.top_k)]
         rankings.append(CollaboratorRanking(
             owner=owner, slot=slot, slot_start_ms=start_ms, slot_end_ms=end_ms, threshold=float(theta[begin]),
             model_version=model_version, is_update=is_update, revision=revision,
             candidates=tuple(RankedCandidate(collaborator=ids[dst[p]], trust=float(trust[p]), voc=float(voc[p]))
                              for p in chosen)))
     return SlotScores(slot, scores, rankings, piece)
+
+
+def ranked(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, top_k: int) -> np.ndarray:
+    """Positions of an owner's eligible candidates (n,) to publish, in the paper's selection order (VoC, then T,
+    then key): the ``top_k`` first, and every candidate on the (T, VoC) Pareto frontier. For any threshold
+    theta' at or above the ranking's, the rule's choice among T >= theta' is then listed: nothing with at
+    least its T has a higher VoC, so it is on the frontier."""
+    order = np.lexsort((keys, -trust, -voc))  # the selection order
+    by_trust = np.lexsort((keys, -voc, -trust))
+    voc_sorted = voc[by_trust]
+    best_above = np.maximum.accumulate(voc_sorted)[:-1]  # the best VoC among the more trusted
+    frontier = by_trust[np.r_[True, voc_sorted[1:] > best_above]] if len(keys) else by_trust
+    listed = np.zeros(len(keys), dtype=bool)
+    listed[order[:top_k]] = True
+    listed[frontier] = True
+    return order[listed[order]]
 
 
 def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking: RankingConfig,

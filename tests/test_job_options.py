@@ -74,7 +74,9 @@ def test_trustbeam_score_writes_valid_wire_records(checkpoint, tmp_path, capsys)
     rankings = [from_json(CollaboratorRanking, line)
                 for line in (tmp_path / "out" / "collaborator-rankings.jsonl").read_bytes().splitlines()]
     assert summary["trust_scores"] == len(scores) > 0 and summary["rankings"] == len(rankings) > 0
-    assert max(len(r.candidates) for r in rankings) <= 2
+    for r in rankings:  # 2 by VoC, then only the (T, VoC) frontier: each more trusted than all before it
+        trust = [c.trust for c in r.candidates]
+        assert all(t > max(trust[:i]) for i, t in enumerate(trust) if i >= 2)
     assert main(["score", "--events", "x", "--out", "y"]) == 2  # no checkpoint: a clear error, not a traceback
 
 

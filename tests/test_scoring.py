@@ -15,7 +15,7 @@ from model.config import RankingConfig, SlotClock, SystemParams
 from simulator.experiment import simulated_run
 from model.graphs import DeviceIndex, device_keys
 from model.history import History
-from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, score_log, score_slot, shard_of, slot_part,
+from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, ranked, score_log, score_slot, shard_of, slot_part,
                            status_arrays)
 from model.stages import TorchStages
 from simulator.config import SimConfig
@@ -129,9 +129,26 @@ def test_rankings_follow_the_rule_and_bounds(log) -> None:
         assert {r.owner for r in result.rankings} == owners
         assert len(result.scores) <= 4 * len(owners)
         for r in result.rankings:
-            assert len(r.candidates) <= 3
             assert all(c.trust >= r.threshold for c in r.candidates)  # the records also validate this
             assert [c.voc for c in r.candidates] == sorted((c.voc for c in r.candidates), reverse=True)
+            extra = [c.trust for c in r.candidates[3:]]  # past the top 3 by VoC: frontier members only
+            assert extra == sorted(set(extra)) and all(t > max(c.trust for c in r.candidates[:3]) for t in extra)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_ranking_holds_the_rules_choice_for_every_threshold_above_its_own(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    trust, voc = rng.choice(np.linspace(0, 1, 12), n), rng.choice(np.linspace(0, 1, 9), n)  # ties on both
+    keys = rng.permutation(n).astype(np.int64)
+    listed = ranked(trust, voc, keys, top_k=3)
+    order = np.lexsort((keys, -trust, -voc))
+    np.testing.assert_array_equal(listed[:3], order[:3])  # the top 3 by the rule, first
+    assert [p for p in order if p in set(listed.tolist())] == listed.tolist()  # in the rule's order
+    for theta in np.linspace(0, 1, 41):
+        eligible = [p for p in order if trust[p] >= theta]
+        if eligible:  # the rule's choice at theta, and what a scheduler reading the ranking picks
+            assert next(p for p in listed if trust[p] >= theta) == eligible[0]
 
 
 def test_status_is_taken_as_of_the_slot_end() -> None:

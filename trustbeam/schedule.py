@@ -217,9 +217,10 @@ def run_schedule_demo(sim: SimConfig, bootstrap: str | None, epochs: int, warmup
     checkpoint = cached_checkpoint(sim, epochs, state_dir() / "demo")
     window = load(checkpoint)[0].config.window
     topics = tagged_topics()
-    ranking = RankingConfig(owner_slots=window, scores_per_owner=10)  # rank every owner seen in the last S slots
-    job = JobConfig(str(checkpoint), ranking=ranking, topics=topics)
     live = live_config(sim)
+    # rank every owner seen in the last S slots, for every theta the scheduler's tasks may ask
+    ranking = RankingConfig(owner_slots=window, scores_per_owner=10, threshold_floor=live.threshold_range[0])
+    job = JobConfig(str(checkpoint), ranking=ranking, topics=topics)
     step(f"closed loop: {warmup} warm-up slots, then {loop} slots of {len(Simulator(live).slot_tasks(warmup))} "
           f"tasks scheduled from the live topics ({topics.rankings})")
     started = time.perf_counter()
