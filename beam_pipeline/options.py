@@ -14,7 +14,8 @@ from beam_pipeline.kafka_io import MAX_AHEAD_MS, MAX_SKEW_MS
 from model.checkpoint import CheckpointError, load
 from model.candidates import Pieces
 from model.config import RankingConfig, SystemParams
-from model.stages import DEVICES, Stages, TorchStages, resolve_device
+from model.config import DEVICES
+from model.stages import Stages, TorchStages, resolve_device
 from exporters.kafka_client import Topics
 
 

@@ -113,12 +113,20 @@ class BM(nn.Module):
             self.head = ContextHead(d, config.evidence.features, config.head_hidden, config.outcomes, config.weights,
                                     outage or OutageCurve.prior(config.system), config.dropout)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model's tensors live (inputs built from numpy are moved there)."""
+        return self.features.device
+
+    def _in(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(self.device)
+
     def device_features(self) -> torch.Tensor:
         """(devices, node2vec dim): node2vec rows of known devices, the cold row for the rest (and, in
         training, for a random ``cold_dropout`` share of the known ones)."""
         known = self.known
         if self.training and self.config.cold_dropout > 0:
-            known = known & (torch.rand(len(known)) >= self.config.cold_dropout)
+            known = known & (torch.rand(len(known), device=known.device) >= self.config.cold_dropout)
         return torch.where(known[:, None], self.features, self.cold)
 
     def long_term(self, history: History, devices: np.ndarray, end: np.ndarray) -> torch.Tensor:
@@ -130,16 +138,16 @@ class BM(nn.Module):
         first = int(slots.min())
         needed = history.graphs[first:int(u_end.max()) + 1]
         embeddings = self.slot_encoder(self.device_features(), needed)  # (slots, n, d)
-        sequences = embeddings[torch.from_numpy(slots - first), torch.from_numpy(u_dev)[:, None]]  # (U, W, d)
-        return self.sequence_encoder(sequences, torch.from_numpy(lengths))[torch.from_numpy(inverse)]
+        sequences = embeddings[self._in(slots - first), self._in(u_dev)[:, None]]  # (U, W, d)
+        return self.sequence_encoder(sequences, self._in(lengths))[self._in(inverse)]
 
     def pair_inputs(self, history: History, query: PairQuery) -> tuple[torch.Tensor, torch.Tensor]:
         """(physics (P, 4), evidence (P, F)) of the pairs; empty for the paper head, which reads neither."""
         if not self.config.uses_context:
-            return torch.zeros(len(query.src), 0), torch.zeros(len(query.src), 0)
+            return torch.zeros(len(query.src), 0, device=self.device), torch.zeros(len(query.src), 0, device=self.device)
         physics = history.pair_physics(query.src, query.dst, query.end, query.profile, self.config.system)
         evidence = history.pair_evidence(query.src, query.dst, query.end, self.config.evidence)
-        return torch.from_numpy(physics), torch.from_numpy(evidence)
+        return self._in(physics), self._in(evidence)
 
     def pair_outputs(self, history: History, query: PairQuery) -> torch.Tensor:
         """The head's raw outputs (P, k) for the queried pairs."""

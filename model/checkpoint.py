@@ -102,9 +102,9 @@ def save(model: BM, index: DeviceIndex, directory: str | os.PathLike[str], metad
          ) -> str:
     """Write a checkpoint; returns its content hash."""
     with staged_directory(Path(directory)) as staging:
-        weights = {k: v for k, v in model.state_dict().items() if k not in _DERIVED}
+        weights = {k: v.cpu() for k, v in model.state_dict().items() if k not in _DERIVED}  # loadable anywhere
         torch.save(weights, staging / "weights.pt")
-        np.save(staging / "node2vec.npy", model.features.numpy(), allow_pickle=False)
+        np.save(staging / "node2vec.npy", model.features.cpu().numpy(), allow_pickle=False)
         files = {name: file_sha256(staging / name) for name in ("weights.pt", "node2vec.npy")}
         config = config_to_dict(model.config)
         content = _content_hash(config, list(index.ids), files)

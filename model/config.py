@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+DEVICES = ("auto", "cpu", "cuda")  # --device: where torch runs the model (model.stages.resolve_device)
+
 
 def dbm_to_w(dbm: float) -> float:
     return 10.0 ** (dbm / 10.0) / 1000.0

@@ -104,7 +104,7 @@ def learned_scorer(model, history: History, readout: Readout | None = None) -> S
     def score(src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray) -> np.ndarray:
         model.eval()
         with torch.no_grad():
-            return model.t_beh(model.pair_outputs(history, PairQuery(src, dst, end, profile)), readout).numpy()
+            return model.t_beh(model.pair_outputs(history, PairQuery(src, dst, end, profile)), readout).cpu().numpy()
 
     return score
 

@@ -101,7 +101,7 @@ class SlotEncoder(nn.Module):
     def forward(self, features: torch.Tensor, graphs: Sequence[SlotGraph | None]) -> torch.Tensor:
         """features: (n, node_dim); graphs: one per slot (None = nobody active) -> (len(graphs), n, out_dim)."""
         n = features.shape[0]
-        nodes, src, dst, t_col, offset = batched_inputs(graphs, n)  # only active devices are encoded
+        nodes, src, dst, t_col, offset = (t.to(features.device) for t in batched_inputs(graphs, n))  # active only
         h = self.encode(features[nodes % n], src, dst, t_col, offset)  # (active nodes over all slots, out_dim)
         out = self.idle.expand(len(graphs) * n, self.config.out_dim)
         out = out.index_put((nodes,), h)  # (slots * n, out_dim): idle everywhere else

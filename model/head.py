@@ -57,7 +57,7 @@ def soft_labels(values: torch.Tensor, levels: int) -> torch.Tensor:
     position = values.clamp(0, 1) * (levels - 1)
     low = position.floor().long().clamp(max=levels - 2)
     upper_share = position - low
-    labels = torch.zeros(len(values), levels)
+    labels = torch.zeros(len(values), levels, device=values.device)
     labels.scatter_(1, low[:, None], (1 - upper_share)[:, None])
     labels.scatter_add_(1, (low + 1)[:, None], upper_share[:, None])
     return labels

@@ -23,7 +23,7 @@ SequenceKind = Literal["bimamba", "lstm", "transformer", "last"]
 
 def last_valid(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """(batch, L, d) -> (batch, d): each sequence's last valid position."""
-    return x[torch.arange(len(x)), lengths - 1]
+    return x[torch.arange(len(x), device=x.device), lengths - 1]
 
 
 class LastSlot(nn.Module):

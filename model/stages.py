@@ -22,6 +22,7 @@ import pyarrow as pa
 import torch
 
 from model.bm import BM, BMConfig
+from model.config import DEVICES
 from model.gnn import batched_inputs
 from model.graphs import DeviceIndex, SlotGraph
 
@@ -45,8 +46,6 @@ class Stages(Protocol):
         """(P, d), (P, d) long-term embeddings of owners and candidates, (P, 4) physics, (P, F) evidence ->
         (P,) float64 T_beh."""
 
-
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def resolve_device(name: str) -> torch.device:

@@ -36,6 +36,7 @@ from model.config import SystemParams
 from model.head import PairTargets
 from model.history import History
 from model.metrics import mae, rmse
+from model.stages import resolve_device
 from model.node2vec import Graph, node2vec_embeddings
 
 PAPER_GRID = {"lr": (1e-1, 1e-2, 1e-3, 1e-4), "weight_decay": (1e-5, 1e-4), "dropout": (0.0, 0.1, 0.3, 0.5, 0.8)}
@@ -58,6 +59,7 @@ class TrainConfig:
     seed: int = 0
     grid: dict[str, tuple[float, ...]] = field(default_factory=dict)  # empty: no search, use the fields above
     workers: int = 1  # processes scoring grid settings in parallel (each with cores // workers threads)
+    device: str = "cpu"  # where the model trains: auto|cpu|cuda (model.stages.resolve_device)
 
 
 @dataclass
@@ -96,8 +98,8 @@ class Targets:
     def __len__(self) -> int:
         return len(self.t_col)
 
-    def tensors(self) -> PairTargets:
-        return PairTargets(*(torch.from_numpy(np.asarray(v, np.float32))
+    def tensors(self, device: torch.device = torch.device("cpu")) -> PairTargets:
+        return PairTargets(*(torch.from_numpy(np.asarray(v, np.float32)).to(device)
                              for v in (self.t_col, self.tasks, self.flagged, self.tr, self.com)))
 
 
@@ -126,7 +128,7 @@ def predict(model: BM, history: History, slots: Iterable[int], readout: Readout 
         for part in parts:
             batch = targets(history, part)
             if len(batch):
-                t_beh.append(model.t_beh(model.pair_outputs(history, batch.query), readout).double().numpy())
+                t_beh.append(model.t_beh(model.pair_outputs(history, batch.query), readout).double().cpu().numpy())
                 t_col.append(batch.t_col)
     return np.concatenate(t_beh), np.concatenate(t_col)
 
@@ -140,7 +142,8 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
     batches = {"fit": targets(history, fit_slots), "val": targets(history, val_slots)}
     if not len(batches["fit"]) or not len(batches["val"]):
         return 0
-    inputs = {name: (*model.pair_inputs(history, batch.query), batch.tensors()) for name, batch in batches.items()}
+    inputs = {name: (*model.pair_inputs(history, batch.query), batch.tensors(model.device))
+              for name, batch in batches.items()}
     both = tuple(torch.cat([a, b]) for a, b in zip(inputs["fit"][:2], inputs["val"][:2]))
     inputs["all"] = (*both, PairTargets(*(torch.cat([getattr(inputs["fit"][2], f.name), getattr(inputs["val"][2], f.name)])
                                           for f in fields(PairTargets))))
@@ -149,7 +152,7 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
 
     def outputs(name: str, rows: np.ndarray) -> torch.Tensor:
         physics, evidence, _ = inputs[name]
-        zeros = torch.zeros(len(rows), d)
+        zeros = torch.zeros(len(rows), d, device=model.device)
         return head(zeros, zeros, physics[rows], evidence[rows])
 
     def train(name: str, epochs: int, validate: bool) -> int:
@@ -170,7 +173,7 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
             if validate:
                 head.eval()
                 with torch.no_grad():
-                    score = rmse(head.t_beh(outputs("val", val_rows)).double().numpy(), batches["val"].t_col)
+                    score = rmse(head.t_beh(outputs("val", val_rows)).double().cpu().numpy(), batches["val"].t_col)
                 if score < best:
                     best, best_epoch = score, epoch + 1
                 elif epoch + 1 - best_epoch >= config.head_patience:
@@ -201,7 +204,7 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
             batch = targets(history, chunks[index])
             if not len(batch):
                 continue
-            loss = model.loss(model.pair_outputs(history, batch.query), batch.tensors())
+            loss = model.loss(model.pair_outputs(history, batch.query), batch.tensors(model.device))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -269,7 +272,7 @@ class Prepared:
 def build(config: BMConfig, prepared: Prepared, train: TrainConfig) -> BM:
     torch.manual_seed(train.seed)
     config = prepared.configure(replace(config, dropout=train.dropout, gnn=replace(config.gnn, dropout=train.dropout)))
-    return BM(config, prepared.features, prepared.known, prepared.outage)
+    return BM(config, prepared.features, prepared.known, prepared.outage).to(resolve_device(train.device))
 
 
 def settings(train: TrainConfig) -> list[TrainConfig]:
@@ -318,14 +321,15 @@ class TrainReport:
 
 
 @contextlib.contextmanager
-def deterministic() -> Iterator[None]:
-    """torch's deterministic algorithms for the duration (scatter reductions otherwise vary in the last bit)."""
-    previous = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
+def deterministic(device: str = "cpu") -> Iterator[None]:
+    """torch's deterministic algorithms for the duration (scatter reductions otherwise vary in the last bit).
+    On a GPU, operations without a deterministic CUDA kernel warn instead of failing."""
+    previous, warned = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=resolve_device(device).type != "cpu")
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(previous)
+        torch.use_deterministic_algorithms(previous, warn_only=warned)
 
 
 def train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool = False,
@@ -334,10 +338,14 @@ def train_bm(history: History, config: BMConfig, train: TrainConfig, progress: b
 
     ``prepared``: what :func:`prepare` computes for the same history, config and seed (the learned
     methods of one evaluation run share it). The outcomes the head models follow the log
-    (``config.outcomes`` is set from it). Runs are deterministic on the CPU for a given seed (a test
-    checks bit-identical predictions).
+    (``config.outcomes`` is set from it). The model trains and stays on ``train.device``. Runs are
+    deterministic on the CPU for a given seed (a test checks bit-identical predictions).
     """
-    with deterministic():
+    device = resolve_device(train.device)  # a missing GPU is refused before any work
+    if train.workers > 1 and device.type != "cpu":
+        raise ValueError(f"--workers {train.workers}: parallel grid workers run on the CPU only; use --workers 1 "
+                         f"with --device {train.device}")
+    with deterministic(train.device):
         return _train_bm(history, replace(config, outcomes="flags" if history.has_flags else "graded"), train,
                          progress, prepared)
 

@@ -64,3 +64,36 @@ def test_a_simulated_run_scores_the_same_on_the_gpu(tmp_path) -> None:
     for a, b in zip(cpu, cuda):
         assert [(s.owner, s.collaborator) for s in a.scores] == [(s.owner, s.collaborator) for s in b.scores]
         np.testing.assert_allclose([s.t_beh for s in b.scores], [s.t_beh for s in a.scores], atol=1e-4)
+
+
+@pytest.mark.skipif(GPU, reason="needs a machine without a CUDA GPU")
+def test_training_on_cuda_without_a_gpu_is_refused_before_any_work() -> None:
+    from model.train import TrainConfig, train_bm
+
+    with pytest.raises(ValueError, match="--device cuda: PyTorch sees no CUDA GPU"):
+        train_bm(None, None, TrainConfig(device="cuda"))  # refused before the history is read
+
+
+def test_parallel_grid_workers_are_refused_off_the_cpu(monkeypatch) -> None:
+    from model import train as training
+
+    monkeypatch.setattr(training, "resolve_device", lambda name: torch.device("cuda"))
+    with pytest.raises(ValueError, match="--workers 2: parallel grid workers run on the CPU only"):
+        training.train_bm(None, None, training.TrainConfig(device="cuda", workers=2))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_training_runs_on_the_gpu_and_its_model_predicts_like_the_cpu(tmp_path) -> None:
+    from model.train import TrainConfig, predict, train_bm
+    from tests.test_bm import SMALL, simulated_history
+    from simulator.config import SimConfig
+
+    history = simulated_history(SimConfig(devices=40, tasks=1200, slots=24, seed=4))[0]
+    model, _, report = train_bm(history, SMALL, TrainConfig(epochs=2, patience=2, lr=1e-2, chunk_slots=4,
+                                                            head_epochs=20, device="cuda"))
+    assert model.device.type == "cuda" and np.isfinite(report.test_rmse)
+    on_gpu, t_col = predict(model, history, report.test_slots)
+    on_cpu, _ = predict(model.cpu(), history, report.test_slots)
+    np.testing.assert_allclose(on_gpu, on_cpu, atol=1e-4)
+    assert report.test_rmse == pytest.approx(float(np.sqrt(np.mean((on_gpu - t_col) ** 2))), abs=1e-6)

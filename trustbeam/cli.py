@@ -16,7 +16,7 @@ from typing import Callable
 
 from kafka.errors import KafkaError
 
-from model.config import SlotClock
+from model.config import DEVICES, SlotClock
 from simulator.config import ChannelModel, Policy, SimConfig, parse_mix
 from trustbeam.progress import Phases, bar
 
@@ -24,6 +24,12 @@ Handler = Callable[[argparse.Namespace], int]
 # model.evaluate.METHODS, spelled out so that building the parser imports no model (a test keeps them equal)
 EVALUATE_METHODS = ("bm", "bm_paper", "lstm", "transformer", "gnn", "channel_beta", "fxg", "beta", "qs_trust", "mean",
                     "oracle")
+
+
+def _add_device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=DEVICES, default="auto",
+                        help="where the models train: auto = the GPU when PyTorch sees one, else the CPU (the CPU "
+                             "path is bit-reproducible per seed; the GPU's equal within float tolerance)")
 
 
 def _add_sim_options(parser: argparse.ArgumentParser) -> None:
@@ -130,7 +136,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         history = History.from_events(events, config.clock, config.weights, status=status)
     train = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout, epochs=args.epochs,
                         patience=args.patience, seed=args.seed, grid=PAPER_GRID if args.grid == "paper" else {},
-                        workers=args.workers)
+                        workers=args.workers, device=args.device)
     with phase("train"):
         model, _, report = train_bm(history, config, train, progress=args.progress or sys.stderr.isatty())
     summary = {"setting": report.setting, "best_epoch": report.fit.best_epoch, "val_rmse": report.fit.val_rmse,
@@ -189,6 +195,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         sim = SimConfig(devices=60, tasks=3000, slots=30)
     else:
         config, train, sim = BMConfig(), TrainConfig(epochs=args.epochs or 40, patience=args.patience or 5), SimConfig()
+    train = replace(train, device=args.device)
     if args.test_fraction is not None:
         train = replace(train, test_fraction=args.test_fraction)
     if args.sim_slots is not None:  # the same task density per slot
@@ -381,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--grid", choices=["none", "paper"], default="none",
                        help="paper: blocked 5-fold CV over the paper's lr x L2 x dropout grid")
     train.add_argument("--workers", type=int, default=1, help="processes scoring grid settings in parallel")
+    _add_device_option(train)
     train.add_argument("--progress", action="store_true")
     train.set_defaults(handler=cmd_train)
 
@@ -413,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--no-voc", action="store_true", help="skip the selection (VoC) experiment")
     evaluate.add_argument("--methods", nargs="+", default=None, choices=EVALUATE_METHODS,
                           help="default: every method")
+    _add_device_option(evaluate)
     evaluate.add_argument("--quiet", action="store_true")
     evaluate.set_defaults(handler=cmd_evaluate)
 
