@@ -12,7 +12,9 @@
    random numbers for success, the other arms are evaluated as counterfactuals: random-in-range
    selection, the rules ``qs_trust`` and ``channel_beta`` (fitted on the warm-up slots, then fed the
    outcomes that really ran, slot by slot) and the oracle (the hidden reliability as T_beh). Every
-   arm but random applies the paper's rule (T = T_beh * T_res >= theta, then the highest VoC) and,
+   arm decides with what a scheduler knows when the slot's tasks arrive: T_res and VoC from the
+   statuses the pipeline last scored (the slot before; statuses carry no CPU load), its own T_beh.
+   Every arm but random applies the paper's rule (T = T_beh * T_res >= theta, then the highest VoC) and,
    like a scheduler must, falls back to random-in-range for a task none of whose candidates reaches
    theta (counted per arm). A failed task achieves 0.
 """
@@ -33,7 +35,9 @@ from beam_pipeline.run import Ledger, run_cycle
 from model.baselines import RULES, OnlineScorer
 from model.graphs import DeviceIndex, slot_edges, slot_graphs
 from model.history import History
-from model.trust import select
+from model.context import pair_physics
+from model.status import COMM_OK, COMP_OK, WILLINGNESS, status_values
+from model.trust import resource_trust, select
 from model.voc import in_range
 from simulator.config import SimConfig
 from simulator.engine import Simulator, Summary
@@ -173,12 +177,17 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
     answered = chosen >= 0
     picks = {"trustbeam": fallback(chosen, 10)}
     pool = in_range(world, owners, slot)
-    voc = pool.dense(pool.value, -np.inf)
     profile = np.tile([config.task_size_bits, config.density_cycles_per_bit], (len(pool.rows), 1))
+    # what a scheduler knows when the slot's tasks arrive: the statuses the pipeline last scored (the slot
+    # before), from which VoC and T_res are computed as the pipeline does (no hidden CPU load, no current radio)
+    seen = status_values(simulator.status_table(slot - 1))  # (devices, 8), rows in device order
+    voc = pool.dense(pair_physics(seen[owners[pool.rows]], seen[pool.cols], profile, config.system).value(config.system),
+                     -np.inf)
+    t_res = resource_trust(seen[pool.cols, WILLINGNESS], seen[pool.cols, COMM_OK], seen[pool.cols, COMP_OK])
     beliefs = {name: scorer.score(owners[pool.rows], pool.cols, profile) for name, scorer in rules.scorers.items()}
     beliefs["oracle"] = pool.expected.reliability(rules.weights)
     for arm, t_beh in beliefs.items():
-        choice = select(pool.dense(t_beh * pool.t_res, 0.0), voc, pool.valid, thetas[:, None])
+        choice = select(pool.dense(t_beh * t_res, 0.0), voc, pool.valid, thetas[:, None])
         report.without_candidate[arm] += int((choice < 0).sum())
         picks[arm] = fallback(choice, 10)
     picks["random"], _ = simulator.choose(np.random.default_rng([config.seed, 11, slot]), owners, slot)
