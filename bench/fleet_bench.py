@@ -10,7 +10,7 @@ Printed: seconds per stage (statuses, slot part = T_col + graph + GNN, frame = B
 pairs = candidates by k-d tree + head + ranking), total, peak RSS, pairs scored, and the growth of time
 and memory per device from the smallest size to the largest (~1 when linear).
 
-Run: ``python -m bench.fleet_bench [--sizes 10000 30000 100000] [--slots 2]``.
+Run: ``python -m bench.fleet_bench [--sizes 10000 30000 100000] [--slots 2] [--device cpu|cuda|auto]``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from scipy.spatial import cKDTree
 
 from bench.fault_harness import untrained_checkpoint
 from bench.report import emit
+from model.config import DEVICES
 from schemas import events_file_schema
 from simulator.config import SimConfig
 from simulator.world import device_ids
@@ -70,13 +71,13 @@ def fleet(devices: int, slots: int, seed: int = 0) -> tuple[SimConfig, pa.Table,
     return sim, events.cast(events_file_schema(sim.clock.metadata())), status
 
 
-def measure(devices: int, slots: int, work: Path, checkpoint: Path) -> dict:
+def measure(devices: int, slots: int, work: Path, checkpoint: Path, device: str = "auto") -> dict:
     _, events, status = fleet(devices, slots)
     pq.write_table(events, work / f"events-{devices}.parquet")
     pq.write_table(status, work / f"status-{devices}.parquet")
     command = [sys.executable, "-m", "trustbeam.cli", "score", "--events", str(work / f"events-{devices}.parquet"),
                "--status", str(work / f"status-{devices}.parquet"), "--out", str(work / f"out-{devices}"),
-               f"--checkpoint={checkpoint}"]
+               f"--checkpoint={checkpoint}", f"--device={device}"]
     started = time.perf_counter()
     with open(work / "stdout", "wb") as out, open(work / "stderr", "wb") as err:
         process = subprocess.Popen(command, stdout=out, stderr=err)
@@ -85,7 +86,7 @@ def measure(devices: int, slots: int, work: Path, checkpoint: Path) -> dict:
     if os.waitstatus_to_exitcode(status_code) != 0:
         raise RuntimeError(f"trustbeam score failed at {devices} devices: {(work / 'stderr').read_text()[-2000:]}")
     summary = json.loads((work / "stdout").read_text())
-    return {"devices": devices, "events": events.num_rows, "slots": summary["slots"],
+    return {"devices": devices, "device": device, "events": events.num_rows, "slots": summary["slots"],
             "trust_scores": summary["trust_scores"], **{f"{k}_s": v for k, v in summary["seconds_by_stage"].items()},
             "total_s": round(seconds, 1), "peak_rss_mb": int(usage.ru_maxrss / 1024)}
 
@@ -94,11 +95,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000, 100_000])
     parser.add_argument("--slots", type=int, default=2, help="slots of events (each scored)")
+    parser.add_argument("--device", choices=DEVICES, default="cpu", help="trustbeam score --device")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         checkpoint = untrained_checkpoint(work / "model", SimConfig(devices=500), window=32, small=False)
-        rows = [measure(n, args.slots, work, checkpoint) for n in sorted(args.sizes)]
+        rows = [measure(n, args.slots, work, checkpoint, args.device) for n in sorted(args.sizes)]
     first, last = rows[0], rows[-1]
     scale = last["devices"] / first["devices"]
     emit("fleet_bench", rows, {"time_growth_per_device": round(last["total_s"] / first["total_s"] / scale, 2),

@@ -1,0 +1,172 @@
+"""BM's stages on CPU and GPU side by side: devices per second for the BiMamba encoder and for a whole slot.
+
+Encoder rows: the long-term embedding Y of N devices from S slot embeddings each (BM's default widths,
+3 bidirectional layers, an untrained seeded model; the product's own stage objects), for S in
+``--lengths``, through each backend that this machine has:
+
+* ``torch cpu``: PyTorch on the CPU with trustbeam's C++ selective scan;
+* ``torch cuda reference``: PyTorch on the GPU with the reference scan (materializes (B, D, L, N));
+* ``torch cuda mamba-ssm``: PyTorch on the GPU with mamba-ssm's fused kernels (the ``gpu`` extra);
+* ``onnxruntime cpu`` / ``onnxruntime cuda``: the exported graph (``trustbeam export-onnx``) on
+  onnxruntime's CPU or CUDA execution provider.
+
+A backend the machine lacks gets a row saying why. Each row: devices, median seconds over ``--repeats``
+(after one warm-up call), devices/s, peak GPU memory, and the largest difference from the first
+backend's Y on the first 512 devices (parity). Slot rows (``--slot-sizes``): one slot of a synthetic
+fleet at the paper's density scored end to end by ``trustbeam score --device D`` (GNN, BiMamba, pairs in
+range, rankings; :mod:`bench.fleet_bench`), per device in ``--slot-devices``.
+
+Run: ``python -m bench.gpu_bench [--lengths 32 64 256] [--devices 1000000 1000000 20000]
+[--slot-sizes 100000 1000000] [--slot-devices cpu cuda]``; ``--cpu-devices`` caps N for the CPU rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from bench.report import emit
+
+BACKENDS = ("torch cpu", "torch cuda reference", "torch cuda mamba-ssm", "onnxruntime cpu", "onnxruntime cuda")
+PARITY_DEVICES = 512
+
+
+def missing(backend: str) -> str | None:
+    """Why this machine cannot run ``backend`` (None when it can)."""
+    import torch
+
+    from model.scan import cpu_extension, cuda_kernels_available
+
+    if backend == "torch cpu" and cpu_extension() is None:
+        return "the C++ scan did not build"
+    if "cuda" in backend and not backend.startswith("onnx") and not torch.cuda.is_available():
+        return "PyTorch sees no CUDA GPU"
+    if backend == "torch cuda mamba-ssm" and not cuda_kernels_available():
+        return "mamba-ssm is not installed (pip install -e '.[gpu]')"
+    if backend.startswith("onnxruntime"):
+        import onnxruntime as ort
+
+        if backend.endswith("cuda") and "CUDAExecutionProvider" not in ort.get_available_providers():
+            return "onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"
+    return None
+
+
+def encoder(backend: str, checkpoint: Path) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The product's ``long_term`` stage of ``checkpoint`` on ``backend``: (N, S, d), (N,) -> Y (N, d)."""
+    import torch
+
+    from exporters.onnx.runtime import OnnxStages
+    from model.bimamba import MambaConfig
+    from model.checkpoint import load
+    from model.stages import TorchStages
+
+    if backend.startswith("onnxruntime"):
+        return OnnxStages(checkpoint / "onnx", device=backend.split()[-1], devices_per_call=65536).long_term
+    model, index, _ = load(checkpoint)
+    scan = {"torch cpu": "cpu", "torch cuda reference": "reference", "torch cuda mamba-ssm": "cuda"}[backend]
+    for module in model.modules():
+        if isinstance(getattr(module, "config", None), MambaConfig):
+            module.config = replace(module.config, backend=scan)
+    device = torch.device("cuda" if "cuda" in backend else "cpu")
+    return TorchStages(model, index, devices_per_call=65536, device=device).long_term
+
+
+def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repeats: int, work: Path) -> list[dict]:
+    import torch
+
+    from bench.fault_harness import untrained_checkpoint
+    from exporters.onnx.export import export_onnx
+    from model.bm import BMConfig
+    from simulator.config import SimConfig
+
+    rows = []
+    for length, n in zip(lengths, devices):
+        checkpoint = untrained_checkpoint(work / f"model-{length}", SimConfig(devices=500), window=length, small=False)
+        export_onnx(checkpoint)
+        d = BMConfig().gnn.out_dim  # the slot-embedding width
+        rng = np.random.default_rng(length)
+        sequences = rng.normal(size=(n, length, d)).astype(np.float32)
+        lengths_n = rng.integers(1, length + 1, n).astype(np.int64)
+        reference: np.ndarray | None = None
+        for backend in BACKENDS:
+            why = missing(backend)
+            row = {"stage": "encoder", "backend": backend, "S": length}
+            if why:
+                rows.append({**row, "skipped": why})
+                continue
+            count = min(n, cpu_devices) if "cpu" in backend else n
+            run = encoder(backend, checkpoint)
+            parity = run(sequences[:PARITY_DEVICES], lengths_n[:PARITY_DEVICES])  # also the warm-up call
+            reference = parity if reference is None else reference
+            if torch.cuda.is_available():
+                torch.cuda.reset_peak_memory_stats()
+            times = []
+            try:
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    run(sequences[:count], lengths_n[:count])
+                    times.append(time.perf_counter() - started)
+            except torch.cuda.OutOfMemoryError:
+                rows.append({**row, "devices": count, "skipped": "out of GPU memory"})
+                torch.cuda.empty_cache()
+                continue
+            seconds = statistics.median(times)
+            rows.append({**row, "devices": count, "seconds": round(seconds, 3),
+                         "devices_per_s": round(count / seconds), "max_abs_diff": float(np.abs(parity - reference).max()),
+                         "gpu_peak_mb": round(torch.cuda.max_memory_allocated() / 2**20) if "cuda" in backend else ""})
+    return rows
+
+
+def slot_rows(sizes: list[int], devices: list[str], work: Path) -> list[dict]:
+    from bench.fault_harness import untrained_checkpoint
+    from bench.fleet_bench import measure
+    from simulator.config import SimConfig
+
+    checkpoint = untrained_checkpoint(work / "fleet-model", SimConfig(devices=500), window=32, small=False)
+    rows = []
+    for device in devices:
+        why = missing("torch cuda reference") if device == "cuda" else None
+        for size in sizes:
+            if why:
+                rows.append({"stage": "slot", "backend": f"trustbeam score --device {device}", "devices": size,
+                             "skipped": why})
+                continue
+            result = measure(size, 1, work, checkpoint, device=device)
+            rows.append({"stage": "slot", "backend": f"trustbeam score --device {device}", **result,
+                         "devices_per_s": round(size / result["total_s"])})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 256], help="S: slots per sequence")
+    parser.add_argument("--devices", type=int, nargs="+", default=[1_000_000, 1_000_000, 20_000],
+                        help="devices N per S (one per --lengths)")
+    parser.add_argument("--cpu-devices", type=int, default=20_000, help="the most devices a CPU row encodes")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--slot-sizes", type=int, nargs="*", default=[100_000, 1_000_000])
+    parser.add_argument("--slot-devices", nargs="*", choices=["cpu", "cuda"], default=["cuda"])
+    args = parser.parse_args()
+    if len(args.devices) != len(args.lengths):
+        parser.error(f"--devices: one per --lengths ({len(args.lengths)}), got {len(args.devices)}")
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        rows = encoder_rows(args.lengths, args.devices, args.cpu_devices, args.repeats, work)
+        rows += slot_rows(args.slot_sizes, args.slot_devices, work)
+    emit("gpu_bench", rows, {"machine": platform.machine(), "cpus": os.cpu_count(), "torch": torch.__version__,
+                             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None})
+
+
+if __name__ == "__main__":
+    main()
