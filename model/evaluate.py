@@ -3,7 +3,9 @@
 Per run, each method predicts T_col of every test edge (slot t's edges from
 slots before t); RMSE and MAE are taken against the observed T_col and, on
 simulated data, against the hidden truth (the expectation of T_col that the
-simulator knows). ``oracle`` predicts the truth itself: its error against the
+simulator knows). RMSE scores each method's mean forecast (its T_beh), MAE its
+median forecast where it gives one (the learned heads' ``median`` readout: the
+point forecast absolute error rewards), else the same T_beh. ``oracle`` predicts the truth itself: its error against the
 observed T_col is the noise floor no method can beat. Calibration: per bin of
 predicted T_beh, the share of predictions and the mean target (a reliability
 diagram), and the expected calibration error (ECE) against the observed T_col
@@ -52,8 +54,10 @@ class Scores:
     mae: float
 
 
-def scores(prediction: np.ndarray, target: np.ndarray) -> Scores:
-    return Scores(rmse(prediction, target), mae(prediction, target))
+def scores(prediction: np.ndarray, target: np.ndarray, median: np.ndarray | None = None) -> Scores:
+    """RMSE of the (mean) prediction; MAE of the median forecast when the method gives one (the point forecast
+    that absolute error rewards), else of the prediction."""
+    return Scores(rmse(prediction, target), mae(prediction if median is None else median, target))
 
 
 def per_slot_rmse(prediction: np.ndarray, target: np.ndarray, slot: np.ndarray, slots: list[int]) -> list[float]:
@@ -124,14 +128,15 @@ def online_scorer(scorer: OnlineScorer, history: History) -> Scorer:
 
 
 def accuracy(prediction: np.ndarray, observed: np.ndarray, hidden: np.ndarray | None, edge_slot: np.ndarray,
-             test_slots: list[int]) -> dict:
-    """RMSE/MAE, the per-slot RMSE curve and the calibration bins against the observed T_col (and the truth)."""
-    s = scores(prediction, observed)
+             test_slots: list[int], median: np.ndarray | None = None) -> dict:
+    """RMSE/MAE (MAE of ``median`` when given), the per-slot RMSE curve and the calibration bins against the
+    observed T_col (and the truth)."""
+    s = scores(prediction, observed, median)
     row = {"rmse": s.rmse, "mae": s.mae, "ece": expected_calibration_error(prediction, observed, CALIBRATION_BINS),
            "rmse_per_slot": per_slot_rmse(prediction, observed, edge_slot, test_slots),
            **{f"calibration_{k}": v for k, v in calibration(prediction, observed).items()}}
     if hidden is not None:
-        s = scores(prediction, hidden)
+        s = scores(prediction, hidden, median)
         row.update(rmse_truth=s.rmse, mae_truth=s.mae,
                    ece_truth=expected_calibration_error(prediction, hidden, CALIBRATION_BINS),
                    calibration_mean_truth=calibration(prediction, hidden)["mean_target"])
@@ -151,10 +156,12 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
     for method in methods:
         started = time.perf_counter()
         predicted: dict[str, np.ndarray] = {}
+        medians: dict[str, np.ndarray] = {}
         if method in LEARNED:
             sequence, head = LEARNED[method]
             model, _, _ = train_bm(history, replace(config, sequence=sequence, head=head), train, prepared=prepared)
             predicted[method] = predict(model, history, test_slots)[0]
+            medians[method] = predict(model, history, test_slots, readout="median")[0]
             scorers[method] = learned_scorer(model, history)
             if head == "paper":  # the paper's literal readout of the same model: the most probable level
                 predicted[f"{method}_max"] = predict(model, history, test_slots, readout="max")[0]
@@ -168,7 +175,8 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             continue
         seconds = time.perf_counter() - started
         for name, prediction in predicted.items():
-            out[name] = {"seconds": seconds, **accuracy(prediction, observed, hidden, edge_slot, test_slots)}
+            out[name] = {"seconds": seconds, **accuracy(prediction, observed, hidden, edge_slot, test_slots,
+                                                        medians.get(name))}
     if simulated is not None and voc:
         curves = voc_curves(simulated.world, simulated.events, history.first_slot, test_slots, scorers,
                             seed=train.seed)

@@ -16,7 +16,9 @@
     offload time against the owner's local time);
 
   trained by the binomial likelihood of the tasks' tr and com flags. Graded logs (no flags) read
-  ``T_beh = sigmoid(b(...))`` trained by cross-entropy against T_col. The weights that read Y start
+  ``T_beh = sigmoid(b(...))`` trained by cross-entropy against T_col, and a second network of the same
+  inputs gives the median forecast ``sigmoid(m(...))`` (pinball loss at 0.5), which absolute-error
+  metrics read (``readout="median"``; on flagged logs the median readout is the mean). The weights that read Y start
   at zero: training first fits the head on the evidence and physics alone (cheap: no encoder runs,
   :func:`model.train.warm_up_head`), then learns end to end what the long-term embeddings add.
 
@@ -36,7 +38,7 @@ from torch import nn
 from model.channel import REFERENCE_M, OutageCurve
 from model.config import TrustWeights
 
-Readout = Literal["expected", "max"]
+Readout = Literal["expected", "max", "median"]
 Outcomes = Literal["flags", "graded"]
 PHYSICS_FEATURES = 8
 
@@ -84,8 +86,11 @@ class PaperHead(nn.Module):
         return self.mlp(torch.cat([y_i, y_j], dim=-1))  # (P, levels) logits
 
     def t_beh(self, raw: torch.Tensor, readout: Readout | None = None) -> torch.Tensor:
-        if (readout or self.readout) == "max":
+        readout = readout or self.readout
+        if readout == "max":
             return self.level_values[raw.argmax(-1)]
+        if readout == "median":  # the first level at which the distribution's mass reaches one half
+            return self.level_values[(raw.softmax(-1).cumsum(-1) < 0.5).sum(-1).clamp(max=len(self.level_values) - 1)]
         return raw.softmax(-1) @ self.level_values
 
     def loss(self, raw: torch.Tensor, targets: PairTargets) -> torch.Tensor:
@@ -103,11 +108,15 @@ class ContextHead(nn.Module):
         self.tr_adjust = mlp((PHYSICS_FEATURES, hidden // 2, 1))
         self.behaviour = mlp((2 * d + evidence_dim + PHYSICS_FEATURES, hidden, hidden, 1), dropout)
         self.on_time = mlp((PHYSICS_FEATURES, hidden // 2, 1))
+        # graded logs: the median forecast, from the same inputs as the behaviour network
+        self.median = mlp((2 * d + evidence_dim + PHYSICS_FEATURES, hidden, hidden, 1), dropout) \
+            if outcomes == "graded" else None
         nn.init.zeros_(self.tr_adjust[-1].weight)  # start from the fitted curve
         nn.init.zeros_(self.tr_adjust[-1].bias)
         with torch.no_grad():
             self.on_time[-1].bias.fill_(2.0)  # mostly on time, not saturated
-            self.behaviour[0].weight[:, : 2 * d].zero_()  # Y adds nothing until training finds what it adds
+            for net in (self.behaviour, self.median) if self.median is not None else (self.behaviour,):
+                net[0].weight[:, : 2 * d].zero_()  # Y adds nothing until training finds what it adds
 
     def physics_features(self, physics: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """physics (P, 4) raw PHYSICS_COLUMNS, NaN unknown -> (features (P, 8), P_tr(d) (P,), distance known)."""
@@ -128,26 +137,32 @@ class ContextHead(nn.Module):
 
     def forward(self, y_i: torch.Tensor, y_j: torch.Tensor, physics: torch.Tensor, evidence: torch.Tensor
                 ) -> torch.Tensor:
-        """-> (P, 3): logit q_tr, logit of j's behaviour, logit of the on-time factor."""
+        """-> (P, 3): logit q_tr, logit of j's behaviour, logit of the on-time factor; graded logs add (P, 4)
+        the logit of the median forecast."""
         features, p_curve, known_d = self.physics_features(physics)
         curve_logit = torch.logit(p_curve.clamp(1e-6, 1 - 1e-6))
         tr_logit = torch.where(known_d, curve_logit, self.tr_unknown.expand_as(curve_logit))
         tr_logit = tr_logit + self.tr_adjust(features)[:, 0]
-        com_logit = self.behaviour(torch.cat([y_i, y_j, evidence, features], dim=-1))[:, 0]
-        return torch.stack([tr_logit, com_logit, self.on_time(features)[:, 0]], dim=-1)
+        inputs = torch.cat([y_i, y_j, evidence, features], dim=-1)
+        columns = [tr_logit, self.behaviour(inputs)[:, 0], self.on_time(features)[:, 0]]
+        if self.median is not None:
+            columns.append(self.median(inputs)[:, 0])
+        return torch.stack(columns, dim=-1)
 
     def t_beh(self, raw: torch.Tensor, readout: Readout | None = None) -> torch.Tensor:
         if self.outcomes == "graded":
-            return torch.sigmoid(raw[:, 1])
+            return torch.sigmoid(raw[:, 3 if readout == "median" else 1])
         q_tr, q_com = torch.sigmoid(raw[:, 0]), torch.sigmoid(raw[:, 1]) * torch.sigmoid(raw[:, 2])
         return q_tr * (self.a_tr + self.a_com * q_com)
 
     def loss(self, raw: torch.Tensor, targets: PairTargets) -> torch.Tensor:
         """Negative log-likelihood per task: binomial tr of flagged tasks and com of transmitted ones (flags),
-        or cross-entropy against T_col weighted by tasks (graded)."""
+        or cross-entropy against T_col plus the median's absolute error, weighted by tasks (graded)."""
         if self.outcomes == "graded":
-            bce = F.binary_cross_entropy_with_logits(raw[:, 1], targets.t_col.clamp(0, 1), reduction="none")
-            return (bce * targets.tasks).sum() / targets.tasks.sum().clamp(min=1)
+            t_col = targets.t_col.clamp(0, 1)
+            bce = F.binary_cross_entropy_with_logits(raw[:, 1], t_col, reduction="none")
+            absolute = (torch.sigmoid(raw[:, 3]) - t_col).abs()  # pinball loss at 0.5 (x2)
+            return ((bce + absolute) * targets.tasks).sum() / targets.tasks.sum().clamp(min=1)
         log_tr, log_no_tr = F.logsigmoid(raw[:, 0]), F.logsigmoid(-raw[:, 0])
         log_com = F.logsigmoid(raw[:, 1]) + F.logsigmoid(raw[:, 2])
         log_no_com = torch.log1p(-torch.exp(log_com).clamp(max=1 - 1e-6))

@@ -67,6 +67,10 @@ def test_paper_head_readouts_and_loss() -> None:
     assert literal.t_beh(torch.tensor([[0.0, 0.0, 0.0, 3.0, 2.9]])).item() == pytest.approx(0.75)
     assert model.loss(torch.tensor([[0.0, 0.0, 50.0, 0.0, 0.0]]), outcome(0.5)).item() < 1e-6
     assert model.t_beh(torch.tensor([[0.0, 0.0, 0.0, 3.0, 2.9]]), readout="max").item() == pytest.approx(0.75)
+    # P = (0.4, 0, 0, 0.2, 0.4) over levels 0, .25, .5, .75, 1: mean 0.55, mass reaches 1/2 at 0.75
+    logits = torch.log(torch.tensor([[0.4, 1e-9, 1e-9, 0.2, 0.4]]))
+    assert model.t_beh(logits).item() == pytest.approx(0.55, abs=1e-6)
+    assert model.t_beh(logits, readout="median").item() == pytest.approx(0.75)
 
 
 def test_context_head_composes_the_system_model_by_hand() -> None:
@@ -78,8 +82,16 @@ def test_context_head_composes_the_system_model_by_hand() -> None:
     assert model.loss(raw, outcome(0.5, tasks=2, flagged=2, tr=1, com=1)).item() == pytest.approx(want, rel=1e-5)
     graded = BM(replace(SMALL, outcomes="graded"), np.zeros((3, 8), dtype=np.float32))
     assert graded.t_beh(raw).item() == pytest.approx(0.75)  # graded logs read the behaviour alone
-    want = -(0.6 * np.log(0.75) + 0.4 * np.log(0.25))
-    assert graded.loss(raw, outcome(0.6)).item() == pytest.approx(want, rel=1e-5)
+    assert model.t_beh(raw, readout="median").item() == model.t_beh(raw).item()  # flags: the median readout is T_beh
+    graded_raw = torch.tensor([[0.0, np.log(3.0), 50.0, np.log(0.9 / 0.1)]])  # median forecast 0.9
+    assert graded.t_beh(graded_raw, readout="median").item() == pytest.approx(0.9)
+    # cross-entropy of the mean forecast plus the median forecast's absolute error |0.9 - 0.6|
+    want = -(0.6 * np.log(0.75) + 0.4 * np.log(0.25)) + 0.3
+    assert graded.loss(graded_raw, outcome(0.6)).item() == pytest.approx(want, rel=1e-5)
+    with torch.no_grad():  # the graded head emits the median's column; the flagged one does not
+        inputs = (torch.zeros(2, 8), torch.zeros(2, 8), torch.full((2, 4), float("nan")),
+                  torch.zeros(2, SMALL.evidence.features))
+        assert graded.head(*inputs).shape == (2, 4) and model.head(*inputs).shape == (2, 3)
 
 
 def test_context_head_reads_distance_and_knows_when_it_is_unknown() -> None:

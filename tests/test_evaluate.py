@@ -20,6 +20,9 @@ def test_scores_by_hand() -> None:
     s = scores(np.array([0.5, 1.0, 0.0]), np.array([1.0, 1.0, 0.5]))
     assert s.rmse == pytest.approx(math.sqrt((0.25 + 0 + 0.25) / 3))
     assert s.mae == pytest.approx(1 / 3)
+    s = scores(np.array([0.5, 1.0, 0.0]), np.array([1.0, 1.0, 0.5]), median=np.array([1.0, 1.0, 0.0]))
+    assert s.rmse == pytest.approx(math.sqrt((0.25 + 0 + 0.25) / 3))  # RMSE stays the mean forecast's
+    assert s.mae == pytest.approx(0.5 / 3)  # MAE is the median forecast's
 
 
 def test_expected_calibration_error_by_hand() -> None:
