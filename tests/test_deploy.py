@@ -145,3 +145,44 @@ def test_flex_template_parameters_become_a_trustbeam_run() -> None:
     parsed, rest = build_parser().parse_known_args(args)
     assert parsed.command == "run" and parsed.bootstrap == "k:9092"
     assert all(known_option(o) for o in options_of(rest))
+
+
+def json_patch(document: dict, operations: list[dict]) -> dict:
+    """RFC 6902 test/replace/add on a copy (what kustomize applies), failing on a path that does not resolve."""
+    import copy
+
+    out = copy.deepcopy(document)
+    for op in operations:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        node = out
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        key = int(last) if isinstance(node, list) else last
+        if op["op"] == "test":
+            assert node[key] == op["value"], f"{op['path']}: {node[key]!r} is not {op['value']!r}"
+        elif op["op"] == "replace":
+            assert key in node if isinstance(node, dict) else key < len(node), f"{op['path']}: nothing to replace"
+            node[key] = op["value"]
+        else:
+            assert op["op"] == "add"
+            node[key] = op["value"]
+    return out
+
+
+def test_the_gpu_overlay_gives_the_worker_pool_the_cuda_image_and_a_gpu() -> None:
+    base = yaml.safe_load((FLINK / "kustomization.yaml").read_text())
+    assert base["resources"] == ["flink-deployment.yaml"]
+    overlay = yaml.safe_load((FLINK / "gpu" / "kustomization.yaml").read_text())
+    assert overlay["resources"] == [".."]
+    (patch,) = overlay["patches"]
+    flink = flink_documents()["FlinkDeployment/trustbeam-flink"]
+    assert patch["target"] == {"kind": "FlinkDeployment", "name": flink["metadata"]["name"]}
+    gpu = json_patch(flink, yaml.safe_load(patch["patch"]))
+    pods = gpu["spec"]["taskManager"]["podTemplate"]["spec"]
+    pool = next(c for c in pods["containers"] if c["name"] == "beam-worker-pool")
+    cpu_image = next(c for c in flink["spec"]["taskManager"]["podTemplate"]["spec"]["containers"]
+                     if c["name"] == "beam-worker-pool")["image"]
+    assert pool["image"] == cpu_image + "-cuda"  # the same release, the Dockerfile's cuda target
+    assert pool["resources"]["limits"]["nvidia.com/gpu"] == 1 and pool["resources"]["limits"]["memory"]
+    assert pods["nodeSelector"] and pods["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert "AS cuda" in (ROOT / "deploy" / "container" / "Dockerfile").read_text()
