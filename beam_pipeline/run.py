@@ -253,7 +253,12 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
                        ledger.job_id(group), max_batch)
     result = p.run()
     result.wait_until_finish()
-    counters = {m.key.metric.name: m.committed for m in result.metrics().query()["counters"]}
+    metrics = result.metrics().query()
+    counters = {m.key.metric.name: m.committed for m in metrics["counters"]}
+    sizes = [m.committed.max for m in metrics["distributions"] if m.key.metric.name == "shard_state_bytes"
+             and m.committed.count]
+    if sizes:  # the largest shard's kept state (the Beam metric that Flink and Dataflow show too)
+        counters["shard_state_max_bytes"] = max(sizes)
     counters["records_lost_to_retention"] = sum(reading.lost.values())
     outcome = json.loads(Path(work, "published.json").read_text()) if Path(work, "published.json").exists() else {}
     published, progress = outcome.get("published", []), max(ledger.progress_ms, outcome.get("progress_ms", -1))

@@ -53,10 +53,13 @@ def load(state: Any, default: Any) -> Any:
     return default if blob is None else pickle.loads(blob)
 
 
-def store(state: Any, value: Any) -> None:
+def store(state: Any, value: Any) -> int:
     """Keep large state values as pickled bytes: the runner's state cache then sizes a bytes object
-    instead of walking every array and string of the value (measured: most of a cycle's time)."""
-    state.write(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+    instead of walking every array and string of the value (measured: most of a cycle's time). Returns
+    the bytes kept."""
+    blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    state.write(blob)
+    return len(blob)
 
 
 def _counter(name: str) -> Any:
@@ -378,6 +381,8 @@ class ShardState(beam.DoFn):
         self.busy = _counter("sequence_ms")
         self.refused = _counter("slots_refused_late")
         self.reset = _counter("state_reset_model_changed")
+        # a shard's kept history after each emission (max: the largest shard; the runner's UI shows it)
+        self.state_size = Metrics.distribution("trustbeam", "shard_state_bytes")
 
     def setup(self) -> None:
         self.stages, self.version = self.config.stages()
@@ -461,9 +466,9 @@ class ShardState(beam.DoFn):
             yield beam.pvalue.TaggedOutput(EVIDENCE, (key, EvidenceSnapshot(kept.folded_through, kept.evidence)))
         named, first = np.unique(names[0], return_index=True)
         held = np.isin(named, kept.status.keys)  # the statuses' names, once each, for the devices they still hold
-        store(status, (kept.status, (named[held], names[1][first[held]])))
+        status_bytes = store(status, (kept.status, (named[held], names[1][first[held]])))
         kept.status = StatusLog()
-        store(history, (kept, book))
+        self.state_size.update(status_bytes + store(history, (kept, book)))
         if book.pending:
             emit.set(millis(self.clock.end_ms(min(book.pending))))
 

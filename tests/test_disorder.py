@@ -179,6 +179,7 @@ def test_a_cycle_reports_its_lag_and_state(broker, checkpoint) -> None:
     assert report.lag == {topics.events: 0, topics.status: 0}  # nothing arrived while it ran
     assert report.counters["status_read"] > 0 and f"{report.counters['status_read']:,} statuses" in report.line(1)
     assert report.state_bytes > 1024 and "KiB" in report.line(1)  # the snapshots the next cycle starts from
+    assert report.counters["shard_state_max_bytes"] > 1024  # the Beam metric of the largest shard's state
 
 
 def test_sigint_stops_a_follower_after_its_cycle_with_the_ledger_saved(broker, checkpoint, tmp_path) -> None:
