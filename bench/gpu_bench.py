@@ -77,7 +77,7 @@ def encoder(backend: str, checkpoint: Path) -> Callable[[np.ndarray, np.ndarray]
         if isinstance(getattr(module, "config", None), MambaConfig):
             module.config = replace(module.config, backend=scan)
     device = torch.device("cuda" if "cuda" in backend else "cpu")
-    return TorchStages(model, index, devices_per_call=65536, device=device).long_term
+    return TorchStages(model, index, device=device).long_term  # batches sized by the GPU's free memory
 
 
 def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repeats: int, work: Path) -> list[dict]:

@@ -69,16 +69,34 @@ def lookup_rows(index: DeviceIndex, ids: pa.Array) -> np.ndarray:
     return np.where(rows >= 0, rows, len(index))
 
 
+CPU_DEVICES_PER_CALL = 8192
+
+
+def encoder_batch(config: BMConfig, device: torch.device, free_bytes: int | None = None,
+                  share: float = 0.5) -> int:
+    """Devices per sequence-encoder call: ``CPU_DEVICES_PER_CALL`` on the CPU; on a GPU as many as fit in
+    ``share`` of its free memory (``free_bytes``, default what CUDA reports), counting per device the
+    reference scan's float32 intermediates, decay and drive (S, d_inner, d_state) each, plus the layer's
+    activations (the largest tensors of a call; mamba-ssm's fused kernels need far less)."""
+    if device.type == "cpu":
+        return CPU_DEVICES_PER_CALL
+    free = torch.cuda.mem_get_info(device)[0] if free_bytes is None else free_bytes
+    m = config.mamba
+    per_device = 4 * config.window * m.d_inner * (2 * m.d_state + 8)
+    return int(min(1 << 20, max(256, share * free // per_device)))
+
+
 class TorchStages:
     """The stages on the PyTorch model (inference mode) on ``device``: inputs go there, outputs come back as
     numpy; the scan backend follows the tensors (mamba-ssm's kernels on CUDA when installed, else the
-    reference scan; the C++ scan on the CPU)."""
+    reference scan; the C++ scan on the CPU). ``devices_per_call``: default :func:`encoder_batch`."""
 
-    def __init__(self, model: BM, index: DeviceIndex, devices_per_call: int = 8192, pairs_per_call: int = 65536,
+    def __init__(self, model: BM, index: DeviceIndex, devices_per_call: int | None = None, pairs_per_call: int = 65536,
                  device: torch.device = torch.device("cpu")) -> None:
         self.device = device
         self.model, self.index = model.to(device).eval(), index
-        self.devices_per_call, self.pairs_per_call = devices_per_call, pairs_per_call
+        self.devices_per_call = devices_per_call or encoder_batch(model.config, device)
+        self.pairs_per_call = pairs_per_call
         self.config = model.config
         self.idle = model.slot_encoder.idle.detach().cpu().numpy()
         with torch.no_grad():  # the node2vec rows as inference reads them, then the cold row

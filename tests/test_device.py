@@ -97,3 +97,15 @@ def test_training_runs_on_the_gpu_and_its_model_predicts_like_the_cpu(tmp_path) 
     on_cpu, _ = predict(model.cpu(), history, report.test_slots)
     np.testing.assert_allclose(on_gpu, on_cpu, atol=1e-4)
     assert report.test_rmse == pytest.approx(float(np.sqrt(np.mean((on_gpu - t_col) ** 2))), abs=1e-6)
+
+
+def test_encoder_batches_are_sized_by_the_gpus_free_memory() -> None:
+    from model.bm import BMConfig
+    from model.stages import CPU_DEVICES_PER_CALL, encoder_batch
+
+    config = BMConfig()  # S = 32, d_inner 64, d_state 16: 4 * 32 * 64 * (2 * 16 + 8) = 327,680 bytes per device
+    assert encoder_batch(config, torch.device("cpu")) == CPU_DEVICES_PER_CALL
+    gpu = torch.device("cuda")
+    assert encoder_batch(config, gpu, free_bytes=80 * 2**30) == int(0.5 * 80 * 2**30 // 327_680)  # 131,072
+    assert encoder_batch(config.__class__(window=256), gpu, free_bytes=80 * 2**30) == 131_072 // 8  # longer S, fewer
+    assert encoder_batch(config, gpu, free_bytes=0) == 256 and encoder_batch(config, gpu, free_bytes=2**50) == 1 << 20
