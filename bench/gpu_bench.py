@@ -120,8 +120,8 @@ def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repea
                 torch.cuda.empty_cache()
                 continue
             seconds = statistics.median(times)
-            rows.append({**row, "devices": count, "seconds": round(seconds, 3),
-                         "devices_per_s": round(count / seconds), "max_abs_diff": float(np.abs(parity - reference).max()),
+            rows.append({**row, "devices": count, "seconds": round(seconds, 3), "devices_per_s": round(count / seconds),
+                         "max_abs_diff": float(np.abs(parity - reference).max()),
                          "gpu_peak_mb": round(torch.cuda.max_memory_allocated() / 2**20) if "cuda" in backend else ""})
     return rows
 

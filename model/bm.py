@@ -118,8 +118,9 @@ class BM(nn.Module):
         """Where the model's tensors live (inputs built from numpy are moved there)."""
         return self.features.device
 
-    def _in(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(array).to(self.device)
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        """A numpy input as a tensor where the model lives."""
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
 
     def device_features(self) -> torch.Tensor:
         """(devices, node2vec dim): node2vec rows of known devices, the cold row for the rest (and, in
@@ -138,16 +139,17 @@ class BM(nn.Module):
         first = int(slots.min())
         needed = history.graphs[first:int(u_end.max()) + 1]
         embeddings = self.slot_encoder(self.device_features(), needed)  # (slots, n, d)
-        sequences = embeddings[self._in(slots - first), self._in(u_dev)[:, None]]  # (U, W, d)
-        return self.sequence_encoder(sequences, self._in(lengths))[self._in(inverse)]
+        sequences = embeddings[self.tensor(slots - first), self.tensor(u_dev)[:, None]]  # (U, W, d)
+        return self.sequence_encoder(sequences, self.tensor(lengths))[self.tensor(inverse)]
 
     def pair_inputs(self, history: History, query: PairQuery) -> tuple[torch.Tensor, torch.Tensor]:
         """(physics (P, 4), evidence (P, F)) of the pairs; empty for the paper head, which reads neither."""
         if not self.config.uses_context:
-            return torch.zeros(len(query.src), 0, device=self.device), torch.zeros(len(query.src), 0, device=self.device)
+            empty = torch.zeros(len(query.src), 0, device=self.device)
+            return empty, empty
         physics = history.pair_physics(query.src, query.dst, query.end, query.profile, self.config.system)
         evidence = history.pair_evidence(query.src, query.dst, query.end, self.config.evidence)
-        return self._in(physics), self._in(evidence)
+        return self.tensor(physics), self.tensor(evidence)
 
     def pair_outputs(self, history: History, query: PairQuery) -> torch.Tensor:
         """The head's raw outputs (P, k) for the queried pairs."""

@@ -161,7 +161,8 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             sequence, head = LEARNED[method]
             model, _, _ = train_bm(history, replace(config, sequence=sequence, head=head), train, prepared=prepared)
             predicted[method] = predict(model, history, test_slots)[0]
-            medians[method] = predict(model, history, test_slots, readout="median")[0]
+            if head == "paper" or not history.has_flags:  # else the median readout is T_beh itself
+                medians[method] = predict(model, history, test_slots, readout="median")[0]
             scorers[method] = learned_scorer(model, history)
             if head == "paper":  # the paper's literal readout of the same model: the most probable level
                 predicted[f"{method}_max"] = predict(model, history, test_slots, readout="max")[0]

@@ -115,7 +115,7 @@ class ContextHead(nn.Module):
         nn.init.zeros_(self.tr_adjust[-1].bias)
         with torch.no_grad():
             self.on_time[-1].bias.fill_(2.0)  # mostly on time, not saturated
-            for net in (self.behaviour, self.median) if self.median is not None else (self.behaviour,):
+            for net in [n for n in (self.behaviour, self.median) if n is not None]:
                 net[0].weight[:, : 2 * d].zero_()  # Y adds nothing until training finds what it adds
 
     def physics_features(self, physics: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -105,13 +105,10 @@ class TorchStages:
     def feature_rows(self, ids: pa.Array) -> np.ndarray:
         return lookup_rows(self.index, ids)
 
-    def _in(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
-
     def slot_embeddings(self, graph: SlotGraph, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         nodes, src, dst, t_col, offset = batched_inputs([graph], len(rows))
         with torch.no_grad():
-            features = self.table[self._in(rows)[nodes.to(self.device)]]  # (a, node_dim)
+            features = self.table[self.model.tensor(rows)[nodes.to(self.device)]]  # (a, node_dim)
             h = self.model.slot_encoder.encode(features, *(t.to(self.device) for t in (src, dst, t_col, offset)))
         return nodes.numpy(), h.cpu().numpy()
 
@@ -119,13 +116,15 @@ class TorchStages:
         out = np.zeros((len(sequences), self.config.gnn.out_dim), np.float32)
         with torch.no_grad():
             for part in chunks(len(sequences), self.devices_per_call):
-                out[part] = self.model.sequence_encoder(self._in(sequences[part]), self._in(lengths[part])).cpu().numpy()
+                y = self.model.sequence_encoder(self.model.tensor(sequences[part]), self.model.tensor(lengths[part]))
+                out[part] = y.cpu().numpy()
         return out
 
     def t_beh(self, y_i: np.ndarray, y_j: np.ndarray, physics: np.ndarray, evidence: np.ndarray) -> np.ndarray:
         out = np.zeros(len(y_i))
         with torch.no_grad():
             for part in chunks(len(y_i), self.pairs_per_call):
-                raw = self.model.head(*(self._in(np.asarray(a[part], np.float32)) for a in (y_i, y_j, physics, evidence)))
+                raw = self.model.head(*(self.model.tensor(np.asarray(a[part], np.float32))
+                                        for a in (y_i, y_j, physics, evidence)))
                 out[part] = self.model.t_beh(raw).double().cpu().numpy()
         return out

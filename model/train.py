@@ -321,11 +321,12 @@ class TrainReport:
 
 
 @contextlib.contextmanager
-def deterministic(device: str = "cpu") -> Iterator[None]:
+def deterministic(device: torch.device = torch.device("cpu")) -> Iterator[None]:
     """torch's deterministic algorithms for the duration (scatter reductions otherwise vary in the last bit).
     On a GPU, operations without a deterministic CUDA kernel warn instead of failing."""
-    previous, warned = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=resolve_device(device).type != "cpu")
+    previous = torch.are_deterministic_algorithms_enabled()
+    warned = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=device.type != "cpu")
     try:
         yield
     finally:
@@ -345,7 +346,7 @@ def train_bm(history: History, config: BMConfig, train: TrainConfig, progress: b
     if train.workers > 1 and device.type != "cpu":
         raise ValueError(f"--workers {train.workers}: parallel grid workers run on the CPU only; use --workers 1 "
                          f"with --device {train.device}")
-    with deterministic(train.device):
+    with deterministic(device):
         return _train_bm(history, replace(config, outcomes="flags" if history.has_flags else "graded"), train,
                          progress, prepared)
 
