@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 
 import pyarrow.parquet as pq
 import pytest
@@ -166,3 +168,26 @@ def test_concurrent_writers_of_one_staged_directory_leave_one_complete_copy(tmp_
     assert not errors
     assert sorted(p.name for p in tmp_path.iterdir()) == ["artifact"]  # no staging or set-aside copy left
     assert (target / "a").read_text() == (target / "b").read_text()  # one writer's complete copy
+
+
+@pytest.mark.parametrize("level, shown", [(logging.ERROR, False), (logging.INFO, True)])
+def test_kafka_pythons_close_race_is_one_warning_line_not_a_traceback(level, shown) -> None:
+    from trustbeam.cli import CloseRaceFilter
+
+    logger, stream = logging.getLogger("kafka.net.selector.test"), io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger.addFilter(close := CloseRaceFilter())
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        try:
+            raise ValueError("generator already executing")
+        except ValueError:
+            logger.exception("Error closing coroutine for cancelled task")
+            logger.exception("IO loop crashed")  # every other error keeps its traceback
+    finally:
+        logger.removeFilter(close)
+        logger.removeHandler(handler)
+    lines = stream.getvalue()
+    assert ("Error closing coroutine for cancelled task: ValueError('generator already executing')" in lines) == shown
+    assert lines.count("Traceback") == 1 and "IO loop crashed" in lines

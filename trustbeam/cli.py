@@ -478,6 +478,24 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
     return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
 
 
+class CloseRaceFilter(logging.Filter):
+    """Demotes kafka-python 3.0's "Error closing coroutine for cancelled task" to a one-line warning.
+
+    Closing a client sometimes cancels a task whose coroutine its IO loop is still stepping
+    (``ValueError: generator already executing``). The library catches it and the client is closed
+    either way: no record is lost or repeated, yet it logs a full traceback at ERROR. The record keeps
+    its message and the exception's text, without the traceback, at WARNING (shown with ``-v``).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.getMessage().startswith("Error closing coroutine"):
+            record.msg, record.args = f"{record.getMessage()}: {record.exc_info[1]!r}", None
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return logging.getLogger(record.name).isEnabledFor(logging.WARNING)
+        return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
@@ -495,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(error))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka.net.selector").addFilter(CloseRaceFilter())
     if not args.verbose:  # kafka-python warns about its own event loop under load; errors still show
         logging.getLogger("kafka").setLevel(logging.ERROR)
         logging.getLogger("kafka.cluster").setLevel(logging.CRITICAL)  # "metadata refresh cancelled" on close
