@@ -11,6 +11,7 @@ once per cycle by the DoFns below; none of this is part of the streaming job.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -135,7 +136,7 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
         snapshot = EvidenceSnapshot.load(ledger.evidence_snapshot)
         seeds = [(k, ("evidence", snapshot.select(k, config.shards))) for k in range(config.shards)]
         inputs += (p | "KeptEvidence" >> beam.Create(seeds),)
-    out = inputs | "Score" >> ScoreSlots(config, ledger.published_through)
+    out = inputs | "Score" >> ScoreSlots(replace(config, replay_through=ledger.published_through))
     progress = (out["progress"] | "PartitionProgress" >> beam.CombinePerKey(max) | "Progress" >> beam.Values()
                 | "SlowestPartition" >> beam.CombineGlobally(min).without_defaults())
     closed = (out["scores"] | "AllSlots" >> beam.combiners.ToList()

@@ -58,6 +58,12 @@ class TrustbeamOptions(PipelineOptions):
         parser.add_argument("--tombstone_slots", type=int, default=64,
                             help="slots an expired slot is remembered, dead-lettering its late events; later ones "
                                  "are refused by the shards (never scored)")
+        parser.add_argument("--replay_through", type=int, default=None,
+                            help="a bounded re-run over a log an earlier run of this job scored (a backfill; trustbeam "
+                                 "run's cycles set it from their ledger): slots at or below this one were published; "
+                                 "their records rebuild state and are not published again, and late records for "
+                                 "them go to dead-letter (default: off, a streaming job: slots close by the "
+                                 "watermark)")
         parser.add_argument("--max_future_s", type=float, default=MAX_FUTURE_S,
                             help="events timed more than this far past the processing time go to dead-letter (s)")
         parser.add_argument("--max_skew_s", type=float, default=MAX_SKEW_S,
@@ -109,6 +115,7 @@ class JobConfig:
     model_sha256: str | None = None  # pinned when the config is built: workers refuse any other model at the URI
     group_id: str | None = None  # the streaming job's consumer group (default trustbeam-<events topic>)
     device: str = "auto"  # auto | cpu | cuda (model.stages.resolve_device)
+    replay_through: int | None = None  # a bounded re-run: the last slot an earlier run published (None: streaming)
 
     def __post_init__(self) -> None:
         if not artifacts.exists(self.checkpoint, CHECKPOINT_FILES[0]):
@@ -132,6 +139,8 @@ class JobConfig:
             raise ValueError(f"--max_skew_s: must lie in [0, --max_future_s] seconds (got {self.max_skew_s!r})")
         if self.lateness_slots < 0:
             raise ValueError(f"--lateness_slots: must be >= 0 (got {self.lateness_slots!r})")
+        if self.replay_through is not None and self.replay_through < -1:
+            raise ValueError(f"--replay_through: must be a slot >= -1 (got {self.replay_through!r})")
         if self.tombstone_slots < 1:
             raise ValueError(f"--tombstone_slots: must be >= 1 (got {self.tombstone_slots!r})")
 
@@ -150,7 +159,8 @@ class JobConfig:
             raise ValueError(f"--score_pieces/--cell_m: {error}") from None
         return cls(o.checkpoint, o.backend, o.onnx_model, o.parquet_out, o.shards, pieces, o.lateness_slots,
                    o.tombstone_slots, ranking, topics=topics, max_future_s=o.max_future_s, max_skew_s=o.max_skew_s,
-                   model_sha256=o.model_sha256, group_id=o.group_id, device=o.device)
+                   model_sha256=o.model_sha256, group_id=o.group_id, device=o.device,
+                   replay_through=o.replay_through)
 
     @property
     def onnx_dir(self) -> str:

@@ -99,9 +99,9 @@ class _Parse(beam.DoFn):
     RECORD: type[Record]
     KIND: str
 
-    def __init__(self, config: JobConfig, published_through: int | None = None) -> None:
+    def __init__(self, config: JobConfig) -> None:
         self.config = config
-        self.published_through = -1 if published_through is None else published_through  # earlier runs published
+        self.replay_through = -1 if config.replay_through is None else config.replay_through  # published earlier
         self.counters = {name: _counter(f"{self.KIND}_{name}")
                          for name in ("read", "valid", "invalid", "late", "future", "replayed")}
 
@@ -145,7 +145,7 @@ class ParseEvents(_Parse):
         now_ms = time.time() * 1000
         ahead = times > now_ms + self.config.max_future_s * 1000
         future = new & ahead
-        late = new & ~future & (before_origin | (slots <= self.published_through))
+        late = new & ~future & (before_origin | (slots <= self.replay_through))
         for p, s, is_future in zip(positions[late | future], slots[late | future], future[late | future]):
             reason = (f"in the future: more than {self.config.max_future_s:g} s past the processing time" if is_future
                       else "before the clock's origin" if s < 0 else f"late: slot {s} was already published")
@@ -372,12 +372,13 @@ class ShardState(beam.DoFn):
     NEW_STATUS = BagStateSpec("new_status", BytesCoder())  # status batches since: appended, never rewritten
     EMIT = TimerSpec("emit", TimeDomain.WATERMARK)  # at the earliest pending slot's end
 
-    def __init__(self, config: JobConfig, published_through: int | None = None) -> None:
-        """published_through: a local cycle's last slot published by earlier cycles (replayed slots: history only,
-        no frames; and the last slot whose evidence is final, since only a published slot can no longer
-        change); None for the streaming job, where a slot is final once the allowed lateness passed it."""
+    def __init__(self, config: JobConfig) -> None:
+        """``config.replay_through``, in a bounded re-run: the last slot an earlier run published (its slots give
+        history only, no frames; and the last slot whose evidence is final, since a bounded run's end of input
+        says nothing of what comes later). None in a streaming job: a slot is final once the allowed lateness
+        passed it, and a slot whose lateness the watermark passed is refused."""
         self.config = config
-        self.published_through = published_through
+        self.replay_through = config.replay_through
         self.busy = _counter("sequence_ms")
         self.refused = _counter("slots_refused_late")
         self.reset = _counter("state_reset_model_changed")
@@ -415,7 +416,7 @@ class ShardState(beam.DoFn):
         end = int(self.clock.end_ms(slot))
         # past the watermark's known bound by more than the lateness: a slot CloseSlot forgot (an update within
         # the lateness cannot be: CloseSlot's pending expiry holds this shard's watermark below end + lateness)
-        if self.published_through is None and end + lateness * self.clock.slot_ms < book.watermark_ms:
+        if self.replay_through is None and end + lateness * self.clock.slot_ms < book.watermark_ms:
             self.refused.inc()
             yield (slot, 0), (shard, version, None, pointers)  # GatherSlot dead-letters it; nothing is scored
             return
@@ -448,7 +449,7 @@ class ShardState(beam.DoFn):
         started = time.perf_counter()
         for slot in ready:
             version = book.pending.pop(slot)
-            if self.published_through is None or slot > self.published_through:
+            if self.replay_through is None or slot > self.replay_through:
                 book.emitted[slot] = version
                 frame = kept.frame(self.stages, slot, self.config.ranking)
                 for piece, part in enumerate(frame.pieces(self.config.pieces, self.config.ranking.range_m)):
@@ -456,8 +457,8 @@ class ShardState(beam.DoFn):
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         if ready:
             final = ready[-1] - self.config.lateness_slots - 1  # no update can reach these slots any more
-            if self.published_through is not None:
-                final = min(final, self.published_through)
+            if self.replay_through is not None:
+                final = min(final, self.replay_through)
             keep = slots_read_back(self.stages.config.window, self.config.ranking) + self.config.lateness_slots
             kept.fold(final)
             first_kept = min(ready[-1] - keep + 1, final + 1)
@@ -543,21 +544,20 @@ class ScoreSlots(beam.PTransform):
     and evidence outputs. Kept evidence: (shard, ("evidence", EvidenceSnapshot)) elements that an earlier run's
     ``evidence`` output left, so a run that replays only recent events starts from the evidence of all before."""
 
-    def __init__(self, config: JobConfig, published_through: int | None = None) -> None:
-        """published_through: a local cycle's ledger (slots at or below were published by earlier cycles); None for
-        the streaming job."""
+    def __init__(self, config: JobConfig) -> None:
+        """A streaming job, or with ``config.replay_through`` a bounded re-run of a log an earlier run scored."""
         super().__init__()
-        self.config, self.published_through = config, published_through
+        self.config = config
 
     def expand(self, inputs: tuple[beam.PCollection, ...]) -> dict[str, beam.PCollection]:
         raw_events, raw_status, *kept = inputs
         events = raw_events | "ParseEvents" >> beam.ParDo(
-            ParseEvents(self.config, self.published_through)).with_outputs(DEAD, PROGRESS, EVENTS, main="slots")
+            ParseEvents(self.config)).with_outputs(DEAD, PROGRESS, EVENTS, main="slots")
         status = raw_status | "ParseStatus" >> beam.ParDo(
-            ParseStatus(self.config, self.published_through)).with_outputs(DEAD, STATUSES, main="status")
+            ParseStatus(self.config)).with_outputs(DEAD, STATUSES, main="status")
         closed = (events.slots | "CloseSlot" >> beam.ParDo(CloseSlot(self.config)).with_outputs(DEAD, main="parts"))
         shards = ((closed.parts, status.status, *kept) | "ToShards" >> beam.Flatten()
-                  | "ShardState" >> beam.ParDo(ShardState(self.config, self.published_through))
+                  | "ShardState" >> beam.ParDo(ShardState(self.config))
                   .with_outputs(EVIDENCE, main="frames"))
         scored = shards.frames | "GatherSlot" >> beam.ParDo(GatherSlot(self.config)).with_outputs(DEAD, main="scores")
         dead = (events[DEAD], status[DEAD], closed[DEAD], scored[DEAD]) | "Dead" >> beam.Flatten()

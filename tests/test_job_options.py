@@ -28,6 +28,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory):
     (["--shards", "0"], "--shards: must lie in 1..4096"),
     (["--lateness_slots", "-1"], "--lateness_slots: must be >= 0"),
     (["--top_k", "0"], "RankingConfig.top_k: must be >= 1"),
+    (["--replay_through", "-2"], "--replay_through: must be a slot >= -1"),
 ])
 def test_bad_options_are_refused_by_name(checkpoint, args, message) -> None:
     if args[:1] != ["--checkpoint"] and args:
@@ -38,8 +39,9 @@ def test_bad_options_are_refused_by_name(checkpoint, args, message) -> None:
 
 def test_options_reach_the_config(checkpoint) -> None:
     config = JobConfig.from_options(PipelineOptions(["--checkpoint", str(checkpoint), "--shards", "7",
-                                                     "--range_m", "0", "--top_k", "3"]))
-    assert (config.shards, config.ranking.range_m, config.ranking.top_k) == (7, None, 3)
+                                                     "--range_m", "0", "--top_k", "3", "--replay_through", "12"]))
+    assert (config.shards, config.ranking.range_m, config.ranking.top_k, config.replay_through) == (7, None, 3, 12)
+    assert JobConfig.from_options(PipelineOptions(["--checkpoint", str(checkpoint)])).replay_through is None
 
 
 @pytest.mark.parametrize("argv, hint", [

@@ -7,6 +7,7 @@ the Python DirectRunner), and they are compared with the offline scorer on the s
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 import apache_beam as beam
 import numpy as np
@@ -109,3 +110,30 @@ def test_events_past_the_lateness_are_dead_lettered_with_the_reason(scenario) ->
     assert topic == scenario["config"].topics.dead_letter
     assert b"expired" in dict(headers)["reason"]
     assert from_json(CollaborationEvent, value).event_id == scenario["late"]["event_id"][1].as_py()
+
+
+def test_a_bounded_re_run_rebuilds_published_slots_without_publishing_them(tmp_path) -> None:
+    """--replay_through 1 over slots 0-2 (Create, batch): slots 0-1 rebuild state only, slot 2 is scored with
+    their history (as the offline scorer does), and a new event for slot 0 is dead-lettered as late."""
+    config = job(write_checkpoint(tmp_path / "model"), replay_through=1)
+    events, status = run_tables()
+    events = events.filter(pc.less(events["slot"], 3))
+    status = status.filter(pc.less(status["time_ms"], SIM.clock.end_ms(2)))
+    earlier = events.filter(pc.less(events["slot"], 2))
+    t = config.topics
+    replayed = replace(raw(CollaborationEvent, earlier, t.events), new_from=earlier.num_rows)
+    new = raw(CollaborationEvent, pa.concat_tables([events.filter(pc.equal(events["slot"], 2)), earlier.slice(0, 1)]),
+              t.events, earlier.num_rows)
+    out, dead = tmp_path / "out", tmp_path / "dead"
+    out.mkdir()
+    dead.mkdir()
+    with beam.Pipeline(options=PipelineOptions(runner="FnApiRunner")) as p:
+        result = (p | "Events" >> beam.Create([replayed, new]), p | "Status" >> beam.Create(
+            [raw(DeviceStatus, status, t.status)])) | ScoreSlots(config)
+        result["scores"] | "KeepScores" >> beam.ParDo(Keep(str(out)))
+        result["dead"] | "KeepDead" >> beam.ParDo(Keep(str(dead)))
+    (slot_2,) = whole_slots(kept(out))
+    assert slot_2.slot == 2
+    same_scores(slot_2, offline(config, events, status)[2])
+    (letter,) = kept(dead)
+    assert b"late: slot 0 was already published" in dict(letter[3])["reason"]
