@@ -243,3 +243,18 @@ def test_duplicated_and_reordered_events_give_the_same_outputs(broker, checkpoin
     (report,) = run(broker.settings, config, "shuffled", follow=False)
     assert report.counters["events_late"] == events.num_rows and report.records_published == 0
     assert_same(published(broker, topics), offline(checkpoint, events, status))
+
+
+def test_the_demo_counts_what_its_ledger_has_not_read(broker) -> None:
+    """An earlier demo's events under another state dir are read too, and the demo expects them."""
+    from trustbeam.demo import unread
+
+    topics = fresh_topics(broker)
+    events, status = run_tables()
+    publish(broker, topics, events, status)
+    assert unread(broker.settings, topics.events, Ledger()) == events.num_rows  # a fresh ledger reads them all
+    first = f"{topics.events}/0"
+    on_0 = sum(1 for r in read_to_end(broker.settings, topics.events) if r.partition == 0)
+    assert unread(broker.settings, topics.events, Ledger(read_to={first: on_0})) == events.num_rows - on_0
+    replaced = Ledger(read_to={first: on_0 + 10**6})  # past the end: a replaced log is read from its start
+    assert unread(broker.settings, topics.events, replaced) == events.num_rows
