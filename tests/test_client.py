@@ -11,17 +11,11 @@ import pytest
 from exporters.kafka import KafkaSink, message
 from schemas import CollaboratorRanking, RankedCandidate, TrustScore, to_json
 from exporters.client import TrustClient
-from exporters.kafka_client import Topics, ensure_topics
+from exporters.kafka_client import Topics
+from tests.test_pipeline_kafka import fresh_topics
 
 pytestmark = pytest.mark.kafka
 SLOT_MS = 60_000
-
-
-def fresh_topics(broker) -> Topics:
-    tag = uuid.uuid4().hex[:8]
-    topics = Topics(*(f"{name}-{tag}" for name in ("events", "status", "scores", "rankings", "dead")))
-    ensure_topics(broker.settings, topics.partitions())
-    return topics
 
 
 def slot_records(owner: str, slot: int, candidates: dict[str, tuple[float, float]], threshold: float = 0.4,
