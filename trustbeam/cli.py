@@ -496,6 +496,9 @@ class CloseRaceFilter(logging.Filter):
         return True
 
 
+CLOSE_RACE = CloseRaceFilter()  # one instance: main() may run many times in a process, and adds it once
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
@@ -513,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(error))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka.net.selector").addFilter(CloseRaceFilter())
+    logging.getLogger("kafka.net.selector").addFilter(CLOSE_RACE)
     if not args.verbose:  # kafka-python warns about its own event loop under load; errors still show
         logging.getLogger("kafka").setLevel(logging.ERROR)
         logging.getLogger("kafka.cluster").setLevel(logging.CRITICAL)  # "metadata refresh cancelled" on close
