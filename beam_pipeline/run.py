@@ -280,6 +280,16 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     return next_ledger, report
 
 
+def unread(settings: KafkaSettings, topic: str, ledger: Ledger) -> int:
+    """Records of ``topic`` that the next cycle of ``ledger`` reads as new: past its offsets, or the whole
+    topic where the log under it was replaced (the job starts over on the new one)."""
+    try:
+        ranges = plan(settings, [topic], _offsets(ledger.read_to), ledger.log).ranges
+    except LogReplaced:
+        ranges = plan(settings, [topic], {}).ranges
+    return sum(r.stop - r.new_from for r in ranges)
+
+
 def lag(settings: KafkaSettings, ranges: list[Any]) -> dict[str, int]:
     """Per topic, the records past the ends a cycle read to (what arrived while it ran)."""
     client = consumer(settings)

@@ -80,30 +80,9 @@ def latest_rankings(settings: Any, topic: str) -> list[Any]:
     return sorted((r for r in rankings if r.slot == newest and r.candidates), key=lambda r: r.owner)
 
 
-def unread(settings: Any, topic: str, ledger: Any) -> int:
-    """Records of ``topic`` past the offsets ``ledger`` read to (all of a partition it never read, or whose log
-    was replaced under it): what a run of that ledger reads besides what is published next."""
-    from kafka import TopicPartition
-
-    from beam_pipeline.kafka_io import consumer
-    from exporters.kafka_client import end_offsets
-
-    client = consumer(settings)
-    try:
-        partitions = [TopicPartition(topic, p) for p in sorted(client.partitions_for_topic(topic) or ())]
-        begin, end = client.beginning_offsets(partitions), end_offsets(client, partitions)
-    finally:
-        client.close()
-    total = 0
-    for tp in partitions:
-        read_to = ledger.read_to.get(f"{tp.topic}/{tp.partition}", begin[tp])
-        total += end[tp] - (read_to if begin[tp] <= read_to <= end[tp] else begin[tp])
-    return total
-
-
 def run_demo(sim: SimConfig, bootstrap: str | None, out: str, epochs: int, owners: int = 5) -> int:
     from beam_pipeline.options import JobConfig
-    from beam_pipeline.run import Ledger, run
+    from beam_pipeline.run import Ledger, run, unread
     from deploy.local.broker import LocalBroker
     from simulator.engine import Simulator
     from simulator.parquet_sink import ParquetSink
@@ -152,7 +131,8 @@ def run_demo(sim: SimConfig, bootstrap: str | None, out: str, epochs: int, owner
               "slots_published": len(report.published_slots), "records_published": report.records_published,
               "timings_s": {k: round(v, 1) for k, v in timings.items()}, "bootstrap": settings.bootstrap,
               "topics": {"scores": topics.scores, "rankings": topics.rankings, "dead_letter": topics.dead_letter},
-              "checkpoint": str(checkpoint), "parquet": str(Path(out).resolve()), "simulated_events": summary.events, "events_unread_before": backlog}
+              "checkpoint": str(checkpoint), "parquet": str(Path(out).resolve()), "simulated_events": summary.events,
+              "events_unread_before": backlog}
     print(json.dumps(result, indent=2))
     ok = report.published_slots and c.get("events_read", 0) == summary.events + backlog and rankings
     return 0 if ok else 1
