@@ -378,7 +378,6 @@ class ShardState(beam.DoFn):
         says nothing of what comes later). None in a streaming job: a slot is final once the allowed lateness
         passed it, and a slot whose lateness the watermark passed is refused."""
         self.config = config
-        self.replay_through = config.replay_through
         self.busy = _counter("sequence_ms")
         self.refused = _counter("slots_refused_late")
         self.reset = _counter("state_reset_model_changed")
@@ -416,7 +415,7 @@ class ShardState(beam.DoFn):
         end = int(self.clock.end_ms(slot))
         # past the watermark's known bound by more than the lateness: a slot CloseSlot forgot (an update within
         # the lateness cannot be: CloseSlot's pending expiry holds this shard's watermark below end + lateness)
-        if self.replay_through is None and end + lateness * self.clock.slot_ms < book.watermark_ms:
+        if self.config.replay_through is None and end + lateness * self.clock.slot_ms < book.watermark_ms:
             self.refused.inc()
             yield (slot, 0), (shard, version, None, pointers)  # GatherSlot dead-letters it; nothing is scored
             return
@@ -449,7 +448,7 @@ class ShardState(beam.DoFn):
         started = time.perf_counter()
         for slot in ready:
             version = book.pending.pop(slot)
-            if self.replay_through is None or slot > self.replay_through:
+            if self.config.replay_through is None or slot > self.config.replay_through:
                 book.emitted[slot] = version
                 frame = kept.frame(self.stages, slot, self.config.ranking)
                 for piece, part in enumerate(frame.pieces(self.config.pieces, self.config.ranking.range_m)):
@@ -457,8 +456,8 @@ class ShardState(beam.DoFn):
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         if ready:
             final = ready[-1] - self.config.lateness_slots - 1  # no update can reach these slots any more
-            if self.replay_through is not None:
-                final = min(final, self.replay_through)
+            if self.config.replay_through is not None:
+                final = min(final, self.config.replay_through)
             keep = slots_read_back(self.stages.config.window, self.config.ranking) + self.config.lateness_slots
             kept.fold(final)
             first_kept = min(ready[-1] - keep + 1, final + 1)
