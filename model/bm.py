@@ -163,3 +163,7 @@ class BM(nn.Module):
 
     def loss(self, raw: torch.Tensor, targets: PairTargets) -> torch.Tensor:
         return self.head.loss(raw, targets)
+
+    def loss_units(self, targets: PairTargets) -> float:
+        """What :meth:`loss` averages over (pairs or tasks): the weight of a batch's loss in a larger mean."""
+        return self.head.units(targets)

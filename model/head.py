@@ -93,6 +93,10 @@ class PaperHead(nn.Module):
             return self.level_values[(raw.softmax(-1).cumsum(-1) < 0.5).sum(-1).clamp(max=len(self.level_values) - 1)]
         return raw.softmax(-1) @ self.level_values
 
+    def units(self, targets: PairTargets) -> float:
+        """What :meth:`loss` averages over: the pairs."""
+        return float(len(targets.t_col))
+
     def loss(self, raw: torch.Tensor, targets: PairTargets) -> torch.Tensor:
         return -(soft_labels(targets.t_col, len(self.level_values)) * F.log_softmax(raw, -1)).sum(-1).mean()
 
@@ -154,6 +158,10 @@ class ContextHead(nn.Module):
             return torch.sigmoid(raw[:, 3 if readout == "median" else 1])
         q_tr, q_com = torch.sigmoid(raw[:, 0]), torch.sigmoid(raw[:, 1]) * torch.sigmoid(raw[:, 2])
         return q_tr * (self.a_tr + self.a_com * q_com)
+
+    def units(self, targets: PairTargets) -> float:
+        """What :meth:`loss` averages over: the tasks (graded) or the flagged tasks."""
+        return float((targets.tasks if self.outcomes == "graded" else targets.flagged).sum())
 
     def loss(self, raw: torch.Tensor, targets: PairTargets) -> torch.Tensor:
         """Negative log-likelihood per task: binomial tr of flagged tasks and com of transmitted ones (flags),

@@ -6,8 +6,9 @@
   train, the rest test; never shuffled across that line.
 * Model selection: blocked (contiguous) folds of the training period; each
   setting of the grid is fitted on the other folds with early stopping on its
-  validation fold, and scored by the mean validation RMSE. The best setting is
-  refitted on the training period with early stopping on its last fold.
+  validation fold, and scored by the mean validation loss (the head's per-task
+  likelihood). The best setting is refitted on the training period with early
+  stopping on its last fold.
 * node2vec sees only edges of the training period; devices without an edge there read the cold row.
 * The context head's P_tr curve starts from its maximum-likelihood fit to the training period's
   transmissions (:mod:`model.channel`).
@@ -24,7 +25,7 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -64,10 +65,13 @@ class TrainConfig:
 
 @dataclass
 class FitResult:
+    """What :func:`fit` saw: the kept epoch (-1: the starting state, before any end-to-end step), its
+    validation loss, and the per-epoch training and validation losses."""
+
     best_epoch: int
-    best_rmse: float
+    best_loss: float
     train_losses: list[float]
-    val_rmse: list[float]
+    val_losses: list[float]
 
 
 def time_split(history: History, test_fraction: float) -> tuple[list[int], list[int]]:
@@ -133,15 +137,34 @@ def predict(model: BM, history: History, slots: Iterable[int], readout: Readout 
     return np.concatenate(t_beh), np.concatenate(t_col)
 
 
+def validation_loss(model: BM, history: History, slots: Iterable[int], chunk_slots: int = 32) -> float:
+    """The model's training loss (the head's per-task likelihood) over every edge of the target slots, in
+    eval mode: a proper score of the predicted outcome probabilities, finer than the RMSE against one
+    slot's noisy T_col."""
+    ordered = sorted(set(slots))
+    total, weight = 0.0, 0.0
+    model.eval()
+    with torch.no_grad():
+        for k in range(0, len(ordered), chunk_slots):
+            batch = targets(history, ordered[k:k + chunk_slots])
+            if len(batch):
+                wanted = batch.tensors(model.device)
+                share = model.loss_units(wanted)
+                total += model.loss(model.pair_outputs(history, batch.query), wanted).item() * share
+                weight += share
+    return total / weight if weight else math.inf
+
+
 def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequence[int],
-                 config: TrainConfig) -> int:
-    """Fit the context head on the pairs' physics and evidence alone (Y = 0): the epochs are chosen by
-    early stopping on the validation slots, then the head is fitted again from its start on the fit and
-    validation slots together for that many epochs (the validation slots are the most recent ones).
-    Returns the chosen number of epochs. Costs no encoder run: the inputs are computed once."""
+                 config: TrainConfig) -> Callable[[], None]:
+    """Fit the context head on the pairs' physics and evidence alone (Y = 0) on the fit slots, for the epochs
+    that early stopping on the validation loss chooses. Returns ``refit``, which fits the head again from its
+    start on the fit and validation slots together for that many epochs (the validation slots are the most
+    recent ones): call it only once the validation slots have judged what they judge. Costs no encoder run:
+    the inputs are computed once."""
     batches = {"fit": targets(history, fit_slots), "val": targets(history, val_slots)}
     if not len(batches["fit"]) or not len(batches["val"]):
-        return 0
+        return lambda: None
     inputs = {name: (*model.pair_inputs(history, batch.query), batch.tensors(model.device))
               for name, batch in batches.items()}
     both = tuple(torch.cat([a, b]) for a, b in zip(inputs["fit"][:2], inputs["val"][:2]))
@@ -161,7 +184,7 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
         generator = np.random.default_rng([config.seed, 1])
         wanted = inputs[name][2]
         val_rows = np.arange(len(batches["val"]))
-        best, best_epoch = math.inf, 0
+        best, best_epoch, kept = math.inf, 0, start
         for epoch in range(epochs):
             head.train()
             for rows in np.array_split(generator.permutation(len(wanted.t_col)), config.head_batches):
@@ -173,29 +196,34 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
             if validate:
                 head.eval()
                 with torch.no_grad():
-                    score = rmse(head.t_beh(outputs("val", val_rows)).double().cpu().numpy(), batches["val"].t_col)
+                    score = head.loss(outputs("val", val_rows), inputs["val"][2]).item()
                 if score < best:
-                    best, best_epoch = score, epoch + 1
+                    best, best_epoch, kept = score, epoch + 1, copy.deepcopy(head.state_dict())
                 elif epoch + 1 - best_epoch >= config.head_patience:
                     break
+        if validate and best_epoch:
+            head.load_state_dict(kept)
+        head.eval()
         return best_epoch
 
     chosen = train("fit", config.head_epochs, validate=True)
-    train("all", chosen, validate=False)
-    head.eval()
-    return chosen
+    return functools.partial(train, "all", chosen, False)
 
 
 def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequence[int], config: TrainConfig,
         progress: bool = False) -> FitResult:
-    """Adam with L2, chunks of target slots in shuffled order, early stopping on validation RMSE (the context
-    head warmed up first on its own inputs)."""
-    if model.config.uses_context:
-        warm_up_head(model, history, fit_slots, val_slots, config)
+    """Adam with L2, chunks of target slots in shuffled order, early stopping on the validation loss.
+
+    The context head is warmed up first on its own inputs (fit slots only). The warmed-up state competes
+    with every end-to-end epoch on the validation loss: an epoch is kept only if what the long-term
+    embeddings add helps on slots it never trained on. When none is kept (``best_epoch == -1``) the
+    warmed-up head is refitted on the fit and validation slots together, so that the most recent slots
+    are learned from too."""
+    refit = warm_up_head(model, history, fit_slots, val_slots, config) if model.config.uses_context else None
     generator = np.random.default_rng(config.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     chunks = [list(c) for c in np.array_split(np.asarray(fit_slots), max(1, len(fit_slots) // config.chunk_slots))]
-    best = FitResult(-1, math.inf, [], [])
+    best = FitResult(-1, validation_loss(model, history, val_slots), [], [])
     best_state = copy.deepcopy(model.state_dict())
     for epoch in tqdm(range(config.epochs), desc="train", unit="epoch", disable=not progress, leave=False):
         model.train()
@@ -209,15 +237,18 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
             loss.backward()
             optimizer.step()
             losses.append(loss.item())
-        score = rmse(*predict(model, history, val_slots))
+        score = validation_loss(model, history, val_slots)
         best.train_losses.append(float(np.mean(losses)) if losses else float("nan"))
-        best.val_rmse.append(score)
-        if score < best.best_rmse:
-            best.best_epoch, best.best_rmse = epoch, score
+        best.val_losses.append(score)
+        if score < best.best_loss:
+            best.best_epoch, best.best_loss = epoch, score
             best_state = copy.deepcopy(model.state_dict())
         elif epoch - best.best_epoch >= config.patience:
             break
     model.load_state_dict(best_state)
+    if best.best_epoch == -1 and refit is not None:
+        refit()
+    model.eval()
     return best
 
 
@@ -284,11 +315,11 @@ def settings(train: TrainConfig) -> list[TrainConfig]:
 
 def cv_score(history: History, config: BMConfig, prepared: Prepared, setting: TrainConfig,
              folds: list[list[int]]) -> float:
-    """Mean validation RMSE of ``setting`` over the blocked folds, each fitted on the other folds."""
+    """Mean validation loss of ``setting`` over the blocked folds, each fitted on the other folds."""
     scores = []
     for k, val in enumerate(folds):
         fit_slots = [s for j, f in enumerate(folds) if j != k for s in f]
-        scores.append(fit(build(config, prepared, setting), history, fit_slots, val, setting).best_rmse)
+        scores.append(fit(build(config, prepared, setting), history, fit_slots, val, setting).best_loss)
     return float(np.mean(scores))
 
 
@@ -384,7 +415,7 @@ def _train_bm(history: History, config: BMConfig, train: TrainConfig, progress: 
     candidates = settings(train)
     if len(candidates) > 1:
         cv = cv_scores(history, config, prepared, candidates, folds, train.workers, progress)
-        search = [{"lr": c.lr, "weight_decay": c.weight_decay, "dropout": c.dropout, "cv_rmse": score}
+        search = [{"lr": c.lr, "weight_decay": c.weight_decay, "dropout": c.dropout, "cv_loss": score}
                   for c, score in zip(candidates, cv)]
         chosen = candidates[int(np.argmin(cv))]
     else:

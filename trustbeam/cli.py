@@ -139,7 +139,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                         workers=args.workers, device=args.device)
     with phase("train"):
         model, _, report = train_bm(history, config, train, progress=args.progress or sys.stderr.isatty())
-    summary = {"setting": report.setting, "best_epoch": report.fit.best_epoch, "val_rmse": report.fit.val_rmse,
+    summary = {"setting": report.setting, "best_epoch": report.fit.best_epoch, "val_loss": report.fit.val_losses,
                "train_loss": report.fit.train_losses, "test_rmse": report.test_rmse, "test_mae": report.test_mae,
                "train_slots": len(report.train_slots), "test_slots": len(report.test_slots),
                "devices": len(history.index), "search": report.search, "train_seconds": round(phase.seconds["train"], 1)}
