@@ -157,9 +157,12 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
         started = time.perf_counter()
         predicted: dict[str, np.ndarray] = {}
         medians: dict[str, np.ndarray] = {}
+        facts: dict[str, float] = {}
         if method in LEARNED:
             sequence, head = LEARNED[method]
-            model, _, _ = train_bm(history, replace(config, sequence=sequence, head=head), train, prepared=prepared)
+            model, _, trained = train_bm(history, replace(config, sequence=sequence, head=head), train,
+                                         prepared=prepared)
+            facts["kept_epoch"] = trained.fit.best_epoch  # -1: no end-to-end epoch beat the warmed-up head
             predicted[method] = predict(model, history, test_slots)[0]
             if head == "paper" or not history.has_flags:  # else the median readout is T_beh itself
                 medians[method] = predict(model, history, test_slots, readout="median")[0]
@@ -176,8 +179,8 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             continue
         seconds = time.perf_counter() - started
         for name, prediction in predicted.items():
-            out[name] = {"seconds": seconds, **accuracy(prediction, observed, hidden, edge_slot, test_slots,
-                                                        medians.get(name))}
+            out[name] = {"seconds": seconds, **facts, **accuracy(prediction, observed, hidden, edge_slot, test_slots,
+                                                                 medians.get(name))}
     if simulated is not None and voc:
         curves = voc_curves(simulated.world, simulated.events, history.first_slot, test_slots, scorers,
                             seed=train.seed)
@@ -209,10 +212,10 @@ def _number(value: float, digits: int) -> str:
 
 
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str]) -> str:
-    metrics = [m for m in ("rmse", "mae", "rmse_truth", "mae_truth", "ece", "ece_truth", "seconds")
+    metrics = [m for m in ("rmse", "mae", "rmse_truth", "mae_truth", "ece", "ece_truth", "seconds", "kept_epoch")
                if any(m in row for row in summary.values())]
     lines = [f"# {title}", ""] + _table(["method", *metrics], [
-        [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m == "seconds"
+        [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m in ("seconds", "kept_epoch")
                      else f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}") for m in metrics]
         for method, row in summary.items()])
     curves = {method: row["voc"] for method, row in summary.items() if "voc" in row}

@@ -94,6 +94,9 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
         assert set(report[method]["rmse"]) == {"mean", "std"} and 0 <= report[method]["rmse"]["mean"] <= 1
         assert 0 <= report[method]["ece_truth"]["mean"] <= 1 and f"| {method} |" in (tmp_path / "report.md").read_text()
     assert report["oracle"]["rmse_truth"]["mean"] == 0.0 and report["oracle"]["ece_truth"]["mean"] == 0.0
+    for method in ("bm", "bm_paper", "bm_paper_max", "lstm", "transformer", "gnn"):  # which epoch training kept
+        assert report["runs"][0][method]["kept_epoch"] in (-1, 0, 1)
+    assert "kept_epoch" not in report["channel_beta"] and "kept_epoch" in (tmp_path / "report.md").read_text()
     assert report["channel_beta"]["rmse_truth"]["mean"] < report["mean"]["rmse_truth"]["mean"]  # it knows the pair
     per_slot = report["bm"]["rmse_per_slot"]["mean"]
     assert len(per_slot) == len(report["runs"][0]["bm"]["rmse_per_slot"]) >= 5
