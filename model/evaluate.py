@@ -45,7 +45,10 @@ from model.voc import THETAS, Scorer, voc_curves
 # method -> (sequence encoder, head); bm_paper also reports its literal "max" readout as bm_paper_max
 LEARNED = {"bm": ("bimamba", "context"), "bm_paper": ("bimamba", "paper"), "lstm": ("lstm", "context"),
            "transformer": ("transformer", "context"), "gnn": ("last", "context")}
-METHODS = (*LEARNED, *RULES, "oracle")
+# references, simulated logs only: the hidden truth itself, and the simulator's Bayes filter (simulator.bayes: the
+# best forecast anything learning from the log could make; computed by the simulator, passed as ``references``)
+REFERENCES = ("oracle", "bayes")
+METHODS = (*LEARNED, *RULES, *REFERENCES)
 
 
 @dataclass(frozen=True)
@@ -97,11 +100,22 @@ def truth_for(history: History, slots: list[int], truth: pa.Table) -> np.ndarray
 
 @dataclass(frozen=True)
 class Simulated:
-    """What only a simulated log has: the hidden truth, and the world for the selection experiment."""
+    """What only a simulated log has: the hidden truth, each device's hidden behaviour label (by history row),
+    and the world for the selection experiment."""
 
     truth: pa.Table
     world: object  # simulator.world.World (the simulator sits above model: duck-typed here)
     events: pa.Table
+    behaviour: np.ndarray  # (devices,) str: the hidden behaviour of each history row
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """One run of :func:`evaluate_run`: every method's figures, and every test edge's forecasts
+    (:func:`predictions_table`)."""
+
+    scores: dict[str, dict]
+    predictions: pa.Table
 
 
 def learned_scorer(model, history: History, readout: Readout | None = None) -> Scorer:
@@ -127,10 +141,16 @@ def online_scorer(scorer: OnlineScorer, history: History) -> Scorer:
     return score
 
 
+def by_label(prediction: np.ndarray, target: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """RMSE within each label's edges (labels present only), in label order."""
+    return {str(label): rmse(prediction[labels == label], target[labels == label]) for label in np.unique(labels)}
+
+
 def accuracy(prediction: np.ndarray, observed: np.ndarray, hidden: np.ndarray | None, edge_slot: np.ndarray,
-             test_slots: list[int], median: np.ndarray | None = None) -> dict:
+             test_slots: list[int], median: np.ndarray | None = None, behaviour: np.ndarray | None = None) -> dict:
     """RMSE/MAE (MAE of ``median`` when given), the per-slot RMSE curve and the calibration bins against the
-    observed T_col (and the truth)."""
+    observed T_col (and the truth; with ``behaviour``, the collaborators' hidden labels, also the RMSE against
+    the truth per label)."""
     s = scores(prediction, observed, median)
     row = {"rmse": s.rmse, "mae": s.mae, "ece": expected_calibration_error(prediction, observed, CALIBRATION_BINS),
            "rmse_per_slot": per_slot_rmse(prediction, observed, edge_slot, test_slots),
@@ -140,17 +160,43 @@ def accuracy(prediction: np.ndarray, observed: np.ndarray, hidden: np.ndarray | 
         row.update(rmse_truth=s.rmse, mae_truth=s.mae,
                    ece_truth=expected_calibration_error(prediction, hidden, CALIBRATION_BINS),
                    calibration_mean_truth=calibration(prediction, hidden)["mean_target"])
+        if behaviour is not None:
+            row["rmse_truth_by_behaviour"] = by_label(prediction, hidden, behaviour)
     return row
 
 
+def predictions_table(history: History, test_slots: list[int], batch, forecasts: dict[str, np.ndarray],
+                      hidden: np.ndarray | None, behaviour: np.ndarray | None) -> pa.Table:
+    """Every test edge (in :func:`targets` order): its absolute slot, owner and collaborator ids, the observed
+    T_col (``target``) and its tasks, the hidden truth and the collaborator's behaviour when simulated, and
+    one column per method with its forecast (T_beh)."""
+    query = batch.query
+    ids = np.asarray(history.index.ids, dtype=object)
+    columns = {"slot": pa.array(history.first_slot + query.end + 1, pa.int64()),
+               "owner": pa.array(ids[query.src], pa.string()), "collaborator": pa.array(ids[query.dst], pa.string()),
+               "target": pa.array(batch.t_col, pa.float64()), "tasks": pa.array(batch.tasks, pa.float64())}
+    if hidden is not None:
+        columns["truth"] = pa.array(hidden, pa.float64())
+    if behaviour is not None:
+        columns["behaviour"] = pa.array(behaviour, pa.string())
+    columns.update({name: pa.array(np.asarray(values, np.float64)) for name, values in forecasts.items()})
+    return pa.table(columns)
+
+
 def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods: list[str],
-                 simulated: Simulated | None = None, voc: bool = True) -> dict[str, dict]:
-    """One run: every method's scores on the test period, its seconds, and (simulated, ``voc``) its VoC curve."""
+                 simulated: Simulated | None = None, voc: bool = True,
+                 references: dict[str, np.ndarray] | None = None) -> RunOutput:
+    """One run: every method's scores on the test period, its seconds, and (simulated, ``voc``) its VoC curve.
+
+    ``references``: forecasts of the test edges (in :func:`targets` order) made outside this module, scored like
+    the methods' (the simulator's Bayes filter: what any learner could reach at best)."""
     train_slots, test_slots = time_split(history, train.test_fraction)
     batch = targets(history, test_slots)
     observed, edge_slot = batch.t_col, batch.query.end + 1
     hidden = truth_for(history, test_slots, simulated.truth) if simulated else None
+    behaviour = simulated.behaviour[batch.query.dst] if simulated else None
     out: dict[str, dict] = {}
+    forecasts: dict[str, np.ndarray] = {}
     scorers: dict[str, Scorer] = {}
     prepared = prepare(history, config, train) if set(methods) & set(LEARNED) else None
     for method in methods:
@@ -175,32 +221,69 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             scorers[method] = online_scorer(RULES[method](history, train_slots), history)
         elif method == "oracle" and hidden is not None:
             predicted[method] = hidden
-        else:
+        else:  # a reference the caller computes (bayes), or one this log cannot have
             continue
         seconds = time.perf_counter() - started
         for name, prediction in predicted.items():
+            forecasts[name] = prediction
             out[name] = {"seconds": seconds, **facts, **accuracy(prediction, observed, hidden, edge_slot, test_slots,
-                                                                 medians.get(name))}
+                                                                 medians.get(name), behaviour)}
+    for name, prediction in (references or {}).items():
+        forecasts[name] = prediction
+        out[name] = accuracy(prediction, observed, hidden, edge_slot, test_slots, None, behaviour)
     if simulated is not None and voc:
         curves = voc_curves(simulated.world, simulated.events, history.first_slot, test_slots, scorers,
                             seed=train.seed)
         for method, curve in curves.items():
             out.setdefault(method, {})["voc"] = curve
-    return out
+    return RunOutput(out, predictions_table(history, test_slots, batch, forecasts, hidden, behaviour))
+
+
+def _mean_std(values: list) -> dict:
+    """{"mean", "std"} over runs of numbers or equal-length curves; NaN points skipped (NaN where all are)."""
+    array = np.array(values, dtype=np.float64)
+    with warnings.catch_warnings():  # a point empty in every run (NaN) stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, std = np.nanmean(array, axis=0), np.nanstd(array, axis=0)
+    return {"mean": mean.tolist(), "std": std.tolist()}
 
 
 def summarize(runs: list[dict[str, dict]]) -> dict[str, dict[str, dict]]:
-    """{method: {metric: {"mean": x, "std": y}}} over runs; curves (lists) get per-point mean and std."""
+    """{method: {metric: {"mean": x, "std": y}}} over runs; curves (lists) get per-point mean and std, and
+    per-label figures (dicts such as ``rmse_truth_by_behaviour``) one {"mean", "std"} per label, over the runs
+    that had it."""
     summary: dict[str, dict[str, dict]] = {}
     for method in runs[0]:
         summary[method] = {}
-        for metric in runs[0][method]:
-            values = np.array([r[method][metric] for r in runs], dtype=np.float64)
-            with warnings.catch_warnings():  # a curve point empty in every run (NaN) stays NaN
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean, std = np.nanmean(values, axis=0), np.nanstd(values, axis=0)
-            summary[method][metric] = {"mean": mean.tolist(), "std": std.tolist()}
+        for metric, first in runs[0][method].items():
+            values = [r[method][metric] for r in runs if metric in r.get(method, {})]
+            if isinstance(first, dict):
+                labels = sorted({label for v in values for label in v})
+                summary[method][metric] = {label: _mean_std([v[label] for v in values if label in v])
+                                           for label in labels}
+            else:
+                summary[method][metric] = _mean_std(values)
     return summary
+
+
+def paired_differences(runs: list[dict[str, dict]], metric: str, reference: str = "bm") -> dict | None:
+    """The reference method's ``metric`` minus each other method's, paired by run: {"metric", "reference",
+    "best_other" (the other method with the lowest mean), "differences": {method: {"mean", "se", "runs"}}}; the
+    standard error is the runs' standard deviation (ddof 1) over sqrt(runs), NaN for one run. Methods that
+    know what no learner can (:data:`REFERENCES`) are compared but never the best other. None when the
+    reference or the metric is missing."""
+    if reference not in runs[0] or metric not in runs[0][reference]:
+        return None
+    differences = {}
+    for method in runs[0]:
+        if method == reference or metric not in runs[0][method]:
+            continue
+        d = np.array([r[reference][metric] - r[method][metric] for r in runs], dtype=np.float64)
+        se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+        differences[method] = {"mean": float(d.mean()), "se": se, "runs": len(d)}
+    others = {m: float(np.mean([r[m][metric] for r in runs])) for m in differences if m not in REFERENCES}
+    best = min(others, key=others.get) if others else None
+    return {"metric": metric, "reference": reference, "best_other": best, "differences": differences}
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -211,13 +294,36 @@ def _number(value: float, digits: int) -> str:
     return "" if math.isnan(value) else f"{value:.{digits}f}"
 
 
-def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str]) -> str:
+def _paired_lines(paired: dict) -> list[str]:
+    """The paired-difference table: reference minus each method, mean and standard error over runs."""
+    reference, metric = paired["reference"], paired["metric"]
+    lines = ["", f"Paired difference of {metric}, {reference} minus each method, per run (negative: {reference} is "
+                 f"better; ± one standard error over runs). Best other method: {paired['best_other']}.", ""]
+    return lines + _table(["method", f"{reference} − method", "± s.e.", "runs"], [
+        [method, f"{d['mean']:+.5f}", _number(d["se"], 5), str(d["runs"])]
+        for method, d in sorted(paired["differences"].items(), key=lambda item: item[1]["mean"])])
+
+
+def _behaviour_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
+    """RMSE against the truth per hidden behaviour of the collaborator (rows: methods)."""
+    rows = {m: row["rmse_truth_by_behaviour"] for m, row in summary.items() if "rmse_truth_by_behaviour" in row}
+    if not rows:
+        return []
+    labels = sorted({label for by in rows.values() for label in by})
+    lines = ["", "RMSE against the hidden truth per behaviour of the collaborator (mean over runs):", ""]
+    return lines + _table(["method", *labels], [
+        [method, *(f"{by[label]['mean']:.4f}" if label in by else "" for label in labels)]
+        for method, by in rows.items()])
+
+
+def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], paired: dict | None = None) -> str:
     metrics = [m for m in ("rmse", "mae", "rmse_truth", "mae_truth", "ece", "ece_truth", "seconds", "kept_epoch")
                if any(m in row for row in summary.values())]
     lines = [f"# {title}", ""] + _table(["method", *metrics], [
         [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m in ("seconds", "kept_epoch")
                      else f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}") for m in metrics]
-        for method, row in summary.items()])
+        for method, row in summary.items() if any(m in row for m in metrics)])
+    lines += _behaviour_lines(summary) + (_paired_lines(paired) if paired else [])
     curves = {method: row["voc"] for method, row in summary.items() if "voc" in row}
     if curves:
         lines += ["", "Achieved VoC per task versus the trust threshold theta (mean over runs):", ""]
@@ -263,19 +369,38 @@ def write_report(out: Path, title: str, runs: list[dict[str, dict]], setup: dict
     """report.json (every figure), report.md (tables) and the PNG plots."""
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(runs)
-    report = {"title": title, "setup": setup, **summary, "runs": runs}
+    metric = "rmse_truth" if any("rmse_truth" in row for row in summary.values()) else "rmse"
+    paired = paired_differences(runs, metric)
+    report = {"title": title, "setup": setup, **summary, "paired": paired, "runs": runs}
     (out / "report.json").write_text(json.dumps(report, indent=2))
     figures = report_figures(out, summary)
-    text = markdown(title, summary, notes) + "".join(f"\n![{p.stem}]({p.name})\n" for p in figures)
+    text = markdown(title, summary, notes, paired) + "".join(f"\n![{p.stem}]({p.name})\n" for p in figures)
     (out / "report.md").write_text(text)
     return report
 
 
+def write_predictions(path: Path, results: list[RunOutput], first_seed: int = 0) -> None:
+    """Every run's test-edge forecasts as one Parquet file (columns ``run`` and ``seed`` first), written under a
+    hidden name and renamed into place."""
+    import pyarrow.parquet as pq
+
+    tables = []
+    for run, result in enumerate(results):
+        n = result.predictions.num_rows
+        table = result.predictions
+        tables.append(table.add_column(0, "seed", pa.array(np.full(n, first_seed + run), pa.int64()))
+                      .add_column(0, "run", pa.array(np.full(n, run), pa.int64())))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    pq.write_table(pa.concat_tables(tables, promote_options="default"), partial)
+    partial.replace(path)
+
+
 def evaluate_log(events: pa.Table, config: BMConfig, train: TrainConfig, runs: int, methods: list[str],
                  progress: Callable[[str], None] = lambda _: None, status: pa.Table | None = None,
-                 each_run: Callable[[list], None] = lambda _: None) -> list[dict[str, dict[str, float]]]:
-    """Every method on a recorded log, ``runs`` training seeds; ``each_run`` sees the results so far after
-    each run (a long evaluation keeps what it finished)."""
+                 each_run: Callable[[list[RunOutput]], None] = lambda _: None) -> list[RunOutput]:
+    """Every method on a recorded log, ``runs`` training seeds (``train.seed`` + 0, 1, ...); ``each_run`` sees
+    the results so far after each run (a long evaluation keeps what it finished)."""
     history = History.from_events(events, config.clock, config.weights, status=status)
     results = []
     for run in range(runs):

@@ -83,6 +83,8 @@ class SimConfig:
     weights: TrustWeights = field(default_factory=TrustWeights)
 
     def __post_init__(self) -> None:
+        if self.seed < 0:
+            raise ValueError(f"SimConfig.seed: must be >= 0 (got {self.seed!r})")
         for name in ("devices", "slots", "status_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SimConfig.{name}: must be >= 1 (got {getattr(self, name)!r})")

@@ -9,13 +9,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
+import numpy as np
 import pyarrow as pa
 
 from model.bm import BMConfig
-from model.evaluate import Simulated, evaluate_run
+from model.evaluate import RunOutput, Simulated, evaluate_run
 from model.graphs import DeviceIndex
 from model.history import History
-from model.train import TrainConfig
+from model.train import TrainConfig, targets, time_split
+from simulator.bayes import BayesFilter
 from simulator.config import SimConfig
 from simulator.engine import MemorySink, Simulator
 from simulator.world import World
@@ -28,9 +30,16 @@ def simulated_run(sim_config: SimConfig) -> tuple[pa.Table, pa.Table, pa.Table]:
     return memory["events"], memory["truth"], memory["status"]
 
 
+def bayes_forecasts(world: World, events: pa.Table, history: History, train: TrainConfig) -> np.ndarray:
+    """The Bayes filter's forecast of every test edge (in :func:`model.train.targets` order)."""
+    _, test_slots = time_split(history, train.test_fraction)
+    query = targets(history, test_slots).query
+    return BayesFilter(world, events).forecast(query.src, query.dst, history.first_slot + query.end + 1)
+
+
 def evaluate_simulated(sim_config: SimConfig, config: BMConfig, train: TrainConfig, runs: int, methods: list[str],
                        progress: Callable[[str], None] = lambda _: None, voc: bool = True,
-                       each_run: Callable[[list], None] = lambda _: None) -> list[dict[str, dict]]:
+                       each_run: Callable[[list[RunOutput]], None] = lambda _: None) -> list[RunOutput]:
     """Every method on ``runs`` simulated runs (seeds ``sim_config.seed`` + 0, 1, ...), one result per run;
     ``each_run`` sees the results so far after each run (a long evaluation keeps what it finished)."""
     results = []
@@ -41,9 +50,11 @@ def evaluate_simulated(sim_config: SimConfig, config: BMConfig, train: TrainConf
         # every simulated device has a row (in the world's order), and slot 0 is the clock's first slot
         history = History.from_events(events, sim_config.clock, config.weights,
                                       index=DeviceIndex(tuple(world.ids.to_pylist())), first_slot=0, status=status)
+        behaviour = world.devices_table()["behaviour"].to_numpy(zero_copy_only=False)
+        references = {"bayes": bayes_forecasts(world, events, history, train)} if "bayes" in methods else None
         results.append(evaluate_run(history, replace(config, clock=sim_config.clock),
                                     replace(train, seed=train.seed + run), methods,
-                                    Simulated(truth, world, events), voc))
+                                    Simulated(truth, world, events, behaviour), voc, references))
         progress(f"run {run + 1}/{runs} done")
         each_run(results)
     return results

@@ -18,6 +18,7 @@ from model.config import TrustWeights
 from model.physics import Cost
 from model.trust import collaboration_weight
 from simulator.channel import Channel, Ns3Channel, RayleighChannel
+from simulator.behaviour import BehaviourParams
 from simulator.config import Behaviour, ChannelModel, SimConfig
 from simulator.hashing import hash_uniform
 
@@ -82,28 +83,19 @@ class World:
         kinds = np.array(sorted(config.mix), dtype=np.int8)
         shares = np.array([config.mix[Behaviour(k)] for k in kinds], dtype=np.float64)
         self.behaviour = rng.choice(kinds, size=n, p=shares / shares.sum())
-        self.high = rng.uniform(0.85, 0.99, size=n)
-        self.low = rng.uniform(0.05, 0.4, size=n)
-        slots = config.slots
-        self.start = rng.uniform(0.2, 0.6, size=n) * slots  # degrading/recovering: change begins
-        self.span = np.maximum(1.0, rng.uniform(0.1, 0.3, size=n) * slots)  # ... and lasts
-        self.on_len = rng.integers(6, 21, size=n)  # intermittent: good slots per cycle
-        self.off_len = rng.integers(2, 9, size=n)  # ... bad slots per cycle
-        self.offset = rng.integers(0, 1 << 20, size=n)
-        self.period = rng.uniform(8.0, 40.0, size=n)  # periodic reliability and load
-        self.phase = rng.uniform(0.0, 2 * np.pi, size=n)
+        self.params = BehaviourParams.draw(rng, self.behaviour, config.slots)
         self.channel = make_channel(config)
 
     def devices_table(self) -> pa.Table:
         labels = np.array([b.label for b in Behaviour])
         columns = [self.ids, self.cpu_hz, self.x_m, self.y_m, self.tx_w, self.rx_w, self.willingness,
-                   labels[self.behaviour], self.high, self.low]
+                   labels[self.behaviour], self.params.high, self.params.low]
         return pa.Table.from_arrays([pa.array(c) for c in columns], schema=DEVICES_SCHEMA)
 
     def load(self, devices: np.ndarray, slot: int) -> np.ndarray:
-        """Background CPU load u in [load_mean - swing, load_mean + swing]."""
+        """Background CPU load u in [load_mean - swing, load_mean + swing]: the usage cycle plus noise."""
         c = self.config
-        cycle = np.sin(2 * np.pi * slot / self.period[devices] + self.phase[devices])
+        cycle = self.params.take(devices).cycle(slot)
         noise = 2 * hash_uniform(c.seed, _LOAD, devices, slot) - 1
         return c.load_mean + c.load_swing * (0.6 * cycle + 0.4 * noise)
 
@@ -114,39 +106,37 @@ class World:
         """Radio up and not overloaded: the device can take a task this slot (if willing)."""
         return self.radio_up(devices, slot) & (self.load(devices, slot) < self.config.overload)
 
+    def targeted(self, collabs: np.ndarray, owners: np.ndarray) -> np.ndarray:
+        """Whether a selective collaborator misbehaves toward each owner (hidden, fixed per pair)."""
+        return hash_uniform(self.config.seed, _TARGET, collabs, owners) < self.config.selective_targets
+
     def behaviour_reliability(self, collabs: np.ndarray, owners: np.ndarray, slot: int) -> np.ndarray:
         """Hidden probability that a collaborator computes honestly for an owner in a slot."""
-        hi, lo, kind = self.high[collabs], self.low[collabs], self.behaviour[collabs]
-        ramp = np.clip((slot - self.start[collabs]) / self.span[collabs], 0.0, 1.0)
-        cycle = self.on_len[collabs] + self.off_len[collabs]
-        on = (slot + self.offset[collabs]) % cycle < self.on_len[collabs]
-        wave = 0.5 + 0.5 * np.cos(2 * np.pi * slot / self.period[collabs] + self.phase[collabs])
-        targeted = hash_uniform(self.config.seed, _TARGET, collabs, owners) < self.config.selective_targets
-        choices = {
-            Behaviour.STABLE_RELIABLE: hi,
-            Behaviour.STABLE_UNRELIABLE: lo,
-            Behaviour.DEGRADING: hi - (hi - lo) * ramp,
-            Behaviour.RECOVERING: lo + (hi - lo) * ramp,
-            Behaviour.INTERMITTENT: np.where(on, hi, lo),
-            Behaviour.PERIODIC: lo + (hi - lo) * wave,
-            Behaviour.SELECTIVE: np.where(targeted, lo, hi),
-        }
-        return np.select([kind == b for b in choices], list(choices.values()))
+        return self.params.take(collabs).reliability(slot, self.targeted(collabs, owners))
 
     def distance(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.hypot(self.x_m[a] - self.x_m[b], self.y_m[a] - self.y_m[b])
 
-    def expected(self, owners: np.ndarray, collabs: np.ndarray, slot: int) -> Expected:
-        """Outcome probabilities and costs of offloading the configured task, pairwise."""
+    def expected(self, owners: np.ndarray, collabs: np.ndarray, slot: int, load: np.ndarray | None = None
+                 ) -> Expected:
+        """Outcome probabilities and costs of offloading the configured task, pairwise; ``load``: the
+        collaborators' background load to assume (default: their hidden load in the slot)."""
         c, params = self.config, self.config.system
         distance = self.distance(owners, collabs)
         p_tr = self.channel.p_tr(distance, self.tx_w[owners])
-        effective_hz = self.cpu_hz[collabs] * (1.0 - self.load(collabs, slot))
+        load = self.load(collabs, slot) if load is None else load
+        effective_hz = self.cpu_hz[collabs] * (1.0 - load)
         size, density = c.task_size_bits, c.density_cycles_per_bit
         offload = physics.offload(size, density, distance, self.tx_w[owners], self.rx_w[collabs],
                                   effective_hz, params)
         local = physics.computation(size, density, self.cpu_hz[owners], params)
-        deadline = c.deadline_factor * local.time_s
-        on_time = np.exp(-np.maximum(0.0, offload.time_s - deadline) / deadline)
+        on_time = on_time_factor(offload.time_s, local.time_s, c.deadline_factor)
         p_com = self.behaviour_reliability(collabs, owners, slot) * on_time
         return Expected(p_tr, p_com, offload, local)
+
+
+def on_time_factor(offload_s: np.ndarray, local_s: np.ndarray, deadline_factor: float) -> np.ndarray:
+    """exp(-lateness / deadline), the deadline ``deadline_factor`` times the owner's local execution time: the
+    share of an honest computation's success that survives its offload time."""
+    deadline = deadline_factor * local_s
+    return np.exp(-np.maximum(0.0, offload_s - deadline) / deadline)

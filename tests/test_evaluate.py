@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from model.evaluate import CALIBRATION_BINS, calibration, per_slot_rmse, scores, summarize, truth_for
+from model.evaluate import (CALIBRATION_BINS, by_label, calibration, paired_differences, per_slot_rmse, scores,
+                            summarize, truth_for)
 from model.metrics import expected_calibration_error
 from model.graphs import DeviceIndex, SlotGraph
 from model.history import History
@@ -76,6 +77,50 @@ def test_summary_mean_and_std() -> None:
                                       "mae": {"mean": pytest.approx(0.2), "std": pytest.approx(0.1)}}}
 
 
+def test_rmse_by_label_by_hand() -> None:
+    got = by_label(np.array([0.5, 0.5, 1.0]), np.array([1.0, 0.0, 1.0]), np.array(["b", "b", "a"]))
+    assert got == {"a": 0.0, "b": pytest.approx(0.5)} and list(got) == ["a", "b"]
+
+
+def test_summary_of_per_label_figures_counts_only_the_runs_that_have_the_label() -> None:
+    runs = [{"bm": {"by": {"a": 0.2, "b": 0.4}}}, {"bm": {"by": {"a": 0.4}}}]
+    assert summarize(runs)["bm"]["by"] == {"a": {"mean": pytest.approx(0.3), "std": pytest.approx(0.1)},
+                                           "b": {"mean": pytest.approx(0.4), "std": 0.0}}
+
+
+def test_paired_differences_by_hand() -> None:
+    runs = [{"bm": {"e": 0.10}, "lstm": {"e": 0.12}, "rule": {"e": 0.11}, "oracle": {"e": 0.0}},
+            {"bm": {"e": 0.20}, "lstm": {"e": 0.18}, "rule": {"e": 0.23}, "oracle": {"e": 0.0}},
+            {"bm": {"e": 0.30}, "lstm": {"e": 0.31}, "rule": {"e": 0.32}, "oracle": {"e": 0.0}}]
+    paired = paired_differences(runs, "e")
+    lstm = paired["differences"]["lstm"]
+    d = np.array([-0.02, 0.02, -0.01])
+    assert lstm["mean"] == pytest.approx(d.mean()) and lstm["runs"] == 3
+    assert lstm["se"] == pytest.approx(d.std(ddof=1) / math.sqrt(3))
+    # the oracle is compared but is never the best other method: it knows the truth
+    assert paired["best_other"] == "lstm" and paired["differences"]["oracle"]["mean"] == pytest.approx(0.2)
+    assert math.isnan(paired_differences(runs[:1], "e")["differences"]["rule"]["se"])  # one run: no error bar
+    assert paired_differences(runs, "missing") is None
+
+
+def test_every_method_of_a_plot_looks_different() -> None:
+    from model.evaluate import METHODS
+    from model.plots import method_styles
+
+    names = [*METHODS, "bm_paper_max", "random", *(f"extra{k}" for k in range(12))]
+    styles = method_styles(names)
+    looks = {(style["color"], style["marker"], style["linestyle"]) for style in styles.values()}
+    assert len(looks) == len(names)
+    assert len({styles[m]["color"] for m in names[:20]}) == 20  # the first twenty differ by colour alone
+
+
+@pytest.mark.parametrize("args, message", [(["--seed", "-1"], "--seed: must be >= 0 (got -1)"),
+                                           (["--mix", "stable_reliable=1,sneaky=1"], "unknown behaviour 'sneaky'")])
+def test_evaluate_refuses_bad_options_by_name(args, message, tmp_path, capsys) -> None:
+    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--out", str(tmp_path), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_truth_is_aligned_with_test_targets() -> None:
     graphs = (None, SlotGraph(1, np.array([0, 1]), np.array([1, 0]), np.array([1.0, 0.0]), np.zeros(2)))
     history = History(DeviceIndex(("a", "b")), 10, graphs)
@@ -86,8 +131,11 @@ def test_truth_is_aligned_with_test_targets() -> None:
 
 
 def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
-    assert main(["evaluate", "--quick", "--runs", "1", "--epochs", "2", "--quiet", "--out", str(tmp_path)]) == 0
+    predictions = tmp_path / "forecasts.parquet"
+    assert main(["evaluate", "--quick", "--runs", "1", "--epochs", "2", "--quiet", "--out", str(tmp_path), "--seed", "3",
+                 "--predictions", str(predictions)]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
+    assert report["setup"]["seed"] == 3
     methods = ("bm", "bm_paper", "bm_paper_max", "lstm", "transformer", "gnn", "channel_beta", "fxg", "beta",
                "qs_trust", "mean", "oracle")
     for method in methods:
@@ -111,6 +159,25 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     for method in ("bm", "bm_paper_max", "qs_trust"):  # the reliability diagram covers every prediction
         assert sum(report[method]["calibration_share"]["mean"]) == pytest.approx(1.0)
     assert "Calibration on the test edges" in (tmp_path / "report.md").read_text()
+    # per behaviour of the collaborator, against the truth: every class of the mix, and the Bayes filter's floor
+    by = report["bm"]["rmse_truth_by_behaviour"]
+    assert set(by) == {"stable_reliable", "stable_unreliable", "degrading", "recovering", "intermittent", "periodic",
+                       "selective"}
+    assert report["bayes"]["rmse_truth"]["mean"] < report["channel_beta"]["rmse_truth"]["mean"]
+    assert "per behaviour of the collaborator" in (tmp_path / "report.md").read_text()
+    paired = report["paired"]
+    assert paired["metric"] == "rmse_truth" and paired["best_other"] not in ("oracle", "bayes", "bm")
+    assert "Paired difference of rmse_truth" in (tmp_path / "report.md").read_text()
+    # every test edge with every method's forecast, which reproduces the report's figures
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(predictions)
+    assert table.column_names[:9] == ["run", "seed", "slot", "owner", "collaborator", "target", "tasks", "truth",
+                                      "behaviour"]
+    assert set(methods) | {"bayes"} <= set(table.column_names)
+    assert set(table["seed"].to_pylist()) == {3}
+    bm, truth = table["bm"].to_numpy(), table["truth"].to_numpy()
+    assert np.sqrt(np.mean((bm - truth) ** 2)) == pytest.approx(report["bm"]["rmse_truth"]["mean"])
     for png in ("voc_vs_theta.png", "rmse_per_slot.png", "reliability.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({png})" in (tmp_path / "report.md").read_text()
 

@@ -103,10 +103,10 @@ def test_hidden_behaviour_shapes_reliability() -> None:
     assert early[where(Behaviour.STABLE_RELIABLE)].min() > late[where(Behaviour.STABLE_UNRELIABLE)].max()
     device = np.flatnonzero(where(Behaviour.INTERMITTENT))[0]
     series = [world.behaviour_reliability(np.array([device]), np.array([0]), s)[0] for s in range(60)]
-    assert set(np.round(series, 9)) == {round(world.high[device], 9), round(world.low[device], 9)}
+    assert set(np.round(series, 9)) == {round(world.params.high[device], 9), round(world.params.low[device], 9)}
     selective = np.flatnonzero(where(Behaviour.SELECTIVE))[0]
     toward = world.behaviour_reliability(np.full(699, selective), np.delete(np.arange(700), selective), 5)
-    assert 0.15 < (toward == world.low[selective]).mean() < 0.45  # ~30% of owners are targeted
+    assert 0.15 < (toward == world.params.low[selective]).mean() < 0.45  # ~30% of owners are targeted
 
 
 def test_unreliable_collaborators_fail_more(small) -> None:

@@ -23,7 +23,7 @@ from trustbeam.progress import Phases, bar
 Handler = Callable[[argparse.Namespace], int]
 # model.evaluate.METHODS, spelled out so that building the parser imports no model (a test keeps them equal)
 EVALUATE_METHODS = ("bm", "bm_paper", "lstm", "transformer", "gnn", "channel_beta", "fxg", "beta", "qs_trust", "mean",
-                    "oracle")
+                    "oracle", "bayes")
 
 
 def _add_device_option(parser: argparse.ArgumentParser) -> None:
@@ -182,7 +182,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     from model.bimamba import MambaConfig
     from model.bm import BMConfig
-    from model.evaluate import evaluate_log, write_report
+    from model.evaluate import evaluate_log, write_predictions, write_report
     from simulator.experiment import evaluate_simulated
     from model.gnn import GNNConfig
     from model.node2vec import Node2VecConfig
@@ -195,7 +195,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         sim = SimConfig(devices=60, tasks=3000, slots=30)
     else:
         config, train, sim = BMConfig(), TrainConfig(epochs=args.epochs or 40, patience=args.patience or 5), SimConfig()
-    train = replace(train, device=args.device)
+    if args.seed < 0:
+        raise ValueError(f"--seed: must be >= 0 (got {args.seed})")
+    train = replace(train, device=args.device, seed=args.seed)
+    sim = replace(sim, seed=args.seed, **({"mix": parse_mix(args.mix)} if args.mix else {}))
     if args.test_fraction is not None:
         train = replace(train, test_fraction=args.test_fraction)
     if args.sim_slots is not None:  # the same task density per slot
@@ -207,12 +210,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                             flush=True)) if not args.quiet else (lambda _: None))
 
     def setup(done: int) -> dict:
-        return {"runs": runs, "runs_done": done, "quick": args.quick, "bm": asdict(config), "train": asdict(train),
+        return {"runs": runs, "runs_done": done, "seed": args.seed, "mix": args.mix, "quick": args.quick, "bm": asdict(config), "train": asdict(train),
                 "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots},
                 "seconds": round(time.perf_counter() - started, 1)}
 
-    def keep(results: list) -> None:  # the report so far, rewritten after every run
-        write_report(Path(args.out), title, results, setup(len(results)), notes)
+    def keep(results: list) -> None:  # the report (and the forecasts) so far, rewritten after every run
+        write_report(Path(args.out), title, [r.scores for r in results], setup(len(results)), notes)
+        if args.predictions:
+            write_predictions(Path(args.predictions), results, first_seed=args.seed)
 
     if args.events:
         events = pq.read_table(args.events)
@@ -227,9 +232,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             "rmse/mae: against the observed next-slot T_col; *_truth: against the simulator's hidden expected "
             "reliability; oracle predicts the truth, so its rmse is the noise floor"]
         results = evaluate_simulated(sim, config, train, runs, methods, say, voc=not args.no_voc, each_run=keep)
-    report = write_report(Path(args.out), title, results, setup(len(results)), notes)
+    keep(results)
+    report = json.loads((Path(args.out) / "report.json").read_text())
     print(json.dumps({m: {k: report[m][k]["mean"] for k in ("rmse", "mae", "rmse_truth") if k in report[m]}
-                      for m in results[0] if "rmse" in report[m]}, indent=2))
+                      for m in results[0].scores if "rmse" in report[m]}, indent=2))
     return 0
 
 
@@ -419,6 +425,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--sim-slots", type=int, default=None,
                           help="simulated slots (default 100), tasks scaled to keep the tasks per slot")
     evaluate.add_argument("--no-voc", action="store_true", help="skip the selection (VoC) experiment")
+    evaluate.add_argument("--seed", type=int, default=0,
+                          help="the first run's seed (simulation and training); run k uses seed + k")
+    evaluate.add_argument("--mix", default=None, help="simulated behaviour shares, e.g. stable_reliable=0.5,"
+                                                      "periodic=0.5 (default: the paper setting's mix)")
+    evaluate.add_argument("--predictions", default=None, metavar="FILE",
+                          help="also write every test edge's slot, owner, collaborator, target and each method's "
+                               "forecast (one row per run and edge) to this Parquet file")
     evaluate.add_argument("--methods", nargs="+", default=None, choices=EVALUATE_METHODS,
                           help="default: every method")
     _add_device_option(evaluate)

@@ -1,0 +1,99 @@
+"""Hidden long-term behaviour: the per-device parameters and the reliability curve they give over slots.
+
+One home for the behaviour model, read by the world (each device's own parameters: the truth) and by the
+Bayes filter (a grid of hypotheses over the same parameters: what a learner could infer). Every method
+is elementwise and broadcasts, so a (H, 1) column of hypotheses against (1, K) slots gives (H, K).
+
+Glossary: ``high``/``low`` the reliable and unreliable levels; ``start``/``span`` the slot a degrading
+or recovering device's change begins and how long it lasts; ``on_len``/``off_len``/``offset`` an
+intermittent (on-off) device's cycle; ``period``/``phase`` the usage cycle (a periodic device's
+reliability follows it); ``targeted`` whether a selective device misbehaves toward an owner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from simulator.config import Behaviour
+
+HIGH = (0.85, 0.99)  # U(lo, hi) of the reliable level
+LOW = (0.05, 0.4)  # ... of the unreliable level
+START = (0.2, 0.6)  # share of the run's slots at which a change begins
+SPAN = (0.1, 0.3)  # ... over which it lasts (at least one slot)
+ON_LEN = (6, 20)  # intermittent: good slots per cycle (inclusive)
+OFF_LEN = (2, 8)  # ... bad slots per cycle
+PERIOD = (8.0, 40.0)  # the usage cycle's period, slots
+OFFSETS = 1 << 20  # intermittent offsets are uniform in [0, OFFSETS)
+
+
+@dataclass(frozen=True)
+class BehaviourParams:
+    """Hidden behaviour parameters, one entry per device (or per hypothesis); arrays of one shape."""
+
+    kind: np.ndarray  # Behaviour values
+    high: np.ndarray
+    low: np.ndarray
+    start: np.ndarray
+    span: np.ndarray
+    on_len: np.ndarray
+    off_len: np.ndarray
+    offset: np.ndarray
+    period: np.ndarray
+    phase: np.ndarray
+
+    @classmethod
+    def draw(cls, rng: np.random.Generator, kind: np.ndarray, slots: int) -> "BehaviourParams":
+        """The simulator's prior: every parameter drawn for every device (in this order) whatever its kind."""
+        n = len(kind)
+        high, low = rng.uniform(*HIGH, size=n), rng.uniform(*LOW, size=n)
+        start = rng.uniform(*START, size=n) * slots
+        span = np.maximum(1.0, rng.uniform(*SPAN, size=n) * slots)
+        on_len, off_len = rng.integers(ON_LEN[0], ON_LEN[1] + 1, size=n), rng.integers(OFF_LEN[0], OFF_LEN[1] + 1, size=n)
+        offset = rng.integers(0, OFFSETS, size=n)
+        period, phase = rng.uniform(*PERIOD, size=n), rng.uniform(0.0, 2 * np.pi, size=n)
+        return cls(kind, high, low, start, span, on_len, off_len, offset, period, phase)
+
+    def take(self, rows: np.ndarray) -> "BehaviourParams":
+        return BehaviourParams(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
+    def column(self) -> "BehaviourParams":
+        """The same entries as an (n, 1) column, to broadcast against a row of slots."""
+        return BehaviourParams(**{f.name: getattr(self, f.name)[:, None] for f in fields(self)})
+
+    def cycle(self, slot: np.ndarray | int) -> np.ndarray:
+        """The usage cycle sin(2 pi slot / period + phase) in [-1, 1]: the background load's rhythm."""
+        return np.sin(2 * np.pi * np.asarray(slot) / self.period + self.phase)
+
+    def ramp(self, slot: np.ndarray | int) -> np.ndarray:
+        """A degrading or recovering device's progress through its change, in [0, 1]."""
+        return np.clip((np.asarray(slot) - self.start) / self.span, 0.0, 1.0)
+
+    def reliability(self, slot: np.ndarray | int, targeted: np.ndarray | bool, tied: bool = False) -> np.ndarray:
+        """P(computing honestly) at ``slot``; ``targeted``: the owner is one a selective device misbehaves
+        toward. ``tied`` (the telemetry setting): a periodic device is unreliable when its usage cycle is busy
+        (its reliability falls as its reported load rises) instead of following an independent cosine."""
+        slot = np.asarray(slot)
+        hi, lo, kind = self.high, self.low, self.kind
+        cycle = self.on_len + self.off_len
+        on = (slot + self.offset) % cycle < self.on_len
+        wave = (1 - self.cycle(slot)) / 2 if tied else 0.5 + 0.5 * np.cos(2 * np.pi * slot / self.period + self.phase)
+        choices = {
+            Behaviour.STABLE_RELIABLE: hi + 0 * slot,
+            Behaviour.STABLE_UNRELIABLE: lo + 0 * slot,
+            Behaviour.DEGRADING: hi - (hi - lo) * self.ramp(slot),
+            Behaviour.RECOVERING: lo + (hi - lo) * self.ramp(slot),
+            Behaviour.INTERMITTENT: np.where(on, hi, lo),
+            Behaviour.PERIODIC: lo + (hi - lo) * wave,
+            Behaviour.SELECTIVE: np.where(targeted, lo, hi) + 0 * slot,
+        }
+        shape = np.broadcast_shapes(*(np.shape(v) for v in choices.values()), np.shape(kind))
+        return np.select([np.broadcast_to(kind == b, shape) for b in choices],
+                         [np.broadcast_to(v, shape) for v in choices.values()])
+
+
+def class_prior(mix: dict[Behaviour, float]) -> dict[Behaviour, float]:
+    """The share of devices of each behaviour (the mix, normalized; 0 for those it leaves out)."""
+    total = sum(mix.values())
+    return {b: mix.get(b, 0.0) / total for b in Behaviour}

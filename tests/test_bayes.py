@@ -1,0 +1,97 @@
+"""The Bayes filter: posteriors against hand-computed ones, owner-level inference for selective devices, time
+structure for on-off devices, and its place as the floor of the rules' error on a simulated run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from model.baselines import RULES, predict_edges
+from model.config import TrustWeights
+from model.evaluate import truth_for
+from model.graphs import DeviceIndex
+from model.history import History
+from model.train import targets, time_split
+from simulator.bayes import BayesFilter, Grid, Tasks, hypotheses, midpoints
+from simulator.behaviour import HIGH, BehaviourParams
+from simulator.config import Behaviour, SimConfig
+from simulator.experiment import simulated_run
+from simulator.world import World
+
+
+def filter_for(mix: dict[Behaviour, float], grid: Grid = Grid(), slots: int = 50) -> BayesFilter:
+    config = SimConfig(devices=20, tasks=200, slots=slots, mix=mix)
+    events, _, _ = simulated_run(config)
+    return BayesFilter(World(config), events, grid)
+
+
+def test_stable_posterior_mean_by_hand() -> None:
+    bayes = filter_for({Behaviour.STABLE_RELIABLE: 1.0}, Grid(stable_levels=4))
+    levels = midpoints(HIGH, 4)
+    com = np.array([True, True, False, True])
+    tasks = Tasks(np.array([1, 2, 2, 5]), np.array([3, 3, 4, 4]), com, np.ones(4))
+    weights = np.prod(np.where(com[None, :], levels[:, None], 1 - levels[:, None]), axis=1)
+    want = (weights * levels).sum() / weights.sum()
+    got = bayes.expected_behaviour(tasks, np.array([7, 7]), np.array([9, 2]))
+    assert got[0] == pytest.approx(want)
+    # at slot 2 only the task of slot 1 (a success) counts: the slot's own tasks come after the forecast
+    assert got[1] == pytest.approx((levels * levels).sum() / levels.sum())
+
+
+def test_without_tasks_the_forecast_is_the_prior_mean() -> None:
+    bayes = filter_for({Behaviour.STABLE_RELIABLE: 0.5, Behaviour.STABLE_UNRELIABLE: 0.5})
+    empty = Tasks(*(np.zeros(0, t) for t in (np.int64, np.int64, bool, np.float64)))
+    got = bayes.expected_behaviour(empty, np.array([0]), np.array([10]))
+    assert got[0] == pytest.approx((np.mean(HIGH) + np.mean((0.05, 0.4))) / 2)
+
+
+def test_selective_devices_are_judged_per_owner() -> None:
+    bayes = filter_for({Behaviour.SELECTIVE: 1.0})
+    slots = np.arange(1, 21)
+    owner = np.where(slots % 2 == 0, 1, 2)
+    com = owner == 2  # owner 1 always failed, owner 2 always succeeded
+    tasks = Tasks(slots, owner, com, np.ones(len(slots)))
+    toward_bad, toward_good, stranger = bayes.expected_behaviour(tasks, np.array([1, 2, 3]), np.full(3, 30))
+    assert toward_bad < 0.4 < 0.85 < toward_good
+    # an owner never seen: the prior share of targeted owners (0.3) at the levels the others revealed
+    assert toward_bad < stranger < toward_good
+    assert stranger == pytest.approx(0.3 * toward_bad + 0.7 * toward_good, abs=0.05)
+
+
+def test_an_on_off_device_is_tracked_through_its_cycle() -> None:
+    bayes = filter_for({Behaviour.INTERMITTENT: 1.0})
+    truth = BehaviourParams(*(np.array([v]) for v in (int(Behaviour.INTERMITTENT), 0.95, 0.1, 0, 1, 10, 5, 3, 10,
+                                                       0)))
+    rng = np.random.default_rng(0)
+    slots = np.repeat(np.arange(60), 6)
+    com = rng.random(len(slots)) < truth.reliability(slots, False)
+    tasks = Tasks(slots, np.zeros(len(slots), np.int64), com, np.ones(len(slots)))
+    ahead = np.arange(60, 75)
+    got = bayes.expected_behaviour(tasks, np.zeros(len(ahead), np.int64), ahead)
+    want = truth.reliability(ahead, False)
+    assert np.abs(got - want).max() < 0.15  # the phase and the cycle are pinned down by 60 slots of outcomes
+
+
+def test_hypotheses_weigh_classes_by_the_mix() -> None:
+    h = hypotheses({Behaviour.STABLE_RELIABLE: 3.0, Behaviour.PERIODIC: 1.0}, slots=100)
+    assert np.exp(h.log_prior).sum() == pytest.approx(1.0)
+    periodic = h.params.kind == int(Behaviour.PERIODIC)
+    assert np.exp(h.log_prior[periodic]).sum() == pytest.approx(0.25) and not len(h.selective_high)
+
+
+def test_the_filter_is_the_floor_of_the_rules_error() -> None:
+    config = SimConfig(devices=120, tasks=6000, slots=40, seed=11)
+    events, truth, status = simulated_run(config)
+    world = World(config)
+    history = History.from_events(events, config.clock, TrustWeights(), index=DeviceIndex(tuple(world.ids.to_pylist())),
+                                  first_slot=0, status=status)
+    train_slots, test_slots = time_split(history, 0.2)
+    query = targets(history, test_slots).query
+    hidden = truth_for(history, test_slots, truth)
+    bayes = BayesFilter(world, events).forecast(query.src, query.dst, query.end + 1)
+    assert np.all((bayes >= 0) & (bayes <= 1))
+    errors = {"bayes": np.sqrt(np.mean((bayes - hidden) ** 2))}
+    for rule in ("channel_beta", "qs_trust", "mean"):
+        errors[rule] = np.sqrt(np.mean((predict_edges(RULES[rule](history, train_slots), history, test_slots)
+                                        - hidden) ** 2))
+    assert errors["bayes"] < min(v for k, v in errors.items() if k != "bayes"), errors
