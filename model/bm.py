@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from model.bimamba import MambaConfig
-from model.channel import OutageCurve
+from model.channel import OnTimeCurve, OutageCurve
 from model.config import SlotClock, SystemParams, TrustWeights
 from model.evidence import EvidenceConfig
 from model.gnn import GNNConfig, SlotEncoder
@@ -52,6 +52,7 @@ class BMConfig:
     outcomes: Outcomes = "flags"  # what the log's tasks carry: the tr/com flags, or a graded reliability
     levels: int = 11  # the paper head's reliability levels
     head_hidden: int = 32
+    head_members: int = 5  # the context head's bagged members (model.head.ContextHead)
     dropout: float = 0.0
     cold_dropout: float = 0.1  # share of known devices read as new ones in each training step
     readout: Readout = "expected"
@@ -64,8 +65,9 @@ class BMConfig:
         if self.gnn.node_dim != self.node2vec.dim:
             raise ValueError(f"BMConfig: gnn.node_dim ({self.gnn.node_dim}) must equal node2vec.dim "
                              f"({self.node2vec.dim})")
-        if self.window < 1 or self.levels < 2:
-            raise ValueError(f"BMConfig: window >= 1 and levels >= 2 (got {self.window}, {self.levels})")
+        if self.window < 1 or self.levels < 2 or self.head_members < 1:
+            raise ValueError(f"BMConfig: window >= 1, levels >= 2 and head_members >= 1 (got {self.window}, "
+                             f"{self.levels}, {self.head_members})")
         if self.head not in ("context", "paper") or self.outcomes not in ("flags", "graded"):
             raise ValueError(f"BMConfig: head 'context' or 'paper', outcomes 'flags' or 'graded' "
                              f"(got {self.head!r}, {self.outcomes!r})")
@@ -95,9 +97,12 @@ class PairQuery:
 
 class BM(nn.Module):
     def __init__(self, config: BMConfig, features: np.ndarray, known: np.ndarray | None = None,
-                 outage: OutageCurve | None = None) -> None:
+                 outage: OutageCurve | None = None, rate_prior: np.ndarray | None = None,
+                 on_time: OnTimeCurve | None = None, tr_rate: float = 1.0) -> None:
         """features: (devices, node2vec dim) fixed node2vec table; known: (devices,) which rows are worth
-        reading (the rest read the cold row); outage: the head's starting P_tr curve."""
+        reading (the rest read the cold row); outage: the head's starting P_tr curve; rate_prior, on_time and
+        tr_rate: its rule experts' prior over rates, on-time factor over the physics' time ratio and P(tr) where
+        the distance is unknown (:mod:`model.experts`)."""
         super().__init__()
         self.config = config
         n = len(features)
@@ -110,8 +115,9 @@ class BM(nn.Module):
         if config.head == "paper":
             self.head: nn.Module = PaperHead(d, config.head_hidden, config.levels, config.readout, config.dropout)
         else:
-            self.head = ContextHead(d, config.evidence.features, config.head_hidden, config.outcomes, config.weights,
-                                    outage or OutageCurve.prior(config.system), config.dropout)
+            self.head = ContextHead(d, config.evidence, config.head_hidden, config.outcomes, config.weights,
+                                    outage or OutageCurve.prior(config.system), config.dropout, config.head_members,
+                                    rate_prior, on_time, tr_rate)
 
     @property
     def device(self) -> torch.device:

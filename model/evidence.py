@@ -6,7 +6,9 @@ transmission again weighted by the on-time factor of the task's reported times (
 computation could be expected to achieve given how late the offload left it, so that
 P(com | tr) counted against ton measures j's behaviour rather than its CPU or its owners'). Evidence is
 kept per *role*: a device as collaborator (every channel), a device as owner (n, w: what it
-reports of others, e.g. a rater's bias) and a pair owner -> collaborator (every channel). Each
+reports of others, e.g. a rater's bias), a pair owner -> collaborator (every channel) and the whole
+population (one key, :data:`POPULATION`: every task of the log, so that the level a log drifts to is
+tracked online, in the streaming shards as offline). Each
 sum forgets by a factor lambda per slot, for each lambda of :class:`EvidenceConfig` at once, so a
 device whose last success was 30 slots ago carries lambda**30 of it, however its slots were
 pooled elsewhere.
@@ -14,7 +16,9 @@ pooled elsewhere.
 :class:`EvidenceState` holds the sums as of each key's last update (decayed lazily on read), the
 same arrays in the streaming shards and offline. :class:`EvidenceTrack` records every update, so
 offline code can ask for any key at any slot. :func:`pair_evidence_features` turns the sums of a
-pair's three roles into the head's input (smoothed rates, log counts, recency).
+pair's roles into the head's input: normalized features (smoothed rates, log counts, recency) for its
+networks, then the raw success and trial sums of the collaborator and of the population
+(:data:`STATS`) for its rules (:mod:`model.head`).
 
 Glossary: lambda (``lams``) is the forgetting factor per slot; N, W, F, TR, COM, TON the channels.
 """
@@ -30,8 +34,12 @@ from model.graphs import SlotGraph
 
 CHANNELS = ("n", "w", "f", "tr", "com", "ton")
 N, W, F, TR, COM, TON = range(len(CHANNELS))
-ROLES = ("collaborator", "owner", "pair")
+ROLES = ("collaborator", "owner", "pair", "population")
+POPULATION = -1  # the population role's one key (device keys and history rows are >= 0)
 NEVER = 10 ** 9  # slots since the last update of a key never seen
+# the raw sums at the end of the evidence input, per lambda: (role, channel) of the collaborator and the population
+STATS = (("collaborator", COM), ("collaborator", TON), ("collaborator", W), ("collaborator", N),
+         ("population", COM), ("population", TON), ("population", W), ("population", N))
 
 
 @dataclass(frozen=True)
@@ -39,15 +47,24 @@ class EvidenceConfig:
     lams: tuple[float, ...] = (0.7, 0.9, 0.95, 0.98)  # forgetting factors per slot, short to long memory
     recency_cap: int = 100  # slots since the last task, capped (and scaled by it) in the features
     on_time: tuple[float, ...] = ()  # OnTimeCurve factors weighting the ton channel (fitted in training); none: 1
+    level_memory: float = 0.9  # the lambda of the population's rate the head's forecasts are read against
 
     def __post_init__(self) -> None:
         if not self.lams or any(not 0 < lam <= 1 for lam in self.lams):
             raise ValueError(f"EvidenceConfig.lams: each must lie in (0, 1] (got {self.lams!r})")
+        if self.level_memory not in self.lams:
+            raise ValueError(f"EvidenceConfig.level_memory: must be one of lams {self.lams!r} "
+                             f"(got {self.level_memory!r})")
+
+    @property
+    def normalized(self) -> int:
+        """Width of the normalized part of :func:`pair_evidence_features` (what the head's networks read)."""
+        return len(self.lams) * 13 + 2
 
     @property
     def features(self) -> int:
-        """Width of :func:`pair_evidence_features`."""
-        return len(self.lams) * 13 + 2
+        """Width of :func:`pair_evidence_features`: the normalized part, then the raw :data:`STATS`."""
+        return self.normalized + len(self.lams) * len(STATS)
 
     def on_time_factor(self, time_ratio: np.ndarray) -> np.ndarray:
         return OnTimeCurve(self.on_time)(time_ratio) if self.on_time else np.ones(len(time_ratio))
@@ -134,7 +151,9 @@ def role_increments(graph: SlotGraph, n: int, config: EvidenceConfig) -> dict[st
     ton = graph.tr * config.on_time_factor(graph.time_ratio)
     per_edge = np.stack([graph.tasks, graph.t_col * graph.tasks, graph.flagged, graph.tr, graph.com, ton], axis=1)
     out = {}
-    for role, keys in (("collaborator", graph.dst), ("owner", graph.src), ("pair", graph.src * n + graph.dst)):
+    everyone = np.full(len(graph.src), POPULATION)
+    for role, keys in (("collaborator", graph.dst), ("owner", graph.src), ("pair", graph.src * n + graph.dst),
+                       ("population", everyone)):
         unique, inverse = np.unique(np.asarray(keys, np.int64), return_inverse=True)
         sums = np.zeros((len(unique), len(CHANNELS)))
         np.add.at(sums, inverse, per_edge)
@@ -204,14 +223,15 @@ def _rate(hits: np.ndarray, trials: np.ndarray) -> np.ndarray:
 
 
 def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np.ndarray, since: np.ndarray,
-                           config: EvidenceConfig) -> np.ndarray:
+                           config: EvidenceConfig, population: np.ndarray | None = None) -> np.ndarray:
     """The pair head's evidence input, (P, ``config.features``) float32.
 
     collaborator, owner, pair: (P, L, C) decayed sums of the candidate j as collaborator, the owner i
-    as owner, and the pair i -> j; since: (P,) slots since j last served. Per lambda: j's log task
-    count, mean T_col, log flagged count, P(tr), P(com | tr), log on-time-weighted count and
-    P(com | tr) against it; i's log count and mean reported T_col; the pair's log count, mean T_col,
-    P(tr) and P(com | tr); then j's recency and whether j was ever seen.
+    as owner, and the pair i -> j; since: (P,) slots since j last served; population: (P or 1, L, C) the
+    whole log's sums (None: none known). Normalized part, per lambda: j's log task count, mean T_col,
+    log flagged count, P(tr), P(com | tr), log on-time-weighted count and P(com | tr) against it; i's log
+    count and mean reported T_col; the pair's log count, mean T_col, P(tr) and P(com | tr); then j's recency
+    and whether j was ever seen. Then the raw sums of :data:`STATS`, each per lambda.
     """
     def log_count(x: np.ndarray) -> np.ndarray:
         return np.log1p(x) / 3.0
@@ -226,4 +246,8 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
              log_count(p[..., N]), mean_weight(p), _rate(p[..., TR], p[..., F]), _rate(p[..., COM], p[..., TR])]
     seen = since < NEVER
     recency = np.where(seen, np.minimum(since, config.recency_cap) / config.recency_cap, 1.0)
-    return np.concatenate([*parts, recency[:, None], seen[:, None].astype(np.float64)], axis=1).astype(np.float32)
+    whole = np.zeros((1, *c.shape[1:])) if population is None else population
+    sums = {"collaborator": c, "population": np.broadcast_to(whole, c.shape)}
+    stats = [sums[role][..., channel] for role, channel in STATS]
+    return np.concatenate([*parts, recency[:, None], seen[:, None].astype(np.float64), *stats],
+                          axis=1).astype(np.float32)

@@ -15,7 +15,9 @@
     (:mod:`model.evidence`) and the physics, times an on-time factor from the physics alone (the
     offload time against the owner's local time);
 
-  trained by the binomial likelihood of the tasks' tr and com flags. Graded logs (no flags) read
+  trained by the binomial likelihood of the tasks' tr and com flags; the published T_beh is a convex
+  combination of that forecast and rule experts computed from the same inputs (:mod:`model.experts`),
+  weighted on validation slots (``readout="own"`` reads the head's forecast alone). Graded logs (no flags) read
   ``T_beh = sigmoid(b(...))`` trained by cross-entropy against T_col, and a second network of the same
   inputs gives the median forecast ``sigmoid(m(...))`` (pinball loss at 0.5), which absolute-error
   metrics read (``readout="median"``; on flagged logs the median readout is the mean). The weights that read Y start
@@ -31,14 +33,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.channel import REFERENCE_M, OutageCurve
+from model.channel import REFERENCE_M, OnTimeCurve, OutageCurve
 from model.config import TrustWeights
+from model.evidence import STATS, EvidenceConfig
+from model.experts import RuleExperts
 
-Readout = Literal["expected", "max", "median"]
+Readout = Literal["expected", "max", "median", "own"]
 Outcomes = Literal["flags", "graded"]
 PHYSICS_FEATURES = 8
 
@@ -101,19 +106,23 @@ class PaperHead(nn.Module):
         return -(soft_labels(targets.t_col, len(self.level_values)) * F.log_softmax(raw, -1)).sum(-1).mean()
 
 
-class ContextHead(nn.Module):
-    def __init__(self, d: int, evidence_dim: int, hidden: int, outcomes: Outcomes, weights: TrustWeights,
-                 outage: OutageCurve, dropout: float) -> None:
+class PairNet(nn.Module):
+    """One member of :class:`ContextHead`: what it learns, from (Y_i, Y_j, its network inputs, physics) to
+    probabilities (P, 2): q_tr and q_com = sigmoid(behaviour) * sigmoid(on-time) (flags), or the mean and the
+    median forecast of T_col (graded)."""
+
+    def __init__(self, d: int, inputs: int, hidden: int, outcomes: Outcomes, outage: OutageCurve,
+                 dropout: float) -> None:
         super().__init__()
-        self.outcomes, self.a_tr, self.a_com = outcomes, weights.a_tr, weights.a_com
+        self.graded = outcomes == "graded"
         self.log_c = nn.Parameter(torch.tensor(float(outage.log_c)))
         self.alpha = nn.Parameter(torch.tensor(float(outage.alpha)))
         self.tr_unknown = nn.Parameter(torch.zeros(()))  # logit P(tr) where the distance is unknown
         self.tr_adjust = mlp((PHYSICS_FEATURES, hidden // 2, 1))
-        self.behaviour = mlp((2 * d + evidence_dim + PHYSICS_FEATURES, hidden, hidden, 1), dropout)
+        self.behaviour = mlp((2 * d + inputs + PHYSICS_FEATURES, hidden, hidden, 1), dropout)
         self.on_time = mlp((PHYSICS_FEATURES, hidden // 2, 1))
         # graded logs: the median forecast, from the same inputs as the behaviour network
-        self.median = mlp((2 * d + evidence_dim + PHYSICS_FEATURES, hidden, hidden, 1), dropout) \
+        self.median = mlp((2 * d + inputs + PHYSICS_FEATURES, hidden, hidden, 1), dropout) \
             if outcomes == "graded" else None
         nn.init.zeros_(self.tr_adjust[-1].weight)  # start from the fitted curve
         nn.init.zeros_(self.tr_adjust[-1].bias)
@@ -139,25 +148,69 @@ class ContextHead(nn.Module):
         ], dim=-1)
         return features, p_curve, known_d
 
-    def forward(self, y_i: torch.Tensor, y_j: torch.Tensor, physics: torch.Tensor, evidence: torch.Tensor
-                ) -> torch.Tensor:
-        """-> (P, 3): logit q_tr, logit of j's behaviour, logit of the on-time factor; graded logs add (P, 4)
-        the logit of the median forecast."""
+    def forward(self, y_i: torch.Tensor, y_j: torch.Tensor, inputs: torch.Tensor, physics: torch.Tensor,
+                level: torch.Tensor) -> torch.Tensor:
+        """level (P,): the logit of the population's recent rate, which the behaviour (and median) logits are
+        read against: a log that drifts moves every forecast with it."""
         features, p_curve, known_d = self.physics_features(physics)
         curve_logit = torch.logit(p_curve.clamp(1e-6, 1 - 1e-6))
         tr_logit = torch.where(known_d, curve_logit, self.tr_unknown.expand_as(curve_logit))
         tr_logit = tr_logit + self.tr_adjust(features)[:, 0]
-        inputs = torch.cat([y_i, y_j, evidence, features], dim=-1)
-        columns = [tr_logit, self.behaviour(inputs)[:, 0], self.on_time(features)[:, 0]]
-        if self.median is not None:
-            columns.append(self.median(inputs)[:, 0])
-        return torch.stack(columns, dim=-1)
+        joined = torch.cat([y_i, y_j, inputs, features], dim=-1)
+        behaviour = torch.sigmoid(level + self.behaviour(joined)[:, 0])
+        if self.graded:
+            return torch.stack([behaviour, torch.sigmoid(level + self.median(joined)[:, 0])], dim=-1)
+        return torch.stack([torch.sigmoid(tr_logit), behaviour * torch.sigmoid(self.on_time(features)[:, 0])], dim=-1)
+
+
+class ContextHead(nn.Module):
+    """``members`` :class:`PairNet` s fitted apart in the warm-up (a bagged ensemble: one fit of a network
+    on a few thousand noisy outcomes varies by seed more than the methods differ), their probabilities
+    averaged, then the rule experts' forecasts (:mod:`model.experts`) as further columns."""
+
+    OWN = 2  # raw columns of the head's own forecast: logit q_tr, logit q_com (flags) or logit mean, median
+
+    def __init__(self, d: int, evidence: EvidenceConfig, hidden: int, outcomes: Outcomes, weights: TrustWeights,
+                 outage: OutageCurve, dropout: float, members: int = 1, rate_prior: np.ndarray | None = None,
+                 on_time: OnTimeCurve | None = None, tr_rate: float = 1.0) -> None:
+        """outage: the members' starting P_tr curve and the rules' fixed one; rate_prior, on_time, tr_rate: the
+        rule experts' prior over collaborators' rates, on-time factor over the physics' time ratio and P(tr)
+        where the distance is unknown, all fitted on the training period."""
+        super().__init__()
+        self.outcomes, self.a_tr, self.a_com = outcomes, weights.a_tr, weights.a_com
+        self.normalized, self.lams = evidence.normalized, len(evidence.lams)
+        self.level = evidence.lams.index(evidence.level_memory)
+        self.experts = RuleExperts(self.lams, outcomes == "flags", weights, outage, rate_prior, on_time, tr_rate)
+        inputs = evidence.normalized + self.experts.count  # the networks also read the rules' rates
+        self.members = nn.ModuleList(PairNet(d, inputs, hidden, outcomes, outage, dropout) for _ in range(members))
+        stack = torch.zeros(1 + self.experts.count)
+        stack[0] = 1.0  # the head's own forecast until fit_stack weighs the rules in
+        self.register_buffer("stack", stack)
+
+    def forward(self, y_i: torch.Tensor, y_j: torch.Tensor, physics: torch.Tensor, evidence: torch.Tensor,
+                member: int | None = None) -> torch.Tensor:
+        """-> (P, 2 + K): the logits of the members' mean q_tr and q_com (graded logs: of the mean and median
+        forecasts of T_col), then the K rule experts' forecasts of T_col. ``member``: one member's instead of
+        the mean (the warm-up fits them one by one)."""
+        normalized, stats = evidence[:, : self.normalized], evidence[:, self.normalized:]
+        rates = self.experts.rates(stats.reshape(-1, len(STATS), self.lams))  # (P, K)
+        logits = torch.logit(rates.clamp(1e-4, 1 - 1e-4))
+        inputs = torch.cat([normalized, logits], dim=-1)
+        level = logits[:, self.lams + self.level]  # the population's rate at the level memory
+        nets = self.members if member is None else [self.members[member]]
+        own = torch.stack([net(y_i, y_j, inputs, physics, level) for net in nets]).mean(0)
+        return torch.cat([torch.logit(own.clamp(1e-6, 1 - 1e-6)), self.experts.forecasts(physics, rates)], dim=-1)
+
+    def expert_forecasts(self, raw: torch.Tensor) -> torch.Tensor:
+        """(P, 1 + K): the head's own forecast, then the rule experts' (what :attr:`stack` weighs)."""
+        return torch.cat([self.t_beh(raw, "own")[:, None], raw[:, -self.experts.count:]], dim=-1)
 
     def t_beh(self, raw: torch.Tensor, readout: Readout | None = None) -> torch.Tensor:
+        if readout not in ("own", "median"):  # the published forecast: the stack of the own one and the rules
+            return self.expert_forecasts(raw) @ self.stack.to(raw.dtype)
         if self.outcomes == "graded":
-            return torch.sigmoid(raw[:, 3 if readout == "median" else 1])
-        q_tr, q_com = torch.sigmoid(raw[:, 0]), torch.sigmoid(raw[:, 1]) * torch.sigmoid(raw[:, 2])
-        return q_tr * (self.a_tr + self.a_com * q_com)
+            return torch.sigmoid(raw[:, 1 if readout == "median" else 0])
+        return torch.sigmoid(raw[:, 0]) * (self.a_tr + self.a_com * torch.sigmoid(raw[:, 1]))
 
     def units(self, targets: PairTargets) -> float:
         """What :meth:`loss` averages over: the tasks (graded) or the flagged tasks."""
@@ -168,12 +221,11 @@ class ContextHead(nn.Module):
         or cross-entropy against T_col plus the median's absolute error, weighted by tasks (graded)."""
         if self.outcomes == "graded":
             t_col = targets.t_col.clamp(0, 1)
-            bce = F.binary_cross_entropy_with_logits(raw[:, 1], t_col, reduction="none")
-            absolute = (torch.sigmoid(raw[:, 3]) - t_col).abs()  # pinball loss at 0.5 (x2)
+            bce = F.binary_cross_entropy_with_logits(raw[:, 0], t_col, reduction="none")
+            absolute = (torch.sigmoid(raw[:, 1]) - t_col).abs()  # pinball loss at 0.5 (x2)
             return ((bce + absolute) * targets.tasks).sum() / targets.tasks.sum().clamp(min=1)
         log_tr, log_no_tr = F.logsigmoid(raw[:, 0]), F.logsigmoid(-raw[:, 0])
-        log_com = F.logsigmoid(raw[:, 1]) + F.logsigmoid(raw[:, 2])
-        log_no_com = torch.log1p(-torch.exp(log_com).clamp(max=1 - 1e-6))
+        log_com, log_no_com = F.logsigmoid(raw[:, 1]), F.logsigmoid(-raw[:, 1])
         nll = -(targets.tr * log_tr + (targets.flagged - targets.tr) * log_no_tr
                 + targets.com * log_com + (targets.tr - targets.com) * log_no_com)
         return nll.sum() / targets.flagged.sum().clamp(min=1)

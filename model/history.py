@@ -21,7 +21,8 @@ import pyarrow as pa
 
 from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import pair_physics
-from model.evidence import ROLES, EvidenceConfig, EvidenceTrack, pair_evidence_features, role_increments
+from model.evidence import (POPULATION, ROLES, EvidenceConfig, EvidenceTrack, pair_evidence_features,
+                            role_increments)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.status import StatusLog, status_values
 
@@ -103,7 +104,8 @@ class History:
         collaborator, since = tracks["collaborator"].query(dst, end)
         owner, _ = tracks["owner"].query(src, end)
         pair, _ = tracks["pair"].query(src * len(self.index) + dst, end)
-        return pair_evidence_features(collaborator, owner, pair, since, config)
+        population, _ = tracks["population"].query(np.full(len(src), POPULATION), end)
+        return pair_evidence_features(collaborator, owner, pair, since, config, population)
 
     def pair_physics(self, src: np.ndarray, dst: np.ndarray, end: np.ndarray, profile: np.ndarray,
                      params: SystemParams) -> np.ndarray:

@@ -40,8 +40,8 @@ import pyarrow.compute as pc
 from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SystemParams
 from model.context import pair_physics
-from model.evidence import (CHANNELS, ROLES, EvidenceConfig, EvidenceState, decay, pair_evidence_features,
-                            role_increments)
+from model.evidence import (CHANNELS, POPULATION, ROLES, EvidenceConfig, EvidenceState, decay,
+                            pair_evidence_features, role_increments)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.stages import Stages
 from model.status import COMM_OK, COMP_OK, WILLINGNESS, X, Y, StatusLog, status_values
@@ -106,6 +106,8 @@ def slot_part(stages: Stages, events: pa.Table, slot: int) -> SlotPart:
         if role == "pair":
             owner, collaborator = keys[local_keys // n], keys[local_keys % n]
             evidence[role], pair_owners = (pair_keys(owner, collaborator), increments), owner
+        elif role == "population":  # one key, the same everywhere
+            evidence[role] = (local_keys, increments)
         else:
             evidence[role] = (keys[local_keys], increments)
     latest = events.sort_by([("owner", "ascending"), ("event_time_ms", "descending"), ("event_id", "descending")])
@@ -154,14 +156,19 @@ class DeviceFrame:
     pairs: np.ndarray  # (m,) pair keys of the recent owners' pairs
     pair_owners: np.ndarray  # (m,) the owner key of each pair
     pair_evidence: np.ndarray  # (m, L, C)
+    population: np.ndarray  # (1, L, C) the population's evidence this frame holds (one shard holds it all)
 
     PAIR_FIELDS = ("pairs", "pair_owners", "pair_evidence")
+    WHOLE_FIELDS = ("population",)  # not per device: summed when frames are joined, kept whole in a piece
 
     @classmethod
     def concat(cls, frames: list["DeviceFrame"]) -> "DeviceFrame":
-        joined = {f.name: np.concatenate([getattr(frame, f.name) for frame in frames]) for f in fields(cls)}
+        joined = {f.name: np.concatenate([getattr(frame, f.name) for frame in frames]) for f in fields(cls)
+                  if f.name not in cls.WHOLE_FIELDS}
         devices, pairs = np.argsort(joined["keys"]), np.argsort(joined["pairs"])
-        return cls(**{name: value[pairs if name in cls.PAIR_FIELDS else devices] for name, value in joined.items()})
+        whole = {name: sum(getattr(frame, name) for frame in frames) for name in cls.WHOLE_FIELDS}
+        return cls(**{name: value[pairs if name in cls.PAIR_FIELDS else devices] for name, value in joined.items()},
+                   **whole)
 
     def select(self, devices: np.ndarray, owners: np.ndarray) -> "DeviceFrame":
         """The frame of the rows in ``devices`` or ``owners`` ((n,) bool), where only ``owners`` are scored as
@@ -169,8 +176,13 @@ class DeviceFrame:
         rows = devices | owners
         recent = self.recent_owner & owners
         mine = np.isin(self.pair_owners, self.keys[recent])
-        return DeviceFrame(**{f.name: getattr(self, f.name)[mine if f.name in self.PAIR_FIELDS else rows]
-                              for f in fields(self) if f.name != "recent_owner"}, recent_owner=recent[rows])
+
+        def part(name: str) -> np.ndarray:
+            value = getattr(self, name)
+            return value if name in self.WHOLE_FIELDS else value[mine if name in self.PAIR_FIELDS else rows]
+
+        return DeviceFrame(**{f.name: part(f.name) for f in fields(self) if f.name != "recent_owner"},
+                           recent_owner=recent[rows])
 
     def pieces(self, pieces: Pieces, range_m: float | None) -> list["DeviceFrame"]:
         """The frame split into ``pieces.count`` frames (:class:`model.candidates.Pieces`): scoring each and
@@ -308,8 +320,9 @@ class DeviceHistory:
         tags = np.concatenate([pairs_state.tags[held], *(p.pair_owners[f] for p, f in zip(pending, fresh))])
         pairs, first = np.unique(candidates, return_index=True)
         pair_evidence, _ = self._evidence("pair", pairs, slot)
+        population, _ = self._evidence("population", np.array([POPULATION]), slot)
         return DeviceFrame(keys, ids, y, status, profile[:, 1:], recent, collaborator, since, owner, pairs,
-                           tags[first].astype(np.int64), pair_evidence)
+                           tags[first].astype(np.int64), pair_evidence, population)
 
     def sequences(self, stages: Stages, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """(n, S, d) slot embeddings over [max(slot - S + 1, 0), slot], right-padded by the last; (n,) lengths."""
@@ -373,9 +386,11 @@ class EvidenceSnapshot:
 
     @classmethod
     def load(cls, path: str | Path) -> "EvidenceSnapshot":
+        """A saved snapshot; a role it does not hold (saved before the role existed) starts empty."""
         with np.load(path, allow_pickle=False) as data:
             states = {role: EvidenceState(data["lams"], *(data[f"{role}.{name}"] for name in
-                                                          ("keys", "slots", "values", "tags"))) for role in ROLES}
+                                                          ("keys", "slots", "values", "tags")))
+                      if f"{role}.keys" in data else EvidenceState(data["lams"]) for role in ROLES}
             return cls(int(data["folded_through"]), states)
 
 
@@ -431,7 +446,7 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
     physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
     evidence = pair_evidence_features(frame.collaborator[dst], frame.owner[src],
                                       _pair_lookup(frame, pair_keys(frame.keys[src], frame.keys[dst])),
-                                      frame.since[dst], config.evidence)
+                                      frame.since[dst], config.evidence, frame.population)
     t_beh = stages.t_beh(frame.y[src], frame.y[dst], physics.features(), evidence)
     status_j = frame.status[dst]
     t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])

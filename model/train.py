@@ -34,6 +34,7 @@ from tqdm import tqdm
 from model.bm import BM, BMConfig, PairQuery, Readout
 from model.channel import OnTimeCurve, OutageCurve
 from model.config import SystemParams
+from model.experts import fit_rate_prior, fit_stack
 from model.head import PairTargets
 from model.history import History
 from model.metrics import mae, rmse
@@ -157,11 +158,12 @@ def validation_loss(model: BM, history: History, slots: Iterable[int], chunk_slo
 
 def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequence[int],
                  config: TrainConfig) -> Callable[[], None]:
-    """Fit the context head on the pairs' physics and evidence alone (Y = 0) on the fit slots, for the epochs
-    that early stopping on the validation loss chooses. Returns ``refit``, which fits the head again from its
-    start on the fit and validation slots together for that many epochs (the validation slots are the most
-    recent ones): call it only once the validation slots have judged what they judge. Costs no encoder run:
-    the inputs are computed once."""
+    """Fit the context head's members one by one (each from its own start, in its own order of minibatches) on
+    the pairs' physics and evidence alone (Y = 0) on the fit slots, for the epochs that early stopping on the
+    validation loss chooses. Returns ``refit``, which fits each member again from its start on the fit and
+    validation slots together for that many epochs (the validation slots are the most recent ones): call it
+    only once the validation slots have judged what they judge. Costs no encoder run: the inputs are
+    computed once."""
     batches = {"fit": targets(history, fit_slots), "val": targets(history, val_slots)}
     if not len(batches["fit"]) or not len(batches["val"]):
         return lambda: None
@@ -170,18 +172,19 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
     both = tuple(torch.cat([a, b]) for a, b in zip(inputs["fit"][:2], inputs["val"][:2]))
     inputs["all"] = (*both, PairTargets(*(torch.cat([getattr(inputs["fit"][2], f.name), getattr(inputs["val"][2], f.name)])
                                           for f in fields(PairTargets))))
-    head, start = model.head, copy.deepcopy(model.head.state_dict())
+    head = model.head
     d = model.config.gnn.out_dim
 
-    def outputs(name: str, rows: np.ndarray) -> torch.Tensor:
+    def outputs(name: str, rows: np.ndarray, member: int) -> torch.Tensor:
         physics, evidence, _ = inputs[name]
         zeros = torch.zeros(len(rows), d, device=model.device)
-        return head(zeros, zeros, physics[rows], evidence[rows])
+        return head(zeros, zeros, physics[rows], evidence[rows], member=member)
 
-    def train(name: str, epochs: int, validate: bool) -> int:
-        head.load_state_dict(start)
-        optimizer = torch.optim.Adam(head.parameters(), lr=config.head_lr, weight_decay=config.weight_decay)
-        generator = np.random.default_rng([config.seed, 1])
+    def train(member: int, name: str, epochs: int, validate: bool, start: dict) -> int:
+        net = head.members[member]
+        net.load_state_dict(start)
+        optimizer = torch.optim.Adam(net.parameters(), lr=config.head_lr, weight_decay=config.weight_decay)
+        generator = np.random.default_rng([config.seed, 1, member])
         wanted = inputs[name][2]
         val_rows = np.arange(len(batches["val"]))
         best, best_epoch, kept = math.inf, 0, start
@@ -189,25 +192,31 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
             head.train()
             for rows in np.array_split(generator.permutation(len(wanted.t_col)), config.head_batches):
                 part = PairTargets(*(getattr(wanted, f.name)[rows] for f in fields(PairTargets)))
-                loss = head.loss(outputs(name, rows), part)
+                loss = head.loss(outputs(name, rows, member), part)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
             if validate:
                 head.eval()
                 with torch.no_grad():
-                    score = head.loss(outputs("val", val_rows), inputs["val"][2]).item()
+                    score = head.loss(outputs("val", val_rows, member), inputs["val"][2]).item()
                 if score < best:
-                    best, best_epoch, kept = score, epoch + 1, copy.deepcopy(head.state_dict())
+                    best, best_epoch, kept = score, epoch + 1, copy.deepcopy(net.state_dict())
                 elif epoch + 1 - best_epoch >= config.head_patience:
                     break
         if validate and best_epoch:
-            head.load_state_dict(kept)
+            net.load_state_dict(kept)
         head.eval()
         return best_epoch
 
-    chosen = train("fit", config.head_epochs, validate=True)
-    return functools.partial(train, "all", chosen, False)
+    starts = [copy.deepcopy(net.state_dict()) for net in head.members]
+    chosen = [train(k, "fit", config.head_epochs, True, starts[k]) for k in range(len(starts))]
+
+    def refit() -> None:
+        for k, epochs in enumerate(chosen):
+            train(k, "all", epochs, False, starts[k])
+
+    return refit
 
 
 def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequence[int], config: TrainConfig,
@@ -246,10 +255,25 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
         elif epoch - best.best_epoch >= config.patience:
             break
     model.load_state_dict(best_state)
+    stack = fit_expert_stack(model, history, val_slots) if model.config.uses_context else None
     if best.best_epoch == -1 and refit is not None:
         refit()
+    if stack is not None:
+        model.head.stack.copy_(torch.as_tensor(stack, dtype=torch.float32))
     model.eval()
     return best
+
+
+def fit_expert_stack(model: BM, history: History, slots: Sequence[int]) -> np.ndarray | None:
+    """The published mixture's weights (:func:`model.experts.fit_stack`): the head's own forecast and its rule
+    experts on the target slots' edges, against T_col weighted by tasks. None without edges."""
+    batch = targets(history, slots)
+    if not len(batch):
+        return None
+    model.eval()
+    with torch.no_grad():
+        forecasts = model.head.expert_forecasts(model.pair_outputs(history, batch.query)).double().cpu().numpy()
+    return fit_stack(forecasts, batch.t_col, batch.tasks)
 
 
 def _edges(history: History, slots: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -288,12 +312,16 @@ def fit_outage(history: History, slots: Iterable[int], system: SystemParams) -> 
 @dataclass(frozen=True)
 class Prepared:
     """What every fit of one run shares, all from the training period: the node2vec table, which devices it
-    knows, the starting P_tr curve and the on-time factor over the tasks' reported times."""
+    knows, the starting P_tr curve, the on-time factor over the tasks' reported times (the evidence) and over
+    the pairs' physics (the rule experts), and the population's prior over collaborators' rates."""
 
     features: np.ndarray
     known: np.ndarray
     outage: OutageCurve
     on_time: OnTimeCurve
+    physics_on_time: OnTimeCurve
+    rate_prior: np.ndarray
+    tr_rate: float  # the share of flagged tasks transmitted (P(tr) where a pair's distance is unknown)
 
     def configure(self, config: BMConfig) -> BMConfig:
         """The config whose evidence counts transmissions against this on-time factor."""
@@ -303,7 +331,8 @@ class Prepared:
 def build(config: BMConfig, prepared: Prepared, train: TrainConfig) -> BM:
     torch.manual_seed(train.seed)
     config = prepared.configure(replace(config, dropout=train.dropout, gnn=replace(config.gnn, dropout=train.dropout)))
-    return BM(config, prepared.features, prepared.known, prepared.outage).to(resolve_device(train.device))
+    return BM(config, prepared.features, prepared.known, prepared.outage, prepared.rate_prior,
+              prepared.physics_on_time, prepared.tr_rate).to(resolve_device(train.device))
 
 
 def settings(train: TrainConfig) -> list[TrainConfig]:
@@ -403,7 +432,24 @@ def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
         features = node2vec_table(history, seen, config, train.seed)
     batch = targets(history, train_slots)
     on_time = OnTimeCurve.fit(batch.time_ratio, batch.tr, batch.com)
-    return Prepared(features, known_devices(history, seen), fit_outage(history, train_slots, config.system), on_time)
+    q = batch.query
+    physics_ratio = history.pair_physics(q.src, q.dst, q.end + 1, q.profile, config.system)[:, 3].astype(np.float64)
+    return Prepared(features, known_devices(history, seen), fit_outage(history, train_slots, config.system), on_time,
+                    OnTimeCurve.fit(physics_ratio, batch.tr, batch.com),
+                    rate_prior(batch, len(history.index), history.has_flags, on_time),
+                    float((batch.tr.sum() + 1) / (batch.flagged.sum() + 2)))
+
+
+def rate_prior(batch: Targets, devices: int, flags: bool, on_time: OnTimeCurve) -> np.ndarray:
+    """The prior over collaborators' rates that their whole training-period record supports
+    (:func:`model.experts.fit_rate_prior`): computations per on-time-weighted transmission (flags) or mean T_col
+    (graded), what the head's rules estimate per device."""
+    dst = batch.query.dst
+    if flags:
+        hits, trials = batch.com, batch.tr * on_time(batch.time_ratio)
+    else:
+        hits, trials = batch.t_col * batch.tasks, batch.tasks
+    return fit_rate_prior(np.bincount(dst, hits, devices), np.bincount(dst, trials, devices))
 
 
 def _train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool,

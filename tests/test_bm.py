@@ -76,23 +76,44 @@ def test_paper_head_readouts_and_loss() -> None:
 
 def test_context_head_composes_the_system_model_by_hand() -> None:
     model = BM(SMALL, np.zeros((3, 8), dtype=np.float32))
-    raw = torch.tensor([[0.0, np.log(3.0), 50.0]])  # q_tr 0.5; behaviour 0.75; on time (sigmoid(50) = 1)
-    assert model.t_beh(raw).item() == pytest.approx(0.5 * (0.6 + 0.4 * 0.75))
+    k = model.head.experts.count
+    experts = torch.linspace(0.1, 0.9, k)[None, :]
+    raw = torch.cat([torch.tensor([[0.0, np.log(3.0)]]), experts], dim=1)  # q_tr 0.5; q_com 0.75; the rules
+    own = 0.5 * (0.6 + 0.4 * 0.75)
+    assert model.t_beh(raw).item() == pytest.approx(own)  # the stack starts at the head's own forecast
     # 2 flagged tasks, 1 transmitted, it computed: -[log .5 + log .5 + log .75] per flagged task
     want = -(2 * np.log(0.5) + np.log(0.75)) / 2
     assert model.loss(raw, outcome(0.5, tasks=2, flagged=2, tr=1, com=1)).item() == pytest.approx(want, rel=1e-5)
+    model.head.stack.copy_(torch.tensor([0.5, 0.0, 0.5] + [0.0] * (k - 2)))  # half own, half the second rule
+    assert model.t_beh(raw).item() == pytest.approx(0.5 * own + 0.5 * experts[0, 1].item())
+    assert model.t_beh(raw, readout="own").item() == pytest.approx(own)
+    assert model.t_beh(raw, readout="median").item() == pytest.approx(own)  # flags: the median is the own mean
     graded = BM(replace(SMALL, outcomes="graded"), np.zeros((3, 8), dtype=np.float32))
-    assert graded.t_beh(raw).item() == pytest.approx(0.75)  # graded logs read the behaviour alone
-    assert model.t_beh(raw, readout="median").item() == model.t_beh(raw).item()  # flags: the median readout is T_beh
-    graded_raw = torch.tensor([[0.0, np.log(3.0), 50.0, np.log(0.9 / 0.1)]])  # median forecast 0.9
+    graded_raw = torch.cat([torch.tensor([[np.log(3.0), np.log(0.9 / 0.1)]]), experts], dim=1)
+    assert graded.t_beh(graded_raw).item() == pytest.approx(0.75)  # graded logs read the mean forecast alone
     assert graded.t_beh(graded_raw, readout="median").item() == pytest.approx(0.9)
     # cross-entropy of the mean forecast plus the median forecast's absolute error |0.9 - 0.6|
     want = -(0.6 * np.log(0.75) + 0.4 * np.log(0.25)) + 0.3
     assert graded.loss(graded_raw, outcome(0.6)).item() == pytest.approx(want, rel=1e-5)
-    with torch.no_grad():  # the graded head emits the median's column; the flagged one does not
+    with torch.no_grad():
         inputs = (torch.zeros(2, 8), torch.zeros(2, 8), torch.full((2, 4), float("nan")),
                   torch.zeros(2, SMALL.evidence.features))
-        assert graded.head(*inputs).shape == (2, 4) and model.head(*inputs).shape == (2, 3)
+        assert graded.head(*inputs).shape == (2, 2 + k) and model.head(*inputs).shape == (2, 2 + k)
+
+
+def test_the_members_are_averaged_in_probability() -> None:
+    model = BM(replace(SMALL, head_members=3), np.zeros((3, 8), dtype=np.float32)).eval()
+    y = torch.zeros(4, 8)
+    physics = torch.tensor([[50.0, 2e9, 4e9, 0.5], [150.0, 2e9, 6e9, 1.5], [250.0, 4e9, 2e9, 0.8],
+                            [90.0, 6e9, 4e9, 0.3]])
+    evidence = torch.rand(4, SMALL.evidence.features, generator=torch.Generator().manual_seed(0)) * 5
+    with torch.no_grad():
+        for net in model.head.members:  # members that disagree
+            for parameter in net.parameters():
+                parameter.add_(torch.randn_like(parameter) * 0.5)
+        members = [torch.sigmoid(model.head(y, y, physics, evidence, member=m)[:, :2]) for m in range(3)]
+        mean = torch.sigmoid(model.head(y, y, physics, evidence)[:, :2])
+    torch.testing.assert_close(mean, torch.stack(members).mean(0), rtol=1e-4, atol=1e-5)
 
 
 def test_context_head_reads_distance_and_knows_when_it_is_unknown() -> None:
@@ -118,7 +139,7 @@ def test_end_to_end_epochs_that_hurt_the_validation_loss_are_not_kept(history: H
     assert result.best_epoch == -1 and len(result.val_losses) == setting.patience  # stopped by patience
     assert not any(loss <= result.best_loss for loss in result.val_losses)  # worse, or NaN
     d = SMALL.gnn.out_dim
-    assert torch.count_nonzero(model.head.behaviour[0].weight[:, : 2 * d]) == 0
+    assert all(torch.count_nonzero(net.behaviour[0].weight[:, : 2 * d]) == 0 for net in model.head.members)
     assert validation_loss(model, history, folds[-1]) < result.best_loss + 0.05  # the refitted head, not a wreck
 
 
@@ -176,7 +197,7 @@ def test_learned_baselines_share_the_pipeline_and_ignore_padding(kind, history: 
     model = BM(replace(SMALL, sequence=kind), np.zeros((len(history.index), 8), dtype=np.float32))
     graph = history.graphs[5]
     raw = model.pair_outputs(history, PairQuery(graph.src, graph.dst, 4, graph.profile))
-    assert raw.shape == (len(graph.src), 3)
+    assert raw.shape == (len(graph.src), 2 + model.head.experts.count)
 
 
 def test_cli_train_writes_a_loadable_checkpoint(tmp_path, capsys) -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from model.channel import OnTimeCurve
-from model.evidence import (COM, F, N, NEVER, TON, TR, W, EvidenceConfig, EvidenceState, EvidenceTrack,
+from model.evidence import (COM, F, N, NEVER, POPULATION,, TON, TR, W, EvidenceConfig, EvidenceState, EvidenceTrack,
                             pair_evidence_features, role_increments)
 from model.graphs import SlotGraph
 
@@ -73,6 +73,9 @@ def test_role_increments_by_hand() -> None:
     np.testing.assert_allclose(sums[:, [N, W]], [[2, 1.6], [1, 0.5]])
     keys, _ = roles["pair"]
     assert keys.tolist() == [0 * 3 + 2, 1 * 3 + 2]
+    keys, sums = roles["population"]  # the whole slot under one key
+    assert keys.tolist() == [POPULATION]
+    np.testing.assert_allclose(sums[0], roles["collaborator"][1].sum(axis=0))
 
 
 def test_an_old_success_does_not_look_like_a_new_one() -> None:
@@ -87,5 +90,6 @@ def test_an_old_success_does_not_look_like_a_new_one() -> None:
     assert features.shape == (2, config.features)
     recent_count, old_count = features[1, 0], features[0, 0]  # j's log task count at lambda 0.7
     assert recent_count > 10 * old_count
-    assert features[0, -2] > features[1, -2]  # recency: 30 slots against 1
-    assert features[:, -1].tolist() == [1.0, 1.0]  # both were seen
+    recency, seen = config.normalized - 2, config.normalized - 1
+    assert features[0, recency] > features[1, recency]  # recency: 30 slots against 1
+    assert features[:, seen].tolist() == [1.0, 1.0]  # both were seen

@@ -205,8 +205,12 @@ def test_a_slot_scored_in_pieces_gives_the_records_of_scoring_it_whole(log) -> N
     def table(result):
         return sorted((s.owner, s.collaborator, round(s.t_beh, 5), round(s.trust, 5)) for s in result.scores)
 
+    def ranked(result):  # the head's float32 matrix products differ in the last bit with the batch's size
+        return sorted((r.owner, r.threshold, tuple((c.collaborator, round(c.trust, 6), c.voc) for c in r.candidates))
+                      for r in result.rankings)
+
     assert len(one.scores) > 200 and table(joined) == table(one)
-    assert sorted(map(repr, joined.rankings)) == sorted(map(repr, one.rankings))
+    assert ranked(joined) == ranked(one)
 
 
 def test_one_dedup_rule_and_one_retention_horizon() -> None:

@@ -1,0 +1,154 @@
+"""Rule experts inside the pair head, and the stack that combines them with the head's own forecast.
+
+A published T_beh must never be worse than what a simple rule would have published. The head therefore
+carries the rules themselves, computed from the same inputs (the pair's physics and the evidence's raw
+sums, :data:`model.evidence.STATS`), so that PyTorch, ONNX, the offline scorer and the streaming job all
+publish the same combination:
+
+* per memory lambda, the collaborator's empirical-Bayes rate (:class:`EmpiricalBayes`: the posterior
+  mean under the population's prior over rates, fitted by :func:`fit_rate_prior`), read as the
+  channel rule ``P_tr(d) * (a1 + a2 * rate * on_time(ratio))`` on flagged logs and as the rate of T_col on
+  graded ones;
+* the population's rate at each memory (the level a log drifts to, tracked online);
+* the head's own forecast.
+
+:func:`fit_stack` chooses the weights of a convex combination of them on validation slots the head did
+not fit (squared error against T_col, weighted by tasks): the head's forecast is published as it is
+only where the validation slots say it beats every mixture of the rules.
+
+Glossary: ``K`` experts; ``w`` (``stack``) their weights, non-negative and summing to one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy.optimize import minimize
+from torch import nn
+
+from model.channel import ON_TIME_BINS, REFERENCE_M, OnTimeCurve, OutageCurve
+from model.config import TrustWeights
+from model.evidence import STATS
+
+LEVELS = 16  # points of the grid of rates the empirical-Bayes prior lives on
+
+
+def rate_grid(levels: int = LEVELS) -> np.ndarray:
+    return (np.arange(levels) + 0.5) / levels
+
+
+def fit_rate_prior(successes: np.ndarray, trials: np.ndarray, levels: int = LEVELS, iterations: int = 500
+                   ) -> np.ndarray:
+    """(levels,) log weights of the prior over :func:`rate_grid` that best explains the devices' (fractional)
+    successes in their trials: the nonparametric maximum-likelihood prior, by EM. A device without trials
+    says nothing; none at all gives the uniform prior."""
+    grid = rate_grid(levels)
+    keep = trials > 0
+    hits, misses = np.clip(successes[keep], 0, None), np.clip(trials[keep] - successes[keep], 0, None)
+    log_like = hits[:, None] * np.log(grid) + misses[:, None] * np.log1p(-grid)  # (devices, levels)
+    weights = np.full(levels, 1.0 / levels)
+    for _ in range(iterations if keep.any() else 0):
+        log_post = np.log(weights) + log_like
+        post = np.exp(log_post - log_post.max(axis=1, keepdims=True))
+        weights = np.maximum((post / post.sum(axis=1, keepdims=True)).mean(axis=0), 1e-6)
+        weights /= weights.sum()
+    return np.log(weights)
+
+
+class EmpiricalBayes(nn.Module):
+    """The posterior mean of a success rate given (fractional) successes and trials under a fixed prior over
+    :func:`rate_grid`: with a population of reliable and unreliable devices, three successes in three tasks
+    say "one of the reliable ones", which no single Beta prior says."""
+
+    def __init__(self, log_prior: np.ndarray | None = None) -> None:
+        super().__init__()
+        grid = torch.as_tensor(rate_grid(), dtype=torch.float32)
+        prior = torch.full((LEVELS,), -np.log(LEVELS)) if log_prior is None else torch.as_tensor(log_prior)
+        self.register_buffer("log_rate", torch.log(grid))
+        self.register_buffer("log_miss", torch.log1p(-grid))
+        self.register_buffer("log_prior", prior.float())
+
+    def forward(self, successes: torch.Tensor, trials: torch.Tensor) -> torch.Tensor:
+        """(...) successes and trials -> (...) posterior mean rates."""
+        hits, misses = successes.clamp(min=0), (trials - successes).clamp(min=0)
+        log_post = self.log_prior + hits[..., None] * self.log_rate + misses[..., None] * self.log_miss
+        return (log_post.softmax(-1) * self.log_rate.exp()).sum(-1)
+
+
+class RuleExperts(nn.Module):
+    """Rule forecasts of T_col, (P, 2L): the collaborator's empirical-Bayes rate at each memory, then the
+    population's rate at each (:meth:`rates`), read through the physics' P_tr(d) and on-time factor of the time
+    ratio on flagged logs (:meth:`forecasts`)."""
+
+    def __init__(self, lams: int, flags: bool, weights: TrustWeights, outage: OutageCurve,
+                 log_prior: np.ndarray | None = None, on_time: OnTimeCurve | None = None, tr_rate: float = 1.0) -> None:
+        super().__init__()
+        self.lams, self.flags, self.a_tr, self.a_com = lams, flags, weights.a_tr, weights.a_com
+        self.register_buffer("outage", torch.tensor([outage.log_c, outage.alpha, tr_rate], dtype=torch.float32))
+        self.columns = (0, 1) if flags else (2, 3)  # successes, trials among STATS: COM/TON or W/N
+        self.rate = EmpiricalBayes(log_prior)
+        factor = np.ones(len(ON_TIME_BINS) + 1) if on_time is None else np.asarray(on_time.factor)
+        self.register_buffer("on_time_edges", torch.as_tensor(ON_TIME_BINS, dtype=torch.float32))
+        self.register_buffer("on_time_factor", torch.as_tensor(factor, dtype=torch.float32))
+
+    @property
+    def count(self) -> int:
+        return 2 * self.lams
+
+    def rates(self, stats: torch.Tensor) -> torch.Tensor:
+        """(P, STATS, L) raw sums -> (P, 2L) the collaborator's empirical-Bayes rates, then the population's."""
+        hits, trials = stats[:, self.columns[0]], stats[:, self.columns[1]]
+        pop_hits, pop_trials = stats[:, len(STATS) // 2 + self.columns[0]], stats[:, len(STATS) // 2 + self.columns[1]]
+        return torch.cat([self.rate(hits, trials), (pop_hits.clamp(min=0) + 1) / (pop_trials.clamp(min=0) + 2)], dim=-1)
+
+    def forecasts(self, physics: torch.Tensor, rates: torch.Tensor) -> torch.Tensor:
+        """The rules' forecasts of T_col from the pairs' raw physics (P, 4) and the rates of :meth:`rates`: the
+        rates themselves (graded) or read through the fitted P_tr(d) (the training period's share of
+        transmissions where the distance is unknown) and the on-time factor (flags)."""
+        if not self.flags:
+            return rates
+        distance, ratio = physics[:, 0], physics[:, 3]
+        log_c, alpha, tr_rate = self.outage.unbind()
+        d = torch.nan_to_num(distance, nan=REFERENCE_M).clamp(min=1.0) / REFERENCE_M
+        p_tr = torch.where(torch.isnan(distance), tr_rate.expand_as(d), torch.exp(-torch.exp(log_c) * d ** alpha))
+        known = torch.isfinite(ratio) & (ratio > 0)
+        log_ratio = torch.log(torch.where(known, ratio, torch.ones_like(ratio)))
+        bins = (log_ratio[:, None] >= self.on_time_edges).sum(-1)  # np.digitize's bin (ONNX has no bucketize)
+        factor = torch.where(known, self.on_time_factor[bins], torch.ones_like(ratio))
+        return p_tr[:, None] * (self.a_tr + self.a_com * (rates * factor[:, None]).clamp(0, 1))
+
+
+def fit_stack(forecasts: np.ndarray, target: np.ndarray, weight: np.ndarray, z: float = 2.0) -> np.ndarray:
+    """(K,) convex weights of ``forecasts`` (N, K) for ``target`` (N,): the first column alone unless a mixture
+    beats it clearly, i.e. the weighted squared error over the simplex (a quadratic program from the best
+    single column) is lower than the first column's by more than ``z`` standard errors of the paired
+    per-row differences. A mixture fitted on slots that need not resemble the next ones (a device's change
+    may be over by then) is kept only when those slots leave no doubt."""
+    w = mixture(forecasts, target, weight)
+    own = np.eye(forecasts.shape[1])[0]
+    difference = (forecasts @ w - target) ** 2 - (forecasts[:, 0] - target) ** 2
+    p = weight / weight.sum()
+    mean = float(p @ difference)
+    se = float(np.sqrt(p @ (difference - mean) ** 2 / max(len(target) - 1, 1)))
+    return w if mean < -z * se else own
+
+
+def mixture(forecasts: np.ndarray, target: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """(K,) convex weights minimizing the weighted squared error of ``forecasts`` (N, K) mixed against
+    ``target`` (N,): a quadratic program over the simplex, from the best single column."""
+    k = forecasts.shape[1]
+    weight = weight / weight.sum()
+    gram = (forecasts * weight[:, None]).T @ forecasts
+    cross = (forecasts * weight[:, None]).T @ target
+    errors = np.diag(gram) - 2 * cross
+    start = np.eye(k)[int(np.argmin(errors))]
+
+    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+        return float(w @ gram @ w - 2 * cross @ w), 2 * gram @ w - 2 * cross
+
+    result = minimize(loss, start, jac=True, method="SLSQP", bounds=[(0.0, 1.0)] * k,
+                      constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones(k)}],
+                      options={"ftol": 1e-12, "maxiter": 500})
+    w = np.clip(result.x, 0.0, None)
+    w = w / w.sum()
+    return w if loss(w)[0] <= loss(start)[0] else start
