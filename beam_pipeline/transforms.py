@@ -30,7 +30,7 @@ from beam_pipeline.kafka_io import RawBatch, trusted_progress
 from beam_pipeline.parquet_io import TableBatch
 from beam_pipeline.options import JobConfig
 from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, first_occurrences, score_slot, shard_of,
-                           slot_part, slots_read_back, status_arrays)
+                           slot_part, slots_read_back, status_arrays, status_horizon)
 from model.status import StatusLog
 from exporters.kafka import Message, message
 from schemas import CollaborationEvent, DeviceStatus, Record, from_arrow, to_json
@@ -461,7 +461,8 @@ class ShardState(beam.DoFn):
             keep = slots_read_back(self.stages.config.window, self.config.ranking) + self.config.lateness_slots
             kept.fold(final)
             first_kept = min(ready[-1] - keep + 1, final + 1)
-            kept.prune(first_kept, int(self.clock.start_ms(ready[-1] - self.config.lateness_slots)))
+            kept.prune(first_kept, status_horizon(self.clock, ready[-1] - self.config.lateness_slots,
+                                                  self.stages.config.window))
             book.forget_before(min(first_kept, final - self.config.lateness_slots))
             yield beam.pvalue.TaggedOutput(EVIDENCE, (key, EvidenceSnapshot(kept.folded_through, kept.evidence)))
         named, first = np.unique(names[0], return_index=True)

@@ -60,8 +60,9 @@ def missing(backend: str) -> str | None:
     return None
 
 
-def encoder(backend: str, checkpoint: Path) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """The product's ``long_term`` stage of ``checkpoint`` on ``backend``: (N, S, d), (N,) -> Y (N, d)."""
+def encoder(backend: str, checkpoint: Path) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """The product's ``long_term`` stage of ``checkpoint`` on ``backend``: (N, S, d), (N,), (N, S, TELEMETRY) ->
+    Y (N, d)."""
     import torch
 
     from exporters.onnx.runtime import OnnxStages
@@ -96,6 +97,7 @@ def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repea
         rng = np.random.default_rng(length)
         sequences = rng.normal(size=(n, length, d)).astype(np.float32)
         lengths_n = rng.integers(1, length + 1, n).astype(np.int64)
+        reports = np.stack([rng.random((n, length)), np.ones((n, length))], -1).astype(np.float32)
         reference: np.ndarray | None = None
         for backend in BACKENDS:
             why = missing(backend)
@@ -105,7 +107,7 @@ def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repea
                 continue
             count = min(n, cpu_devices) if "cpu" in backend else n
             run = encoder(backend, checkpoint)
-            parity = run(sequences[:PARITY_DEVICES], lengths_n[:PARITY_DEVICES])  # also the warm-up call
+            parity = run(sequences[:PARITY_DEVICES], lengths_n[:PARITY_DEVICES], reports[:PARITY_DEVICES])  # warm-up
             reference = parity if reference is None else reference
             if torch.cuda.is_available():
                 torch.cuda.reset_peak_memory_stats()
@@ -113,7 +115,7 @@ def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repea
             try:
                 for _ in range(repeats):
                     started = time.perf_counter()
-                    run(sequences[:count], lengths_n[:count])
+                    run(sequences[:count], lengths_n[:count], reports[:count])
                     times.append(time.perf_counter() - started)
             except torch.cuda.OutOfMemoryError:
                 rows.append({**row, "devices": count, "skipped": "out of GPU memory"})

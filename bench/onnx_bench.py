@@ -64,6 +64,7 @@ def _case(devices: int, work: Path, repeats: int) -> list[dict]:
     rows = np.arange(devices)  # every device's own node2vec row
     sequences = rng.normal(size=(devices, WINDOW, config.gnn.out_dim)).astype(np.float32)
     lengths = np.full(devices, WINDOW, dtype=np.int64)
+    telemetry = np.stack([rng.random((devices, WINDOW)), np.ones((devices, WINDOW))], -1).astype(np.float32)
     owners = np.repeat(np.arange(devices), CANDIDATES)
     others = rng.integers(0, devices, devices * CANDIDATES)
     pairs = len(owners)
@@ -73,11 +74,11 @@ def _case(devices: int, work: Path, repeats: int) -> list[dict]:
     results = []
     for name, stages in backends.items():
         stages.slot_embeddings(graph, rows)  # warm-up (and the C++ scan's first load)
-        stages.long_term(sequences[:64], lengths[:64])
+        stages.long_term(sequences[:64], lengths[:64], telemetry[:64])
         out = {}
 
         def sequence() -> None:
-            out["y"] = stages.long_term(sequences, lengths)
+            out["y"] = stages.long_term(sequences, lengths, telemetry)
 
         figures = {"gnn_s": _timed(lambda: stages.slot_embeddings(graph, rows), repeats),
                    "sequence_s": _timed(sequence, repeats),

@@ -4,7 +4,7 @@ The LSTM, Transformer and GNN-only baselines are the same model with another ``s
 (:mod:`model.sequence`); every one of them shares the head, its inputs and the training.
 
 Glossary: ``Y`` is a device's long-term embedding (the sequence encoder over its last S slot
-embeddings), ``t_beh`` the paper's T_beh of collaborator j for owner i, read from the pair head
+embeddings, each plus a projection of what the device reported by then: :data:`model.status.TELEMETRY`), ``t_beh`` the paper's T_beh of collaborator j for owner i, read from the pair head
 (:mod:`model.head`): ``head="context"`` (default) on Y_i, Y_j, the pair's physics and the
 forgetting-weighted evidence; ``head="paper"`` the paper's literal ``MLP(Y_i (+) Y_j)`` over
 reliability levels (the ``bm_paper`` ablation).
@@ -34,6 +34,7 @@ from model.head import ContextHead, Outcomes, PairTargets, PaperHead, Readout
 from model.history import History
 from model.node2vec import Node2VecConfig
 from model.sequence import SequenceKind, sequence_encoder
+from model.status import TELEMETRY
 
 HeadKind = Literal["context", "paper"]
 
@@ -110,6 +111,7 @@ class BM(nn.Module):
         self.register_buffer("known", torch.as_tensor(np.ones(n, bool) if known is None else known, dtype=torch.bool))
         self.cold = nn.Parameter(torch.zeros(config.node2vec.dim))
         self.slot_encoder = SlotEncoder(config.gnn)
+        self.telemetry = nn.Linear(len(TELEMETRY), config.gnn.out_dim)  # a slot's report, added to its embedding
         self.sequence_encoder = sequence_encoder(config.sequence, config.mamba, config.window)
         d = config.gnn.out_dim
         if config.head == "paper":
@@ -146,7 +148,13 @@ class BM(nn.Module):
         needed = history.graphs[first:int(u_end.max()) + 1]
         embeddings = self.slot_encoder(self.device_features(), needed)  # (slots, n, d)
         sequences = embeddings[self.tensor(slots - first), self.tensor(u_dev)[:, None]]  # (U, W, d)
-        return self.sequence_encoder(sequences, self.tensor(lengths))[self.tensor(inverse)]
+        reports = self.tensor(history.telemetry(u_dev, slots))  # (U, W, TELEMETRY)
+        return self.encode(sequences, self.tensor(lengths), reports)[self.tensor(inverse)]
+
+    def encode(self, sequences: torch.Tensor, lengths: torch.Tensor, telemetry: torch.Tensor) -> torch.Tensor:
+        """Y (n, d) from slot embeddings (n, S, d), lengths (n,) and each slot's telemetry (n, S, TELEMETRY): the
+        sequence encoder reads the devices' reports beside what their collaborations showed."""
+        return self.sequence_encoder(sequences + self.telemetry(telemetry), lengths)
 
     def pair_inputs(self, history: History, query: PairQuery) -> tuple[torch.Tensor, torch.Tensor]:
         """(physics (P, 4), evidence (P, F)) of the pairs; empty for the paper head, which reads neither."""

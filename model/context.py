@@ -43,7 +43,7 @@ class PairPhysics(NamedTuple):
 
 def pair_physics(status_i: np.ndarray, status_j: np.ndarray, profile: np.ndarray, params: SystemParams
                  ) -> PairPhysics:
-    """status_i, status_j: (P, 8) STATUS_COLUMNS of owners and candidates; profile: (P, 2) task size (bit) and
+    """status_i, status_j: (P, 9) STATUS_COLUMNS of owners and candidates; profile: (P, 2) task size (bit) and
     density (cycle/bit)."""
     distance = np.hypot(status_i[:, X] - status_j[:, X], status_i[:, Y] - status_j[:, Y])
     size, density = profile[:, 0], profile[:, 1]

@@ -24,7 +24,7 @@ from model.context import pair_physics
 from model.evidence import (POPULATION, ROLES, EvidenceConfig, EvidenceTrack, pair_evidence_features,
                             role_increments)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
-from model.status import StatusLog, status_values
+from model.status import TELEMETRY, StatusLog, status_values, telemetry_of
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,16 @@ class History:
         lengths = end - start + 1
         slots = np.minimum(start[:, None] + np.arange(window), end[:, None])
         return slots, lengths
+
+    def telemetry(self, devices: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """(*slots.shape, TELEMETRY) what each device reported by the end of each relative slot (``devices``
+        broadcast against ``slots``): its latest status's load and whether it reported one."""
+        devices = np.broadcast_to(np.asarray(devices)[..., None] if np.ndim(devices) < np.ndim(slots) else devices,
+                                  np.shape(slots))
+        if self.status is None:
+            return np.zeros((*np.shape(slots), len(TELEMETRY)), np.float32)
+        before = self.clock.end_ms(self.first_slot + np.asarray(slots).ravel())
+        return telemetry_of(self.status.latest(devices.ravel(), before)).reshape(*np.shape(slots), len(TELEMETRY))
 
     def tracks(self, config: EvidenceConfig) -> dict[str, EvidenceTrack]:
         """The evidence of every role after each slot (computed once per config)."""

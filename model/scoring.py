@@ -38,13 +38,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from model.candidates import Pieces, candidate_pairs
-from model.config import RankingConfig, SystemParams
+from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
 from model.evidence import (CHANNELS, POPULATION, ROLES, EvidenceConfig, EvidenceState, decay,
                             pair_evidence_features, role_increments)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.stages import Stages
-from model.status import COMM_OK, COMP_OK, WILLINGNESS, X, Y, StatusLog, status_values
+from model.status import COMM_OK, COMP_OK, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
 from model.trust import resource_trust
 from schemas import CollaboratorRanking, RankedCandidate, TrustScore
 
@@ -134,6 +134,13 @@ def dedup(events: pa.Table) -> pa.Table:
     return events.take(first) if len(first) < events.num_rows else events
 
 
+def status_horizon(clock: SlotClock, slot: int, window: int) -> int:
+    """The time before which statuses superseded by a later one can be forgotten once ``slot`` is scored: the
+    start of the first slot of the next frames' windows (each slot's telemetry is the latest report before
+    its end)."""
+    return int(clock.start_ms(slot - window + 1))
+
+
 def slots_read_back(window: int, ranking: RankingConfig) -> int:
     """How many slots up to a slot its frame reads (the sequence window, the owners' recent slots): the
     retention horizon of slot parts, offline, in the shards and in the local cycles' event snapshots."""
@@ -147,7 +154,7 @@ class DeviceFrame:
     keys: np.ndarray  # (n,)
     ids: np.ndarray  # (n,)
     y: np.ndarray  # (n, d) long-term embeddings
-    status: np.ndarray  # (n, 8) STATUS_COLUMNS, NaN where no status is known
+    status: np.ndarray  # (n, 9) STATUS_COLUMNS, NaN where no status is known
     profile: np.ndarray  # (n, 3) PROFILE_COLUMNS of a recent owner's latest task, NaN for non-owners
     recent_owner: np.ndarray  # (n,) bool
     collaborator: np.ndarray  # (n, L, C) evidence as collaborator
@@ -269,7 +276,8 @@ class DeviceHistory:
 
     def prune(self, before_slot: int, status_before_ms: int) -> None:
         """Forget slot parts before ``before_slot`` (folded first), statuses superseded before
-        ``status_before_ms``, faded evidence, and the names of devices nothing refers to any more."""
+        ``status_before_ms`` (a caller keeps those the sequences' window reads: :func:`status_horizon`), faded
+        evidence, and the names of devices nothing refers to any more."""
         self.fold(before_slot - 1)
         self.parts = {s: p for s, p in self.parts.items() if s >= before_slot}
         self.status.prune(status_before_ms)
@@ -297,8 +305,7 @@ class DeviceHistory:
 
     def frame(self, stages: Stages, slot: int, ranking: RankingConfig) -> DeviceFrame:
         keys, ids = self.names
-        sequences, lengths = self.sequences(stages, slot)
-        y = stages.long_term(sequences, lengths)  # (n, d)
+        y = stages.long_term(*self.sequences(stages, slot))  # (n, d)
         status = self.status.latest(keys, int(stages.config.clock.end_ms(slot)))
         profile = np.full((len(keys), 1 + len(PROFILE_COLUMNS)), np.nan)
         profile[:, 0] = -np.inf
@@ -324,10 +331,12 @@ class DeviceHistory:
         return DeviceFrame(keys, ids, y, status, profile[:, 1:], recent, collaborator, since, owner, pairs,
                            tags[first].astype(np.int64), pair_evidence, population)
 
-    def sequences(self, stages: Stages, slot: int) -> tuple[np.ndarray, np.ndarray]:
-        """(n, S, d) slot embeddings over [max(slot - S + 1, 0), slot], right-padded by the last; (n,) lengths."""
+    def sequences(self, stages: Stages, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(n, S, d) slot embeddings over [max(slot - S + 1, 0), slot], right-padded by the last; (n,) lengths;
+        (n, S, TELEMETRY) what each device reported by each slot's end (:meth:`model.history.History.telemetry`:
+        the statuses of the window are kept, :meth:`prune`)."""
         keys = self.names[0]
-        window = stages.config.window
+        window, clock = stages.config.window, stages.config.clock
         start = max(slot - window + 1, 0)
         length = slot - start + 1
         idle = stages.idle
@@ -340,7 +349,10 @@ class DeviceHistory:
             hit = part.active[at] == keys
             out[hit, k] = part.embeddings[at[hit]]
         out[:, length:] = out[:, length - 1:length]
-        return out, np.full(len(keys), length, dtype=np.int64)
+        ends = clock.end_ms(start + np.minimum(np.arange(window), length - 1))  # padding repeats the last slot
+        reported = self.status.latest(np.repeat(keys, window), np.tile(ends, len(keys)).astype(np.int64))
+        telemetry = telemetry_of(reported).reshape(len(keys), window, -1)
+        return out, np.full(len(keys), length, dtype=np.int64), telemetry
 
 
 @dataclass
@@ -395,7 +407,7 @@ class EvidenceSnapshot:
 
 
 def status_arrays(status: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(keys, ids, times, values (m, 8)) of DeviceStatus rows."""
+    """(keys, ids, times, values (m, 9)) of DeviceStatus rows."""
     ids = status["device"].to_numpy(zero_copy_only=False)
     return device_keys(ids.tolist()), ids.astype(object), status["time_ms"].to_numpy(), status_values(status)
 
@@ -526,7 +538,7 @@ def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking
         with clocked("pairs"):
             scores = score_slot(stages, frame, slot, ranking, params, model_version)
         yield scores
-        history.prune(slot - slots_read_back(config.window, ranking) + 1, int(clock.start_ms(slot)))
+        history.prune(slot - slots_read_back(config.window, ranking) + 1, status_horizon(clock, slot, config.window))
 
 
 @contextmanager

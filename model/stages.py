@@ -39,8 +39,9 @@ class Stages(Protocol):
         """One slot graph over positions 0..n-1 whose node2vec rows are ``rows`` (n,) -> (active positions (a,)
         sorted, embeddings (a, d))."""
 
-    def long_term(self, sequences: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """(n, S, d) float32 right-padded slot embeddings, (n,) int64 lengths -> (n, d) float32 Y."""
+    def long_term(self, sequences: np.ndarray, lengths: np.ndarray, telemetry: np.ndarray) -> np.ndarray:
+        """(n, S, d) float32 right-padded slot embeddings, (n,) int64 lengths, (n, S, TELEMETRY) float32 what
+        each device reported by each slot's end -> (n, d) float32 Y."""
 
     def t_beh(self, y_i: np.ndarray, y_j: np.ndarray, physics: np.ndarray, evidence: np.ndarray) -> np.ndarray:
         """(P, d), (P, d) long-term embeddings of owners and candidates, (P, 4) physics, (P, F) evidence ->
@@ -112,11 +113,11 @@ class TorchStages:
             h = self.model.slot_encoder.encode(features, *(t.to(self.device) for t in (src, dst, t_col, offset)))
         return nodes.numpy(), h.cpu().numpy()
 
-    def long_term(self, sequences: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    def long_term(self, sequences: np.ndarray, lengths: np.ndarray, telemetry: np.ndarray) -> np.ndarray:
         out = np.zeros((len(sequences), self.config.gnn.out_dim), np.float32)
         with torch.no_grad():
             for part in chunks(len(sequences), self.devices_per_call):
-                y = self.model.sequence_encoder(self.model.tensor(sequences[part]), self.model.tensor(lengths[part]))
+                y = self.model.encode(*(self.model.tensor(a[part]) for a in (sequences, lengths, telemetry)))
                 out[part] = y.cpu().numpy()
         return out
 

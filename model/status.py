@@ -14,14 +14,30 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-STATUS_COLUMNS = ("cpu_hz", "tx_w", "rx_w", "x_m", "y_m", "willingness", "comm_ok", "comp_ok")
-CPU, TX, RX, X, Y, WILLINGNESS, COMM_OK, COMP_OK = range(len(STATUS_COLUMNS))
+STATUS_COLUMNS = ("cpu_hz", "tx_w", "rx_w", "x_m", "y_m", "willingness", "comm_ok", "comp_ok", "cpu_load")
+CPU, TX, RX, X, Y, WILLINGNESS, COMM_OK, COMP_OK, LOAD = range(len(STATUS_COLUMNS))
 
 
 def status_values(status: pa.Table) -> np.ndarray:
-    """(m, 8) float64 STATUS_COLUMNS of a status table (flags as 0/1)."""
-    return np.stack([pc.cast(status[c], pa.float64()).to_numpy(zero_copy_only=False) for c in STATUS_COLUMNS],
-                    axis=1)
+    """(m, 9) float64 STATUS_COLUMNS of a status table (flags as 0/1; NaN where a nullable column is null or a
+    file written before it existed lacks it)."""
+    def column(name: str) -> np.ndarray:
+        if name not in status.column_names:
+            return np.full(status.num_rows, np.nan)
+        return pc.fill_null(pc.cast(status[name], pa.float64()), np.nan).to_numpy(zero_copy_only=False)
+
+    return np.stack([column(c) for c in STATUS_COLUMNS], axis=1)
+
+
+TELEMETRY = ("cpu_load", "reported")  # what a sequence encoder reads of a device's status per slot
+
+
+def telemetry_of(values: np.ndarray) -> np.ndarray:
+    """(m, 9) STATUS_COLUMNS (NaN: none known) -> (m, TELEMETRY) float32: the reported load (0 where none) and
+    whether one was reported."""
+    load = values[:, LOAD]
+    reported = np.isfinite(load)
+    return np.stack([np.where(reported, load, 0.0), reported], axis=1).astype(np.float32)
 
 
 def latest_entries(keys: np.ndarray, times: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -34,7 +50,7 @@ def latest_entries(keys: np.ndarray, times: np.ndarray, mask: np.ndarray) -> np.
 
 @dataclass
 class StatusLog:
-    """Statuses as parallel arrays: device key, time (ms) and the (m, 8) STATUS_COLUMNS values."""
+    """Statuses as parallel arrays: device key, time (ms) and the (m, 9) STATUS_COLUMNS values."""
 
     keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     times: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -54,7 +70,7 @@ class StatusLog:
         return StatusLog(self.keys[mine], self.times[mine], self.values[mine])
 
     def latest(self, keys: np.ndarray, before_ms: int | np.ndarray) -> np.ndarray:
-        """(len(keys), 8): each key's latest status strictly before ``before_ms`` (one time for all, or one per
+        """(len(keys), 9): each key's latest status strictly before ``before_ms`` (one time for all, or one per
         key); NaN rows where none is known."""
         keys = np.asarray(keys, np.int64)
         out = np.full((len(keys), len(STATUS_COLUMNS)), np.nan)

@@ -79,6 +79,8 @@ class DeviceStatus(Record):
     willingness: float = number("willingness to collaborate, in [0, 1]", ge=0, le=1)
     comm_ok: bool = flag("communication resources available")
     comp_ok: bool = flag("computation resources available")
+    cpu_load: float = number("background CPU utilisation the device reports, in [0, 1] (telemetry; null: not "
+                             "reported)", ge=0, le=1, nullable=True)
 
 
 @dataclass(frozen=True, kw_only=True)

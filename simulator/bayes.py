@@ -65,8 +65,11 @@ class Hypotheses:
     selective_log_prior: np.ndarray  # (G,)
 
 
-def hypotheses(mix: dict[Behaviour, float], slots: int, grid: Grid = Grid()) -> Hypotheses:
-    """The grid of hypotheses under the simulator's priors (:meth:`BehaviourParams.draw`) for a run of ``slots``."""
+def hypotheses(mix: dict[Behaviour, float], slots: int, grid: Grid = Grid(), revealed: bool = False) -> Hypotheses:
+    """The grid of hypotheses under the simulator's priors (:meth:`BehaviourParams.draw`) for a run of ``slots``.
+    ``revealed`` (telemetry): the usage cycle and a changing device's change are read off its reported load,
+    so the periodic and changing classes vary only in their levels (their period, phase, start and span are
+    each device's own, filled in by :meth:`BayesFilter.device_hypotheses`)."""
     high, low = midpoints(HIGH, grid.levels), midpoints(LOW, grid.levels)
     parts: list[tuple[Behaviour, dict[str, np.ndarray]]] = []
     parts.append((Behaviour.STABLE_RELIABLE, {"high": midpoints(HIGH, grid.stable_levels)}))
@@ -74,8 +77,12 @@ def hypotheses(mix: dict[Behaviour, float], slots: int, grid: Grid = Grid()) -> 
     starts = midpoints(START, grid.starts) * slots
     spans = np.maximum(1.0, midpoints(SPAN, grid.spans) * slots)
     for kind in (Behaviour.DEGRADING, Behaviour.RECOVERING):
-        h, lo, st, sp = _product(high, low, starts, spans)
-        parts.append((kind, {"high": h, "low": lo, "start": st, "span": sp}))
+        if revealed:
+            h, lo = _product(high, low)
+            parts.append((kind, {"high": h, "low": lo}))
+        else:
+            h, lo, st, sp = _product(high, low, starts, spans)
+            parts.append((kind, {"high": h, "low": lo, "start": st, "span": sp}))
     cycles = [(on, off, r) for on in range(ON_LEN[0], ON_LEN[1] + 1) for off in range(OFF_LEN[0], OFF_LEN[1] + 1)
               for r in range(on + off)]
     on, off, r = (np.array(c, np.float64) for c in zip(*cycles))
@@ -84,9 +91,13 @@ def hypotheses(mix: dict[Behaviour, float], slots: int, grid: Grid = Grid()) -> 
     index = index.astype(np.int64)
     parts.append((Behaviour.INTERMITTENT, {"high": h, "low": lo, "on_len": on[index], "off_len": off[index],
                                            "offset": r[index], "weight": weight[index]}))
-    period, phase, h, lo = _product(midpoints(PERIOD, grid.periods), midpoints((0.0, 2 * np.pi), grid.phases),
-                                    high, low)
-    parts.append((Behaviour.PERIODIC, {"high": h, "low": lo, "period": period, "phase": phase}))
+    if revealed:
+        h, lo = _product(high, low)
+        parts.append((Behaviour.PERIODIC, {"high": h, "low": lo}))
+    else:
+        period, phase, h, lo = _product(midpoints(PERIOD, grid.periods), midpoints((0.0, 2 * np.pi), grid.phases),
+                                        high, low)
+        parts.append((Behaviour.PERIODIC, {"high": h, "low": lo, "period": period, "phase": phase}))
     shares = class_prior(mix)
     columns: dict[str, list[np.ndarray]] = {name: [] for name in
                                             ("kind", "high", "low", "start", "span", "on_len", "off_len", "offset",
@@ -131,12 +142,20 @@ class Tasks:
 
 
 class BayesFilter:
-    """Posterior-mean forecasts of the truth for any (owner, collaborator, slot) from the tasks before the slot."""
+    """Posterior-mean forecasts of the truth for any (owner, collaborator, slot) from the tasks before the slot.
+
+    With telemetry (``world.config.telemetry``) the devices' reported loads reveal, to the filter as to any
+    learner that reads them, each device's usage cycle (its period and phase: a periodic device's reliability
+    follows it) and whether and when a device is changing (its load drifts with its change: the class, start
+    and span of a degrading or recovering device). The filter is given those exactly, which is what many
+    slots of reports tell (an optimistic reading of the first slots); the forecast's on-time factor is at
+    the load the cycle and the drift predict, without the per-slot noise."""
 
     def __init__(self, world: World, events: pa.Table, grid: Grid = Grid()) -> None:
         self.world = world
         config = world.config
-        self.hypotheses = hypotheses(config.mix, config.slots, grid)
+        self.revealed = config.telemetry
+        self.hypotheses = hypotheses(config.mix, config.slots, grid, self.revealed)
         self.selective_targets = config.selective_targets
         transmitted = events.filter(pc.equal(events["tr_success"], True))
         collab = pc.index_in(transmitted["collaborator"], value_set=world.ids).to_numpy()
@@ -159,29 +178,58 @@ class BayesFilter:
         behaviour = np.zeros(len(owners))
         for collab in np.unique(collabs):
             mine = np.flatnonzero(collabs == collab)
-            behaviour[mine] = self.expected_behaviour(self.tasks_of(collab), owners[mine], slots[mine])
+            behaviour[mine] = self.expected_behaviour(self.tasks_of(collab), owners[mine], slots[mine], int(collab))
         out = np.zeros(len(owners))
         config = self.world.config
-        mean_load = np.full(len(owners), config.load_mean)
-        for slot in np.unique(slots):  # P(tr) and the on-time factor at the mean load, pairwise
+        for slot in np.unique(slots):  # P(tr) and the on-time factor at the load a scheduler can know, pairwise
             at = np.flatnonzero(slots == slot)
-            expected = self.world.expected(owners[at], collabs[at], int(slot), load=mean_load[at])
+            expected = self.world.expected(owners[at], collabs[at], int(slot), load=self.known_load(collabs[at], int(slot)))
             on_time = on_time_factor(expected.offload.time_s, expected.local.time_s, config.deadline_factor)
             p_com = expected.p_tr * behaviour[at] * on_time
             out[at] = config.weights.a_tr * expected.p_tr + config.weights.a_com * p_com
         return out
 
-    def expected_behaviour(self, tasks: Tasks, owners: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        """(P,) posterior mean of the collaborator's honest-computation probability toward each owner at each
-        slot, given its tasks before that slot."""
+    def known_load(self, collabs: np.ndarray, slot: int) -> np.ndarray:
+        """The load a forecast assumes: the usage cycle's mean, or with telemetry the cycle and drift the reports
+        reveal (the per-slot noise stays unknown)."""
+        config = self.world.config
+        if not self.revealed:
+            return np.full(len(collabs), config.load_mean)
+        cycle = self.world.params.take(collabs).cycle(slot)
+        return config.load_mean + config.load_swing * 0.6 * cycle + self.world.drift(collabs, slot)
+
+    def device_hypotheses(self, collab: int) -> Hypotheses:
+        """The hypotheses about one collaborator: the shared grid, or with telemetry the grid with what its
+        reports reveal filled in (its cycle; its change, and that it is the only class a drifting device can
+        be, and one a steady device cannot)."""
         h = self.hypotheses
+        if not self.revealed:
+            return h
+        own = self.world.params.take(np.array([collab]))
+        n = len(h.log_prior)
+        filled = {name: np.full(n, getattr(own, name)[0]) for name in ("start", "span", "period", "phase")}
+        params = BehaviourParams(**{**{f: getattr(h.params, f) for f in ("kind", "high", "low", "on_len", "off_len",
+                                                                          "offset")}, **filled})
+        kind = int(own.kind[0])
+        changing = (int(Behaviour.DEGRADING), int(Behaviour.RECOVERING))
+        allowed = h.params.kind == kind if kind in changing else ~np.isin(h.params.kind, changing)
+        selective = h.selective_log_prior if kind not in changing else np.full(len(h.selective_high), -np.inf)
+        return Hypotheses(params, np.where(allowed, h.log_prior, -np.inf), h.selective_high, h.selective_low,
+                          selective)
+
+    def expected_behaviour(self, tasks: Tasks, owners: np.ndarray, slots: np.ndarray, collab: int = 0) -> np.ndarray:
+        """(P,) posterior mean of ``collab``'s honest-computation probability toward each owner at each slot,
+        given its tasks before that slot."""
+        h = self.device_hypotheses(collab)
         wanted, inverse = np.unique(slots, return_inverse=True)  # (T,)
         before = np.searchsorted(tasks.slot, wanted, side="left")  # tasks counted at each wanted slot
         column = h.params.column()
-        ll = _bernoulli(tasks.com[None, :], column.reliability(tasks.slot[None, :], False) * tasks.on_time[None, :])
+        tied = self.revealed
+        ll = _bernoulli(tasks.com[None, :],
+                        column.reliability(tasks.slot[None, :], False, tied) * tasks.on_time[None, :])
         cumulative = np.concatenate([np.zeros((len(ll), 1)), np.cumsum(ll, axis=1)], axis=1)  # (H, K + 1)
         log_w = h.log_prior[:, None] + cumulative[:, before]  # (H, T)
-        b = column.reliability(wanted[None, :], False)  # (H, T)
+        b = column.reliability(wanted[None, :], False, tied)  # (H, T)
         if not len(h.selective_high):
             w = np.exp(log_w - logsumexp(log_w, axis=0))
             return (w * b).sum(axis=0)[inverse]

@@ -78,6 +78,11 @@ class SimConfig:
     policy: Policy = Policy.RANDOM_IN_RANGE
     channel: ChannelModel = ChannelModel.RAYLEIGH
     status_every: int = 1  # DeviceStatus rows every this many slots (all devices)
+    # what devices report and the traces their behaviour leaves there; off: the paper's setting, whose statuses
+    # carry no load and whose periodic devices' reliability follows a cycle of its own
+    telemetry: bool = False  # statuses carry cpu_load; periodic devices fail when their usage cycle is busy
+    load_drift: float = 0.25  # with telemetry: extra load a degrading device takes on as it degrades (a
+    #                           recovering one sheds it as it recovers)
     clock: SlotClock = field(default_factory=SlotClock)
     system: SystemParams = field(default_factory=SystemParams)
     weights: TrustWeights = field(default_factory=TrustWeights)
@@ -104,10 +109,13 @@ class SimConfig:
         lo, hi = self.willingness_range
         if not 0 <= lo <= hi <= 1:
             raise ValueError(f"SimConfig.willingness_range: need 0 <= lo <= hi <= 1 (got {self.willingness_range!r})")
-        if not 0 <= self.load_mean - self.load_swing and self.load_mean + self.load_swing <= self.load_max < 1:
+        drift = self.load_drift if self.telemetry else 0.0
+        if not 0 <= drift:
+            raise ValueError(f"SimConfig.load_drift: must be >= 0 (got {self.load_drift!r})")
+        if not (0 <= self.load_mean - self.load_swing and self.load_mean + self.load_swing + drift <= self.load_max < 1):
             raise ValueError("SimConfig.load_*: need 0 <= load_mean - load_swing and "
-                             f"load_mean + load_swing <= load_max < 1 (got {self.load_mean}, "
-                             f"{self.load_swing}, {self.load_max})")
+                             f"load_mean + load_swing (+ load_drift with telemetry) <= load_max < 1 (got "
+                             f"{self.load_mean}, {self.load_swing}, {drift}, {self.load_max})")
         if any(share < 0 for share in self.mix.values()) or sum(self.mix.values()) <= 0:
             raise ValueError(f"SimConfig.mix: shares must be >= 0 with a positive sum (got {self.mix!r})")
 

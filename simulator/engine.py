@@ -144,13 +144,15 @@ class Simulator:
     def status_table(self, slot: int) -> pa.Table:
         w, n = self.world, self.config.devices
         devices = np.arange(n)
+        load = w.load(devices, slot)
         columns = {
             "device": w.ids,
             "time_ms": np.full(n, int(self.config.clock.start_ms(slot)), dtype=np.int64),
             "cpu_hz": w.cpu_hz, "tx_w": w.tx_w, "rx_w": w.rx_w, "x_m": w.x_m, "y_m": w.y_m,
             "willingness": w.willingness,
             "comm_ok": w.radio_up(devices, slot),
-            "comp_ok": w.load(devices, slot) < self.config.overload,
+            "comp_ok": load < self.config.overload,
+            "cpu_load": load if self.config.telemetry else pa.nulls(n, pa.float64()),
         }
         return pa.Table.from_pydict(columns, schema=STATUS_SCHEMA)
 

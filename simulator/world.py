@@ -93,11 +93,23 @@ class World:
         return pa.Table.from_arrays([pa.array(c) for c in columns], schema=DEVICES_SCHEMA)
 
     def load(self, devices: np.ndarray, slot: int) -> np.ndarray:
-        """Background CPU load u in [load_mean - swing, load_mean + swing]: the usage cycle plus noise."""
+        """Background CPU load u in [load_mean - swing, load_mean + swing]: the usage cycle plus noise; with
+        telemetry, plus the drift of a degrading (or recovering) device's change (:meth:`drift`)."""
         c = self.config
         cycle = self.params.take(devices).cycle(slot)
         noise = 2 * hash_uniform(c.seed, _LOAD, devices, slot) - 1
-        return c.load_mean + c.load_swing * (0.6 * cycle + 0.4 * noise)
+        return c.load_mean + c.load_swing * (0.6 * cycle + 0.4 * noise) + self.drift(devices, slot)
+
+    def drift(self, devices: np.ndarray, slot: int) -> np.ndarray:
+        """The load a changing device's behaviour adds (telemetry only): a degrading device takes on
+        ``load_drift`` as it degrades, a recovering one sheds it as it recovers."""
+        if not self.config.telemetry:
+            return np.zeros(len(devices))
+        params = self.params.take(devices)
+        ramp = params.ramp(slot)
+        share = np.select([params.kind == Behaviour.DEGRADING, params.kind == Behaviour.RECOVERING], [ramp, 1 - ramp],
+                          0.0)
+        return self.config.load_drift * share
 
     def radio_up(self, devices: np.ndarray, slot: int) -> np.ndarray:
         return hash_uniform(self.config.seed, _RADIO, devices, slot) >= self.config.radio_down
@@ -112,7 +124,7 @@ class World:
 
     def behaviour_reliability(self, collabs: np.ndarray, owners: np.ndarray, slot: int) -> np.ndarray:
         """Hidden probability that a collaborator computes honestly for an owner in a slot."""
-        return self.params.take(collabs).reliability(slot, self.targeted(collabs, owners))
+        return self.params.take(collabs).reliability(slot, self.targeted(collabs, owners), tied=self.config.telemetry)
 
     def distance(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.hypot(self.x_m[a] - self.x_m[b], self.y_m[a] - self.y_m[b])

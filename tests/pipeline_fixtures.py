@@ -26,7 +26,7 @@ from simulator.engine import MemorySink, Simulator
 from simulator.world import device_ids
 from tests.test_bm import SMALL
 
-SIM = SimConfig(devices=30, tasks=360, slots=8, seed=5)
+SIM = SimConfig(devices=30, tasks=360, slots=8, seed=5, telemetry=True)  # statuses carry the load
 RANKING = RankingConfig(range_m=400.0, top_k=5, scores_per_owner=6)
 PIECES = Pieces(3, cell_m=1.0)  # cells of 2 x range = 800 m: the 1 km square spans 4, on 3 pieces
 

@@ -95,3 +95,24 @@ def test_the_filter_is_the_floor_of_the_rules_error() -> None:
         errors[rule] = np.sqrt(np.mean((predict_edges(RULES[rule](history, train_slots), history, test_slots)
                                         - hidden) ** 2))
     assert errors["bayes"] < min(v for k, v in errors.items() if k != "bayes"), errors
+
+
+def test_with_telemetry_the_reports_reveal_cycles_and_changes() -> None:
+    config = SimConfig(devices=120, tasks=6000, slots=40, seed=11, telemetry=True)
+    events, truth, status = simulated_run(config)
+    world = World(config)
+    bayes = BayesFilter(world, events)
+    changing = int(np.flatnonzero(world.behaviour == Behaviour.DEGRADING)[0])
+    steady = int(np.flatnonzero(world.behaviour == Behaviour.STABLE_RELIABLE)[0])
+    allowed = {device: {int(k) for k in bayes.device_hypotheses(device).params.kind[
+        np.isfinite(bayes.device_hypotheses(device).log_prior)]} for device in (changing, steady)}
+    assert allowed[changing] == {int(Behaviour.DEGRADING)}  # its load drifts: nothing else is possible
+    assert int(Behaviour.DEGRADING) not in allowed[steady] and int(Behaviour.PERIODIC) in allowed[steady]
+    history = History.from_events(events, config.clock, TrustWeights(), index=DeviceIndex(tuple(world.ids.to_pylist())),
+                                  first_slot=0, status=status)
+    train_slots, test_slots = time_split(history, 0.2)
+    query = targets(history, test_slots).query
+    hidden = truth_for(history, test_slots, truth)
+    forecast = bayes.forecast(query.src, query.dst, query.end + 1)
+    rule = predict_edges(RULES["channel_beta"](history, train_slots), history, test_slots)
+    assert np.sqrt(np.mean((forecast - hidden) ** 2)) < 0.85 * np.sqrt(np.mean((rule - hidden) ** 2))

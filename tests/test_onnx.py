@@ -68,7 +68,9 @@ def test_sequence_stage_matches_pytorch_for_every_length(both, devices: int) -> 
     rng = np.random.default_rng(devices)
     sequences = rng.normal(size=(devices, window, torch_stages.config.gnn.out_dim)).astype(np.float32)
     lengths = rng.integers(1, window + 1, devices)
-    got, want = onnx_stages.long_term(sequences, lengths), torch_stages.long_term(sequences, lengths)
+    telemetry = np.stack([rng.random((devices, window)), rng.random((devices, window)) > 0.3], -1).astype(np.float32)
+    got = onnx_stages.long_term(sequences, lengths, telemetry)
+    want = torch_stages.long_term(sequences, lengths, telemetry)
     assert got.shape == want.shape == (devices, torch_stages.config.gnn.out_dim)
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 

@@ -21,7 +21,7 @@ from model.stages import TorchStages
 from simulator.config import SimConfig
 from tests.test_bm import SMALL
 
-SIM = SimConfig(devices=40, tasks=600, slots=12, seed=3)
+SIM = SimConfig(devices=40, tasks=600, slots=12, seed=3, telemetry=True)
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,9 @@ def log():
     history = History.from_events(events, SIM.clock, SMALL.weights, status=status)
     torch.manual_seed(0)
     model = BM(SMALL, np.random.default_rng(0).normal(size=(len(history.index), 8)).astype(np.float32)).eval()
+    with torch.no_grad():  # Y (and so the sequences and their telemetry) counts: its weights start at zero
+        for net in model.head.members:
+            net.behaviour[0].weight.add_(0.3 * torch.randn_like(net.behaviour[0].weight))
     return events, status, history, model
 
 
@@ -153,14 +156,22 @@ def test_a_ranking_holds_the_rules_choice_for_every_threshold_above_its_own(seed
 
 def test_status_is_taken_as_of_the_slot_end() -> None:
     history = DeviceHistory(SMALL.evidence)
-    values = np.arange(3 * 8, dtype=float).reshape(3, 8)
+    values = np.arange(3 * 9, dtype=float).reshape(3, 9) / 30  # the last column is the reported load
     keys = device_keys(["a", "a", "b"])
     history.add_status(keys, np.array(["a", "a", "b"], object), np.array([100, 50, 500]), values)
     model = BM(replace(SMALL, clock=SlotClock(origin_ms=0, slot_ms=200)), np.zeros((2, 8), dtype=np.float32))
-    frame = history.frame(TorchStages(model, DeviceIndex(("a", "b"))), 0, RankingConfig())
+    stages = TorchStages(model, DeviceIndex(("a", "b")))
+    frame = history.frame(stages, 0, RankingConfig())
     by_id = dict(zip(frame.ids, range(len(frame.ids))))
     np.testing.assert_array_equal(frame.status[by_id["a"]], values[0])  # time 100 is the latest before 200
     assert np.isnan(frame.status[by_id["b"]]).all()  # b's only status comes after the slot
+    # the encoder's telemetry per window slot: the load reported by each slot's end (b: nothing in slot 0-1)
+    _, lengths, telemetry = history.sequences(stages, 2)
+    a, b = by_id["a"], by_id["b"]
+    assert lengths.tolist() == [3, 3]
+    np.testing.assert_allclose(telemetry[a, :3], [[values[0, -1], 1.0]] * 3, rtol=1e-6)
+    np.testing.assert_allclose(telemetry[b, :3], [[0.0, 0.0], [0.0, 0.0], [values[2, -1], 1.0]], rtol=1e-6)
+    np.testing.assert_array_equal(telemetry[:, 3:], telemetry[:, 2:3].repeat(SMALL.window - 3, axis=1))  # padding
 
 
 def test_devices_the_model_never_saw_are_scored_from_the_cold_row(log) -> None:
@@ -205,12 +216,15 @@ def test_a_slot_scored_in_pieces_gives_the_records_of_scoring_it_whole(log) -> N
     def table(result):
         return sorted((s.owner, s.collaborator, round(s.t_beh, 5), round(s.trust, 5)) for s in result.scores)
 
-    def ranked(result):  # the head's float32 matrix products differ in the last bit with the batch's size
-        return sorted((r.owner, r.threshold, tuple((c.collaborator, round(c.trust, 6), c.voc) for c in r.candidates))
-                      for r in result.rankings)
+    def ranked(result):
+        return sorted((r.owner, r.threshold, tuple((c.collaborator, c.voc) for c in r.candidates)) for r in result.rankings)
+
+    def trusts(result):  # the head's float32 matrix products differ in the last bit with the batch's size
+        return np.array([c.trust for r in sorted(result.rankings, key=lambda r: r.owner) for c in r.candidates])
 
     assert len(one.scores) > 200 and table(joined) == table(one)
     assert ranked(joined) == ranked(one)
+    np.testing.assert_allclose(trusts(joined), trusts(one), atol=1e-6)
 
 
 def test_one_dedup_rule_and_one_retention_horizon() -> None:

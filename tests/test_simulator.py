@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 
 import numpy as np
@@ -107,6 +109,32 @@ def test_hidden_behaviour_shapes_reliability() -> None:
     selective = np.flatnonzero(where(Behaviour.SELECTIVE))[0]
     toward = world.behaviour_reliability(np.full(699, selective), np.delete(np.arange(700), selective), 5)
     assert 0.15 < (toward == world.params.low[selective]).mean() < 0.45  # ~30% of owners are targeted
+
+
+def test_telemetry_carries_the_load_and_the_traces_behaviours_leave() -> None:
+    config = SimConfig(devices=400, tasks=200, slots=100, seed=2, telemetry=True)
+    world = World(config)
+    status = Simulator(config).status_table(30)
+    everyone = np.arange(config.devices)
+    np.testing.assert_allclose(status["cpu_load"].to_numpy(), world.load(everyone, 30))
+    assert status["comp_ok"].to_numpy().tolist() == (world.load(everyone, 30) < config.overload).tolist()
+    assert SimConfig().telemetry is False and Simulator(SimConfig(devices=5)).status_table(0)["cpu_load"].null_count == 5
+    kind = world.behaviour
+    periodic = np.flatnonzero(kind == Behaviour.PERIODIC)[:5]
+    slots = np.arange(100)
+    for device in periodic:  # reliability falls exactly as the usage cycle (the load's rhythm) rises
+        reliability = [world.behaviour_reliability(np.array([device]), np.array([0]), t)[0] for t in slots]
+        cycle = world.params.take(np.array([device])).cycle(slots)
+        assert np.corrcoef(reliability, cycle)[0, 1] == pytest.approx(-1.0)
+    # a degrading device takes on load as it degrades, a recovering one sheds it; the others do not drift
+    drift_early, drift_late = world.drift(everyone, 0), world.drift(everyone, 99)
+    assert (drift_late[kind == Behaviour.DEGRADING] > drift_early[kind == Behaviour.DEGRADING]).all()
+    assert (drift_late[kind == Behaviour.RECOVERING] < drift_early[kind == Behaviour.RECOVERING]).all()
+    steady = ~np.isin(kind, [Behaviour.DEGRADING, Behaviour.RECOVERING])
+    assert not drift_early[steady].any() and not drift_late[steady].any()
+    assert not World(replace(config, telemetry=False)).drift(everyone, 99).any()  # the paper's setting
+    with pytest.raises(ValueError, match="load_drift"):
+        SimConfig(telemetry=True, load_drift=0.5)  # past the largest load
 
 
 def test_unreliable_collaborators_fail_more(small) -> None:

@@ -48,13 +48,17 @@ def _add_sim_options(parser: argparse.ArgumentParser) -> None:
                         help="behaviour shares, e.g. stable_reliable=0.5,intermittent=0.5")
     parser.add_argument("--status-every", type=int, default=defaults.status_every,
                         help="emit device status every this many slots")
+    parser.add_argument("--telemetry", action="store_true",
+                        help="statuses carry the devices' CPU load, and hidden behaviours leave the trace they would "
+                             "(periodic devices fail when busy; changing devices' load drifts); off: the paper's "
+                             "setting")
 
 
 def sim_config(args: argparse.Namespace) -> SimConfig:
     extra = {"mix": parse_mix(args.mix)} if args.mix else {}
     return SimConfig(devices=args.devices, tasks=args.tasks, slots=args.slots, seed=args.seed, area_m=args.area,
                      range_m=args.range_m, policy=Policy(args.policy), channel=ChannelModel(args.channel),
-                     status_every=args.status_every, **extra)
+                     status_every=args.status_every, telemetry=args.telemetry, **extra)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -198,7 +202,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise ValueError(f"--seed: must be >= 0 (got {args.seed})")
     train = replace(train, device=args.device, seed=args.seed)
-    sim = replace(sim, seed=args.seed, **({"mix": parse_mix(args.mix)} if args.mix else {}))
+    sim = replace(sim, seed=args.seed, telemetry=args.telemetry, **({"mix": parse_mix(args.mix)} if args.mix else {}))
     if args.test_fraction is not None:
         train = replace(train, test_fraction=args.test_fraction)
     if args.sim_slots is not None:  # the same task density per slot
@@ -210,7 +214,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                             flush=True)) if not args.quiet else (lambda _: None))
 
     def setup(done: int) -> dict:
-        return {"runs": runs, "runs_done": done, "seed": args.seed, "mix": args.mix, "quick": args.quick, "bm": asdict(config), "train": asdict(train),
+        return {"runs": runs, "runs_done": done, "seed": args.seed, "mix": args.mix, "telemetry": args.telemetry,
+                "quick": args.quick, "bm": asdict(config), "train": asdict(train),
                 "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots},
                 "seconds": round(time.perf_counter() - started, 1)}
 
@@ -429,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the first run's seed (simulation and training); run k uses seed + k")
     evaluate.add_argument("--mix", default=None, help="simulated behaviour shares, e.g. stable_reliable=0.5,"
                                                       "periodic=0.5 (default: the paper setting's mix)")
+    evaluate.add_argument("--telemetry", action="store_true",
+                          help="simulate the setting with telemetry (statuses carry the CPU load; periodic devices "
+                               "fail when busy; changing devices' load drifts) instead of the paper's")
     evaluate.add_argument("--predictions", default=None, metavar="FILE",
                           help="also write every test edge's slot, owner, collaborator, target and each method's "
                                "forecast (one row per run and edge) to this Parquet file")

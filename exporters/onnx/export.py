@@ -8,7 +8,8 @@ file                inputs                                                      
 ``gnn.onnx``        nodes (a,) int64 node2vec rows (the cold row: the number of h (a, d) float32
                     devices); src, dst (E,) int64 positions in ``nodes``;
                     t_col, offset (E,) float32
-``sequence.onnx``   sequences (n, S, d) float32 right-padded; lengths (n,) int64 y (n, d) float32
+``sequence.onnx``   sequences (n, S, d) float32 right-padded; lengths (n,) int64; y (n, d) float32
+                    telemetry (n, S, 2) float32 (reported load, reported)
 ``head.onnx``       y_i, y_j (P, d) float32; physics (P, 4) float32 (NaN         t_beh (P,) float32
                     unknown); evidence (P, F) float32 (the paper head reads
                     only y_i and y_j)
@@ -40,7 +41,7 @@ from torch import nn
 from model.bm import BM
 from model.checkpoint import config_to_dict, file_sha256, load, staged_directory
 
-FORMAT = "trustbeam-onnx/2"
+FORMAT = "trustbeam-onnx/3"  # 3: sequence.onnx reads each slot's telemetry
 OPSET = 18
 STAGE_FILES = ("gnn.onnx", "sequence.onnx", "head.onnx")
 
@@ -60,10 +61,10 @@ class GNNStage(nn.Module):
 class SequenceStage(nn.Module):
     def __init__(self, model: BM) -> None:
         super().__init__()
-        self.encoder = model.sequence_encoder
+        self.model = model
 
-    def forward(self, sequences: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        return self.encoder(sequences, lengths)  # (n, d)
+    def forward(self, sequences: torch.Tensor, lengths: torch.Tensor, telemetry: torch.Tensor) -> torch.Tensor:
+        return self.model.encode(sequences, lengths, telemetry)  # (n, d)
 
 
 class HeadStage(nn.Module):
@@ -88,7 +89,9 @@ def _examples(model: BM, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
     lengths[0] = window
     return {
         "gnn.onnx": (nodes, src, dst, torch.rand(edges, generator=g), torch.rand(edges, generator=g)),
-        "sequence.onnx": (torch.randn(9, window, d, generator=g), lengths),
+        "sequence.onnx": (torch.randn(9, window, d, generator=g), lengths,
+                          torch.stack([torch.rand(9, window, generator=g), (torch.rand(9, window, generator=g) > 0.3)
+                                       .float()], -1)),
         "head.onnx": (torch.randn(33, d, generator=g), torch.randn(33, d, generator=g), physics_example(33, g),
                       torch.rand(33, model.config.evidence.features, generator=g)),
     }
@@ -106,8 +109,9 @@ _SIGNATURES: dict[str, tuple[list[str], str, dict[str, dict[int, str]]]] = {
     "gnn.onnx": (["nodes", "src", "dst", "t_col", "offset"], "h",
                  {"nodes": {0: "active"}, "src": {0: "edges"}, "dst": {0: "edges"}, "t_col": {0: "edges"},
                   "offset": {0: "edges"}, "h": {0: "active"}}),
-    "sequence.onnx": (["sequences", "lengths"], "y", {"sequences": {0: "devices"}, "lengths": {0: "devices"},
-                                                       "y": {0: "devices"}}),
+    "sequence.onnx": (["sequences", "lengths", "telemetry"], "y",
+                      {"sequences": {0: "devices"}, "lengths": {0: "devices"}, "telemetry": {0: "devices"},
+                       "y": {0: "devices"}}),
     "head.onnx": (["y_i", "y_j", "physics", "evidence"], "t_beh",
                   {"y_i": {0: "pairs"}, "y_j": {0: "pairs"}, "physics": {0: "pairs"}, "evidence": {0: "pairs"},
                    "t_beh": {0: "pairs"}}),

@@ -95,12 +95,13 @@ class OnnxStages:
                                                   "t_col": t_col, "offset": offset})[0]
         return nodes, h
 
-    def long_term(self, sequences: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    def long_term(self, sequences: np.ndarray, lengths: np.ndarray, telemetry: np.ndarray) -> np.ndarray:
         out = np.zeros((len(sequences), self.config.gnn.out_dim), np.float32)
         session = self.sessions["sequence.onnx"]
         for part in chunks(len(sequences), self.devices_per_call):
             out[part] = session.run(None, {"sequences": np.ascontiguousarray(sequences[part], np.float32),
-                                           "lengths": lengths[part].astype(np.int64)})[0]
+                                           "lengths": lengths[part].astype(np.int64),
+                                           "telemetry": np.ascontiguousarray(telemetry[part], np.float32)})[0]
         return out
 
     def t_beh(self, y_i: np.ndarray, y_j: np.ndarray, physics: np.ndarray, evidence: np.ndarray) -> np.ndarray:
