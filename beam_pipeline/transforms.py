@@ -389,7 +389,7 @@ class ShardState(beam.DoFn):
         self.clock = self.stages.config.clock
 
     def _empty(self) -> tuple[DeviceHistory, ShardBook]:
-        return DeviceHistory(self.stages.config.evidence, model_version=self.version), ShardBook()
+        return DeviceHistory(self.stages.config.evidence, self.clock, model_version=self.version), ShardBook()
 
     def _load(self, history: Any) -> tuple[DeviceHistory, ShardBook]:
         """The shard's history, made this model's (state restored under another model drops its embeddings)."""

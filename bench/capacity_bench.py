@@ -57,7 +57,7 @@ def measure() -> dict:
     index = DeviceIndex(tuple(Simulator(sim).world.ids.to_pylist()))
     config = BMConfig(clock=sim.clock, window=WINDOW)
     stages = TorchStages(BM(config, np.random.default_rng(0).normal(size=(500, 128)).astype(np.float32)), index)
-    history = DeviceHistory(config.evidence)
+    history = DeviceHistory(config.evidence, config.clock)
     history.add_status(*status_arrays(status))
     slot_of = sim.clock.slot_of(events["event_time_ms"].to_numpy())
     for slot in range(sim.slots):

@@ -400,7 +400,7 @@ def load(settings, work: Path, devices: int = 5000, slots: int = 40, tasks_per_d
                     for k in ("valid", "invalid", "late", "future"))
     config = JobConfig(str(checkpoint), topics=topics)
     stages, _ = config.stages()
-    history = DeviceHistory(stages.config.evidence)
+    history = DeviceHistory(stages.config.evidence, stages.config.clock)
     history.add_status(*status_arrays(status))
     for slot in range(slots):
         history.add_part(slot_part(stages, events.filter(slot_of == slot), slot))

@@ -4,7 +4,10 @@ Every task is one unit of evidence in six channels (:data:`CHANNELS`): the task 
 T_col weight (w), whether it carries the tr/com flags (f), the flags (tr, com), and the
 transmission again weighted by the on-time factor of the task's reported times (ton: what a
 computation could be expected to achieve given how late the offload left it, so that
-P(com | tr) counted against ton measures j's behaviour rather than its CPU or its owners'). Evidence is
+P(com | tr) counted against ton measures j's behaviour rather than its CPU or its owners'), and, where
+the collaborator reported its CPU load u by the slot's end (telemetry), ton and com again, times u and
+ton times u^2 (:data:`LOADED`, :func:`with_load`): the sums of a regression of its success rate on its
+load, which a device whose reliability follows its usage (or drifts with it) makes steep. Evidence is
 kept per *role*: a device as collaborator (every channel), a device as owner (n, w: what it
 reports of others, e.g. a rater's bias), a pair owner -> collaborator (every channel) and the whole
 population (one key, :data:`POPULATION`: every task of the log, so that the level a log drifts to is
@@ -32,8 +35,9 @@ import numpy as np
 from model.channel import OnTimeCurve
 from model.graphs import SlotGraph
 
-CHANNELS = ("n", "w", "f", "tr", "com", "ton")
-N, W, F, TR, COM, TON = range(len(CHANNELS))
+CHANNELS = ("n", "w", "f", "tr", "com", "ton", "tk", "ck", "tu", "cu", "tuu")
+N, W, F, TR, COM, TON, TK, CK, TU, CU, TUU = range(len(CHANNELS))
+LOADED = (TK, CK, TU, CU, TUU)  # the collaborator's ton and com where its load u was reported, times u and u^2
 ROLES = ("collaborator", "owner", "pair", "population")
 POPULATION = -1  # the population role's one key (device keys and history rows are >= 0)
 NEVER = 10 ** 9  # slots since the last update of a key never seen
@@ -59,7 +63,7 @@ class EvidenceConfig:
     @property
     def normalized(self) -> int:
         """Width of the normalized part of :func:`pair_evidence_features` (what the head's networks read)."""
-        return len(self.lams) * 13 + 2
+        return len(self.lams) * 15 + 4
 
     @property
     def features(self) -> int:
@@ -149,7 +153,9 @@ class EvidenceState:
 def role_increments(graph: SlotGraph, n: int, config: EvidenceConfig) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """A slot's evidence per role: {role: (keys (k,), increments (k, C))}; pair keys are src * n + dst."""
     ton = graph.tr * config.on_time_factor(graph.time_ratio)
-    per_edge = np.stack([graph.tasks, graph.t_col * graph.tasks, graph.flagged, graph.tr, graph.com, ton], axis=1)
+    per_edge = np.zeros((len(graph.src), len(CHANNELS)))  # the load channels stay zero (:func:`with_load`)
+    per_edge[:, [N, W, F, TR, COM, TON]] = np.stack([graph.tasks, graph.t_col * graph.tasks, graph.flagged, graph.tr,
+                                                     graph.com, ton], axis=1)
     out = {}
     everyone = np.full(len(graph.src), POPULATION)
     for role, keys in (("collaborator", graph.dst), ("owner", graph.src), ("pair", graph.src * n + graph.dst),
@@ -161,6 +167,37 @@ def role_increments(graph: SlotGraph, n: int, config: EvidenceConfig) -> dict[st
             sums[:, [F, TR, COM, TON]] = 0.0  # an owner's evidence is what it reports: n and w
         out[role] = (unique, sums)
     return out
+
+
+def with_load(increments: np.ndarray, load: np.ndarray) -> np.ndarray:
+    """A collaborator role's increments (k, C) with the :data:`LOADED` channels filled from its ton and com and
+    its reported load (k,) (NaN: none reported, and those channels stay zero). The load is known where the
+    collaborator's statuses are (its shard, online), not where the slot's events are gathered, so the role's
+    holder calls this on the increments :func:`role_increments` made."""
+    out = increments.copy()
+    known = np.isfinite(load)
+    u = np.where(known, load, 0.0)
+    ton, com = np.where(known, increments[:, TON], 0.0), np.where(known, increments[:, COM], 0.0)
+    out[:, TK], out[:, CK], out[:, TU], out[:, CU], out[:, TUU] = ton, com, ton * u, com * u, ton * u * u
+    return out
+
+
+RIDGE = 0.01  # the load's variance a regression is shrunk by (a load swings by about +-0.1 around its mean)
+
+
+def load_rate(sums: np.ndarray, load_now: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rate at the load now, slope) per lambda from a collaborator's :data:`LOADED` sums (P, L, C) and its
+    latest reported load (P,) (NaN: none): the weighted least-squares line of P(com | ton) on the load, its
+    slope shrunk toward zero by :data:`RIDGE`, Laplace-smoothed at its intercept; (0.5, 0) where nothing is
+    known."""
+    tk, ck, tu, cu, tuu = (sums[..., c] for c in LOADED)
+    centred = tuu - tu ** 2 / np.maximum(tk, 1e-9)  # sum of ton * (u - mean u)^2
+    slope = (cu - ck * tu / np.maximum(tk, 1e-9)) / (centred + RIDGE * tk + 1e-9)
+    mean_u = tu / np.maximum(tk, 1e-9)
+    base = (ck + 1.0) / (tk + 2.0)
+    u = np.where(np.isfinite(load_now), load_now, np.nan)[:, None]
+    rate = np.where(np.isfinite(u) & (tk > 0), base + slope * (np.nan_to_num(u) - mean_u), base)
+    return np.clip(rate, 0.0, 1.0), np.where(tk > 0, slope, 0.0)
 
 
 @dataclass
@@ -223,15 +260,18 @@ def _rate(hits: np.ndarray, trials: np.ndarray) -> np.ndarray:
 
 
 def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np.ndarray, since: np.ndarray,
-                           config: EvidenceConfig, population: np.ndarray | None = None) -> np.ndarray:
+                           config: EvidenceConfig, population: np.ndarray | None = None,
+                           load_now: np.ndarray | None = None) -> np.ndarray:
     """The pair head's evidence input, (P, ``config.features``) float32.
 
     collaborator, owner, pair: (P, L, C) decayed sums of the candidate j as collaborator, the owner i
     as owner, and the pair i -> j; since: (P,) slots since j last served; population: (P or 1, L, C) the
-    whole log's sums (None: none known). Normalized part, per lambda: j's log task count, mean T_col,
-    log flagged count, P(tr), P(com | tr), log on-time-weighted count and P(com | tr) against it; i's log
-    count and mean reported T_col; the pair's log count, mean T_col, P(tr) and P(com | tr); then j's recency
-    and whether j was ever seen. Then the raw sums of :data:`STATS`, each per lambda.
+    whole log's sums (None: none known); load_now: (P,) j's latest reported load (NaN or None: none).
+    Normalized part, per lambda: j's log task count, mean T_col, log flagged count, P(tr), P(com | tr), log
+    on-time-weighted count and P(com | tr) against it, P(com | tr) at its load now and the slope of its rate
+    on its load (:func:`load_rate`); i's log count and mean reported T_col; the pair's log count, mean
+    T_col, P(tr) and P(com | tr); then j's recency, whether j was ever seen and its load now (and whether
+    it reported one). Then the raw sums of :data:`STATS`, each per lambda.
     """
     def log_count(x: np.ndarray) -> np.ndarray:
         return np.log1p(x) / 3.0
@@ -240,14 +280,19 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
         return (x[..., W] + 0.5) / (x[..., N] + 1.0)
 
     c, o, p = collaborator, owner, pair
+    now = np.full(len(c), np.nan) if load_now is None else np.asarray(load_now, np.float64)
+    at_load, slope = load_rate(c, now)
     parts = [log_count(c[..., N]), mean_weight(c), log_count(c[..., F]), _rate(c[..., TR], c[..., F]),
              _rate(c[..., COM], c[..., TR]), log_count(c[..., TON]), _rate(c[..., COM], c[..., TON]),
+             at_load, np.clip(slope, -5.0, 5.0) / 5.0,
              log_count(o[..., N]), mean_weight(o),
              log_count(p[..., N]), mean_weight(p), _rate(p[..., TR], p[..., F]), _rate(p[..., COM], p[..., TR])]
     seen = since < NEVER
     recency = np.where(seen, np.minimum(since, config.recency_cap) / config.recency_cap, 1.0)
+    reported = np.isfinite(now)
     whole = np.zeros((1, *c.shape[1:])) if population is None else population
     sums = {"collaborator": c, "population": np.broadcast_to(whole, c.shape)}
     stats = [sums[role][..., channel] for role, channel in STATS]
-    return np.concatenate([*parts, recency[:, None], seen[:, None].astype(np.float64), *stats],
+    return np.concatenate([*parts, recency[:, None], seen[:, None].astype(np.float64),
+                           np.where(reported, now, 0.0)[:, None], reported[:, None].astype(np.float64), *stats],
                           axis=1).astype(np.float32)

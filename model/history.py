@@ -22,9 +22,9 @@ import pyarrow as pa
 from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import pair_physics
 from model.evidence import (POPULATION, ROLES, EvidenceConfig, EvidenceTrack, pair_evidence_features,
-                            role_increments)
+                            role_increments, with_load)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
-from model.status import TELEMETRY, StatusLog, status_values, telemetry_of
+from model.status import LOAD, TELEMETRY, StatusLog, status_values, telemetry_of
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,8 @@ class History:
             for t, graph in enumerate(self.graphs):
                 if graph is not None and len(graph.src):
                     for role, (keys, increments) in role_increments(graph, n, config).items():
+                        if role == "collaborator":  # the loads its collaborators had reported by the slot's end
+                            increments = with_load(increments, self.load(keys, np.full(len(keys), t)))
                         updates[role].append((t, keys, increments))
             lams = np.asarray(config.lams)
             self._tracks[config] = {role: EvidenceTrack.record(lams, updates[role]) for role in ROLES}
@@ -115,7 +117,14 @@ class History:
         owner, _ = tracks["owner"].query(src, end)
         pair, _ = tracks["pair"].query(src * len(self.index) + dst, end)
         population, _ = tracks["population"].query(np.full(len(src), POPULATION), end)
-        return pair_evidence_features(collaborator, owner, pair, since, config, population)
+        return pair_evidence_features(collaborator, owner, pair, since, config, population,
+                                      self.load(dst, np.broadcast_to(end, np.shape(dst))))
+
+    def load(self, devices: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """(P,) each device's latest reported load by the end of its relative slot (NaN: none)."""
+        if self.status is None:
+            return np.full(len(devices), np.nan)
+        return self.status.latest(devices, self.clock.end_ms(self.first_slot + np.asarray(slots)))[:, LOAD]
 
     def pair_physics(self, src: np.ndarray, dst: np.ndarray, end: np.ndarray, profile: np.ndarray,
                      params: SystemParams) -> np.ndarray:

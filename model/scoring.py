@@ -41,10 +41,10 @@ from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
 from model.evidence import (CHANNELS, POPULATION, ROLES, EvidenceConfig, EvidenceState, decay,
-                            pair_evidence_features, role_increments)
+                            pair_evidence_features, role_increments, with_load)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.stages import Stages
-from model.status import COMM_OK, COMP_OK, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
+from model.status import COMM_OK, COMP_OK, LOAD, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
 from model.trust import resource_trust
 from schemas import CollaboratorRanking, RankedCandidate, TrustScore
 
@@ -218,6 +218,7 @@ class DeviceHistory:
     """
 
     evidence_config: EvidenceConfig
+    clock: SlotClock = field(default_factory=SlotClock)  # the model's: when a slot's reported loads were reported
     names: tuple[np.ndarray, np.ndarray] = field(default_factory=lambda: (np.zeros(0, np.int64), np.zeros(0, object)))
     parts: dict[int, SlotPart] = field(default_factory=dict)
     status: StatusLog = field(default_factory=StatusLog)
@@ -271,8 +272,15 @@ class DeviceHistory:
             for role, (keys, increments) in self.parts[slot].evidence.items():
                 tags = self.parts[slot].pair_owners if role == "pair" else None
                 if len(keys):
-                    self.evidence[role].update(keys, slot, increments, tags)
+                    self.evidence[role].update(keys, slot, self.loaded(role, keys, slot, increments), tags)
         self.folded_through = max(self.folded_through, through_slot)
+
+    def loaded(self, role: str, keys: np.ndarray, slot: int, increments: np.ndarray) -> np.ndarray:
+        """A slot's increments of a role, the collaborators' with their load channels filled from the loads they
+        reported by the slot's end (:func:`model.evidence.with_load`; the shard holds their statuses)."""
+        if role != "collaborator":
+            return increments
+        return with_load(increments, self.status.latest(keys, int(self.clock.end_ms(slot)))[:, LOAD])
 
     def prune(self, before_slot: int, status_before_ms: int) -> None:
         """Forget slot parts before ``before_slot`` (folded first), statuses superseded before
@@ -299,7 +307,7 @@ class DeviceHistory:
             hit = (at < len(keys)) & (keys[np.minimum(at, max(len(keys) - 1, 0))] == part_keys) if len(keys) else \
                 np.zeros(len(part_keys), bool)
             factor = decay(lams, np.full(int(hit.sum()), slot - s))
-            values[at[hit]] += increments[hit][:, None, :] * factor[:, :, None]
+            values[at[hit]] += self.loaded(role, part_keys[hit], s, increments[hit])[:, None, :] * factor[:, :, None]
             since[at[hit]] = slot - s
         return values, since
 
@@ -458,7 +466,7 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
     physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
     evidence = pair_evidence_features(frame.collaborator[dst], frame.owner[src],
                                       _pair_lookup(frame, pair_keys(frame.keys[src], frame.keys[dst])),
-                                      frame.since[dst], config.evidence, frame.population)
+                                      frame.since[dst], config.evidence, frame.population, frame.status[dst, LOAD])
     t_beh = stages.t_beh(frame.y[src], frame.y[dst], physics.features(), evidence)
     status_j = frame.status[dst]
     t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])
@@ -520,7 +528,7 @@ def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking
     clocked = partial(timed, seconds)
     config = stages.config
     clock = config.clock
-    history = DeviceHistory(config.evidence)
+    history = DeviceHistory(config.evidence, clock)
     if status is not None:
         with clocked("status"):
             history.add_status(*status_arrays(status))

@@ -73,7 +73,7 @@ def test_channel_beta_by_hand() -> None:
 
     # slot 0: a->c transmitted and computed, b->c transmitted only; slot 1: nothing
     graphs = (flagged(0, [0, 1], [2, 2], [1, 1], [1, 0]), None)
-    positions = np.zeros((3, 8))
+    positions = np.zeros((3, 9))
     positions[:, 3] = [0.0, 0.0, 100.0]  # x: c lies 100 m from a and b
     status = StatusLog(np.arange(3), np.zeros(3, np.int64), positions)
     history = History(DeviceIndex(("a", "b", "c")), 0, graphs, status)

@@ -6,15 +6,17 @@ import numpy as np
 import pytest
 
 from model.channel import OnTimeCurve
-from model.evidence import (COM, F, N, NEVER, POPULATION,, TON, TR, W, EvidenceConfig, EvidenceState, EvidenceTrack,
-                            pair_evidence_features, role_increments)
+from model.evidence import (CHANNELS, COM, F, N, NEVER, POPULATION, TON, TR, W, EvidenceConfig, EvidenceState, EvidenceTrack,
+                            RIDGE, load_rate, pair_evidence_features, role_increments, with_load)
 from model.graphs import SlotGraph
 
 LAMS = np.array([0.5, 1.0])
 
 
 def increments(*rows: tuple[float, ...]) -> np.ndarray:
-    return np.array(rows, dtype=float)
+    """Rows of the first channels (n, w, f, tr, com, ton), the load channels zero."""
+    rows = np.array(rows, dtype=float)
+    return np.pad(rows, ((0, 0), (0, len(CHANNELS) - rows.shape[1])))
 
 
 def test_state_decays_lazily_and_adds() -> None:
@@ -42,7 +44,7 @@ def test_track_equals_a_replayed_state_at_every_slot() -> None:
     updates = []
     for slot in (0, 1, 4, 5, 9):
         keys = np.unique(rng.integers(0, 6, size=4))
-        updates.append((slot, keys, rng.random((len(keys), 6))))
+        updates.append((slot, keys, rng.random((len(keys), len(CHANNELS)))))
     track = EvidenceTrack.record(LAMS, updates)
     state = EvidenceState(LAMS)
     queries = np.arange(7)
@@ -67,7 +69,7 @@ def test_role_increments_by_hand() -> None:
     roles = role_increments(graph, n=3, config=config)
     keys, sums = roles["collaborator"]
     assert keys.tolist() == [2]
-    np.testing.assert_allclose(sums[0], [3, 2 * 0.8 + 0.5, 2, 2, 1, 2 * factor])
+    np.testing.assert_allclose(sums[0], [3, 2 * 0.8 + 0.5, 2, 2, 1, 2 * factor, 0, 0, 0, 0, 0])  # no loads yet
     keys, sums = roles["owner"]
     assert keys.tolist() == [0, 1] and sums[:, [F, TR, COM, TON]].sum() == 0  # what owners report: n and w
     np.testing.assert_allclose(sums[:, [N, W]], [[2, 1.6], [1, 0.5]])
@@ -90,6 +92,26 @@ def test_an_old_success_does_not_look_like_a_new_one() -> None:
     assert features.shape == (2, config.features)
     recent_count, old_count = features[1, 0], features[0, 0]  # j's log task count at lambda 0.7
     assert recent_count > 10 * old_count
-    recency, seen = config.normalized - 2, config.normalized - 1
+    recency, seen = config.normalized - 4, config.normalized - 3
     assert features[0, recency] > features[1, recency]  # recency: 30 slots against 1
     assert features[:, seen].tolist() == [1.0, 1.0]  # both were seen
+
+
+def test_load_channels_and_the_rate_at_a_load_by_hand() -> None:
+    sums = increments((2, 0, 2, 2, 1, 2), (1, 0, 1, 1, 1, 1), (3, 0, 3, 3, 3, 3))
+    loaded = with_load(sums, np.array([0.8, np.nan, 0.2]))
+    np.testing.assert_allclose(loaded[:, :6], sums[:, :6])  # the first channels as they were
+    # ton, com where a load was reported, then ton*u, com*u, ton*u^2; nothing for the device that reported none
+    np.testing.assert_allclose(loaded[:, 6:], [[2, 1, 1.6, 0.8, 1.28], [0, 0, 0, 0, 0], [3, 3, 0.6, 0.6, 0.12]])
+    # one device's tasks at two loads: 1 of 2 computed at u = 0.8, 3 of 3 at u = 0.2 -> a line through the means
+    total = loaded[[0, 2]].sum(axis=0)[None, None, :]  # (P=1, L=1, C)
+    rate, slope = load_rate(total, np.array([0.8]))
+    tk, ck, tu, cu, tuu = 5.0, 4.0, 2.2, 1.4, 1.4
+    mean_u = tu / tk
+    want_slope = (cu - ck * mean_u) / (tuu - tu ** 2 / tk + RIDGE * tk)
+    assert slope[0, 0] == pytest.approx(want_slope) and want_slope < 0  # busier, less reliable
+    assert rate[0, 0] == pytest.approx((ck + 1) / (tk + 2) + want_slope * (0.8 - mean_u))
+    rate, slope = load_rate(total, np.array([np.nan]))  # no load now: the smoothed rate
+    assert rate[0, 0] == pytest.approx(5 / 7) and slope[0, 0] == pytest.approx(want_slope)
+    rate, slope = load_rate(np.zeros((1, 1, len(CHANNELS))), np.array([0.5]))  # nothing known
+    assert rate[0, 0] == 0.5 and slope[0, 0] == 0.0

@@ -8,7 +8,7 @@ from model.status import StatusLog
 
 
 def log() -> StatusLog:
-    values = np.arange(5 * 8, dtype=float).reshape(5, 8)
+    values = np.arange(5 * 9, dtype=float).reshape(5, 9)
     return StatusLog(np.array([0, 0, 1, 0, 3]), np.array([100, 50, 500, 300, 10]), values)
 
 
@@ -22,10 +22,10 @@ def test_latest_before_a_time_by_hand() -> None:
 
 def test_one_time_per_key_and_ties_take_the_later_entry() -> None:
     statuses = log()
-    statuses.add(np.array([0]), np.array([100]), np.full((1, 8), -1.0))  # same time as entry 0, added later
+    statuses.add(np.array([0]), np.array([100]), np.full((1, 9), -1.0))  # same time as entry 0, added later
     got = statuses.latest(np.array([0, 0, 0]), np.array([60, 101, 1000]))
     np.testing.assert_array_equal(got[0], statuses.values[1])
-    np.testing.assert_array_equal(got[1], np.full(8, -1.0))
+    np.testing.assert_array_equal(got[1], np.full(9, -1.0))
     np.testing.assert_array_equal(got[2], statuses.values[3])
 
 

@@ -1,0 +1,157 @@
+"""A peer's protocol on real logs: TrustGuard's single-timeslot prediction of distrust.
+
+TrustGuard (a GNN over time snapshots, IEEE TDSC 2024) evaluates on the Bitcoin logs this way: the log is
+cut into ``snapshots`` equal-time snapshots; for k = 2 .. snapshots - 1 a model trains on snapshots 1..k
+and predicts the ratings of snapshot k + 1 whose two devices it saw in 1..k; the label is distrust (a
+negative rating: a graded outcome below one half); AUC and MCC are averaged over the rounds.
+
+Here every method scores distrust from what it knows at the end of snapshot k: BM as ``1 - T_beh`` of the
+pair (its history through snapshot k, no test data), the rule as the trustee's smoothed share of distrust
+received. MCC needs a threshold: each round chooses it on the last training snapshot (snapshot k predicted
+from 1..k-1, by the same model), never on the test snapshot. BM's slots are ``slots_per_snapshot`` equal
+parts of a snapshot, so snapshot boundaries are slot boundaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from model.bm import BM, BMConfig, PairQuery
+from model.config import SlotClock
+from model.history import History
+from model.train import TrainConfig, train_bm
+
+DISTRUST = 0.5  # a graded outcome below this is a negative rating
+
+
+def auc(score: np.ndarray, label: np.ndarray) -> float:
+    """The probability that a random positive scores above a random negative (ties count half); NaN without
+    both classes."""
+    positives, negatives = int(label.sum()), int((~label).sum())
+    if not positives or not negatives:
+        return float("nan")
+    order = np.argsort(score, kind="mergesort")
+    ranks = np.empty(len(score))
+    sorted_score = score[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_score)) + 1]
+    ends = np.r_[starts[1:], len(score)]
+    for begin, end in zip(starts, ends):  # average ranks (1-based) over ties
+        ranks[order[begin:end]] = (begin + end + 1) / 2
+    return float((ranks[label].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def mcc(predicted: np.ndarray, label: np.ndarray) -> float:
+    """Matthews correlation coefficient of boolean predictions; 0 where it is undefined (a constant column)."""
+    tp = float((predicted & label).sum())
+    tn = float((~predicted & ~label).sum())
+    fp = float((predicted & ~label).sum())
+    fn = float((~predicted & label).sum())
+    denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    return float((tp * tn - fp * fn) / denominator) if denominator else 0.0
+
+
+def best_threshold(score: np.ndarray, label: np.ndarray) -> float:
+    """The threshold on ``score`` (predict distrust at or above it) with the highest MCC on these ratings."""
+    candidates = np.unique(score)
+    if not len(candidates):
+        return 0.5
+    values = [mcc(score >= t, label) for t in candidates]
+    return float(candidates[int(np.argmax(values))])
+
+
+@dataclass(frozen=True)
+class Ratings:
+    """The ratings of one snapshot between devices seen before it: owner and collaborator ids, distrust labels."""
+
+    owner: np.ndarray
+    collaborator: np.ndarray
+    distrust: np.ndarray
+
+    @classmethod
+    def of(cls, events: pa.Table, seen: set[str]) -> "Ratings":
+        owner = events["owner"].to_numpy(zero_copy_only=False)
+        collaborator = events["collaborator"].to_numpy(zero_copy_only=False)
+        known = np.array([o in seen and c in seen for o, c in zip(owner, collaborator)], bool)
+        reliability = events["reliability"].to_numpy(zero_copy_only=False).astype(np.float64)
+        return cls(owner[known], collaborator[known], reliability[known] < DISTRUST)
+
+
+Scorer = Callable[[Ratings], np.ndarray]  # distrust scores of a snapshot's ratings
+
+
+def bm_scorer(model: BM, history: History, end: int) -> Scorer:
+    """1 - T_beh of each pair from the model's history through relative slot ``end``."""
+    def score(ratings: Ratings) -> np.ndarray:
+        src, dst = history.index.lookup(pa.array(ratings.owner)), history.index.lookup(pa.array(ratings.collaborator))
+        model.eval()
+        with torch.no_grad():
+            t_beh = model.t_beh(model.pair_outputs(history, PairQuery(src, dst, end)))
+        return 1.0 - t_beh.double().cpu().numpy()
+
+    return score
+
+
+def distrust_share(events: pa.Table) -> Scorer:
+    """The rule: the trustee's share of distrust among the ratings it received, smoothed toward the log's share
+    (two pseudo-ratings)."""
+    collaborator = events["collaborator"].to_numpy(zero_copy_only=False)
+    negative = events["reliability"].to_numpy(zero_copy_only=False).astype(np.float64) < DISTRUST
+    prior = (negative.sum() + 1) / (len(negative) + 2)
+    names, inverse = np.unique(collaborator, return_inverse=True)
+    received, against = np.bincount(inverse, minlength=len(names)), np.bincount(inverse, negative, len(names))
+    share = dict(zip(names.tolist(), ((against + 2 * prior) / (received + 2)).tolist()))
+
+    def score(ratings: Ratings) -> np.ndarray:
+        return np.array([share.get(c, prior) for c in ratings.collaborator])
+
+    return score
+
+
+def snapshot_clock(events: pa.Table, snapshots: int, slots_per_snapshot: int) -> SlotClock:
+    """Slots of equal length from the first event, ``slots_per_snapshot`` to each of ``snapshots`` equal-time
+    snapshots spanning the log."""
+    times = events["event_time_ms"].to_numpy()
+    first, last = int(times.min()), int(times.max())
+    slot_ms = -(-(last - first + 1) // (snapshots * slots_per_snapshot))
+    return SlotClock(origin_ms=first, slot_ms=max(slot_ms, 1))
+
+
+def evaluate_snapshots(events: pa.Table, config: BMConfig, train: TrainConfig, snapshots: int = 10,
+                       slots_per_snapshot: int = 10, progress: Callable[[str], None] = lambda _: None) -> dict:
+    """Every round's AUC and MCC for BM and the rule, and their means over rounds: {method: {"auc", "mcc",
+    "rounds": [{"k", "auc", "mcc", "threshold", "ratings"}]}}."""
+    if snapshots < 3:
+        raise ValueError(f"--snapshots: need at least 3 (got {snapshots})")
+    if "reliability" not in events.column_names or pc.all(pc.is_null(events["reliability"])).as_py():
+        raise ValueError("events: the snapshot protocol needs graded outcomes (reliability), e.g. an imported log")
+    clock = snapshot_clock(events, snapshots, slots_per_snapshot)
+    snapshot = clock.slot_of(events["event_time_ms"].to_numpy()) // slots_per_snapshot
+    config = replace(config, clock=clock)
+    rounds: dict[str, list[dict]] = {"bm": [], "distrust_share": []}
+    for k in range(2, snapshots):  # train on snapshots 1..k (0..k-1 here), test on k + 1 (k here)
+        known = events.filter(pa.array(snapshot < k))
+        seen = set(known["owner"].to_pylist()) | set(known["collaborator"].to_pylist())
+        test = Ratings.of(events.filter(pa.array(snapshot == k)), seen)
+        earlier = events.filter(pa.array(snapshot < k - 1))
+        seen_before = set(earlier["owner"].to_pylist()) | set(earlier["collaborator"].to_pylist())
+        tune = Ratings.of(events.filter(pa.array(snapshot == k - 1)), seen_before)
+        history = History.from_events(known, clock, config.weights, first_slot=0)
+        model, _, _ = train_bm(history, config, replace(train, test_fraction=0.0))
+        scorers = {"bm": (bm_scorer(model, history, k * slots_per_snapshot - 1),
+                          bm_scorer(model, history, (k - 1) * slots_per_snapshot - 1)),
+                   "distrust_share": (distrust_share(known), distrust_share(earlier))}
+        for method, (score_test, score_tune) in scorers.items():
+            threshold = best_threshold(score_tune(tune), tune.distrust) if len(tune.distrust) else 0.5
+            scores = score_test(test)
+            rounds[method].append({"k": k + 1, "ratings": len(scores), "auc": auc(scores, test.distrust),
+                                   "mcc": mcc(scores >= threshold, test.distrust), "threshold": threshold})
+        progress(f"snapshot round {k - 1}/{snapshots - 2} done")
+    return {method: {"auc": float(np.nanmean([r["auc"] for r in rows])),
+                     "mcc": float(np.mean([r["mcc"] for r in rows])), "rounds": rows}
+            for method, rows in rounds.items()}
