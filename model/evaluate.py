@@ -232,10 +232,11 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
         forecasts[name] = prediction
         out[name] = accuracy(prediction, observed, hidden, edge_slot, test_slots, None, behaviour)
     if simulated is not None and voc:
-        curves = voc_curves(simulated.world, simulated.events, history.first_slot, test_slots, scorers,
-                            seed=train.seed)
-        for method, curve in curves.items():
-            out.setdefault(method, {})["voc"] = curve
+        for rule, metric in (("paper", "voc"), ("expected", "voc_expected")):
+            curves = voc_curves(simulated.world, simulated.events, history.first_slot, test_slots, scorers,
+                                seed=train.seed, rule=rule)
+            for method, curve in curves.items():
+                out.setdefault(method, {})[metric] = curve
     return RunOutput(out, predictions_table(history, test_slots, batch, forecasts, hidden, behaviour))
 
 
@@ -324,11 +325,14 @@ def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], 
                      else f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}") for m in metrics]
         for method, row in summary.items() if any(m in row for m in metrics)])
     lines += _behaviour_lines(summary) + (_paired_lines(paired) if paired else [])
-    curves = {method: row["voc"] for method, row in summary.items() if "voc" in row}
-    if curves:
-        lines += ["", "Achieved VoC per task versus the trust threshold theta (mean over runs):", ""]
-        lines += _table(["method", *(f"θ={t}" for t in THETAS)],
-                        [[m, *(f"{v:.3f}" for v in c["mean"])] for m, c in curves.items()])
+    for metric, rule in (("voc", "the paper's rule: the highest VoC among T >= θ"),
+                         ("voc_expected", "the expected-value rule: the highest T x VoC among T >= θ")):
+        curves = {method: row[metric] for method, row in summary.items() if metric in row}
+        if curves:
+            lines += ["", f"Achieved VoC per task versus the trust threshold θ, selecting by {rule} (mean over runs):",
+                      ""]
+            lines += _table(["method", *(f"θ={t}" for t in THETAS)],
+                            [[m, *(f"{v:.3f}" for v in c["mean"])] for m, c in curves.items()])
     bins = [f"{lo:.1f}-{hi:.1f}" for lo, hi in zip(CALIBRATION_BINS[:-1], CALIBRATION_BINS[1:])]
     truth = any("calibration_mean_truth" in row for row in summary.values())
     lines += ["", "Calibration on the test edges, per bin of predicted T_beh: share of predictions in the bin (%), "

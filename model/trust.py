@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -24,12 +24,22 @@ def resource_trust(willingness: Array, comm_ok: Array, comp_ok: Array) -> Array:
     return willingness * comm_ok * comp_ok
 
 
-def select(trust: np.ndarray, voc: np.ndarray, valid: np.ndarray, threshold: float) -> np.ndarray:
-    """The paper's rule, per task (row): among valid candidates with T >= theta, the one with the highest VoC.
+SelectionRule = Literal["paper", "expected"]
+SELECTION_RULES: tuple[SelectionRule, ...] = ("paper", "expected")
+
+
+def select(trust: np.ndarray, voc: np.ndarray, valid: np.ndarray, threshold: float,
+           rule: SelectionRule = "paper") -> np.ndarray:
+    """Per task (row), among valid candidates with T >= theta: the one with the highest VoC (``"paper"``, the
+    paper's rule, blind to how likely the task is to succeed) or the highest expected value T * VoC
+    (``"expected"``).
 
     trust, voc, valid: (tasks, candidates). Returns the chosen column per task, -1 where none qualifies.
     """
+    if rule not in SELECTION_RULES:
+        raise ValueError(f"selection rule: one of {', '.join(SELECTION_RULES)} (got {rule!r})")
     eligible = valid & (trust >= threshold)
-    score = np.where(eligible, voc, -np.inf)
+    value = voc if rule == "paper" else trust * np.maximum(voc, 0.0)
+    score = np.where(eligible, value, -np.inf)
     choice = score.argmax(axis=1)
     return np.where(eligible.any(axis=1), choice, -1)

@@ -20,15 +20,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from model import physics
-from model.trust import resource_trust, select
+from model.trust import SelectionRule, resource_trust, select
 
 THETAS = tuple(round(0.1 * k, 1) for k in range(1, 10))
 Scorer = Callable[[np.ndarray, np.ndarray, int, np.ndarray], np.ndarray]  # (owners, candidates, end, profile) -> T_beh
 
 
 def voc_curves(world, events: pa.Table, first_slot: int, test_slots: list[int], scorers: dict[str, Scorer],
-               thetas: tuple[float, ...] = THETAS, seed: int = 0) -> dict[str, list[float]]:
-    """Mean achieved VoC per theta for each scorer, plus ``oracle`` and ``random``, over the test tasks.
+               thetas: tuple[float, ...] = THETAS, seed: int = 0, rule: SelectionRule = "paper"
+               ) -> dict[str, list[float]]:
+    """Mean achieved VoC per theta for each scorer, plus ``oracle`` and ``random``, over the test tasks, each
+    choosing by the selection ``rule`` (:func:`model.trust.select`).
 
     ``world`` is the simulator's :class:`simulator.world.World`; device rows of the scorers' history
     are the world's device indices; ``test_slots`` are relative to ``first_slot``.
@@ -56,7 +58,7 @@ def voc_curves(world, events: pa.Table, first_slot: int, test_slots: list[int], 
         for name, t_beh in beliefs.items():
             trust = pool.dense(t_beh * pool.t_res, 0.0)
             for k, theta in enumerate(thetas):
-                choice = select(trust, voc, pool.valid, theta)
+                choice = select(trust, voc, pool.valid, theta, rule)
                 picked = np.where(choice >= 0, achieved[np.arange(len(owners)), np.maximum(choice, 0)], 0.0)
                 totals[name][k] += picked.sum()
         random_choice = np.array([rng.choice(np.flatnonzero(r)) if r.any() else -1 for r in pool.valid])

@@ -155,7 +155,8 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     assert all(len(c) == 9 and all(0 <= v <= 1 for v in c) for c in curves.values())
     assert max(curves["oracle"]) > curves["random"][0]  # trusting the truth beats picking at random
     assert curves["oracle"][-1] <= curves["oracle"][0] + 0.05  # a strict threshold leaves tasks unserved
-    assert "Achieved VoC" in (tmp_path / "report.md").read_text()
+    assert "Achieved VoC" in (tmp_path / "report.md").read_text() and "expected-value rule" in (tmp_path / "report.md").read_text()
+    assert len(report["oracle"]["voc_expected"]["mean"]) == 9
     for method in ("bm", "bm_paper_max", "qs_trust"):  # the reliability diagram covers every prediction
         assert sum(report[method]["calibration_share"]["mean"]) == pytest.approx(1.0)
     assert "Calibration on the test edges" in (tmp_path / "report.md").read_text()
@@ -190,6 +191,11 @@ def test_selection_rule_by_hand() -> None:
     valid = np.array([[True, True, True], [True, True, False]])
     assert select(trust, voc, valid, 0.5).tolist() == [2, -1]  # highest VoC among T >= theta; none qualifies
     assert select(trust, voc, valid, 0.1).tolist() == [1, 0]
+    # the expected-value rule: T x VoC is 0.45, 0.36, 0.56 in row 0 and 0.09, 0.18 in row 1
+    assert select(trust, voc, valid, 0.1, "expected").tolist() == [2, 1]
+    assert select(trust, voc, valid, 0.85, "expected").tolist() == [0, -1]
+    with pytest.raises(ValueError, match="selection rule"):
+        select(trust, voc, valid, 0.1, "greedy")
 
 
 def test_the_cli_offers_every_method_the_evaluation_knows() -> None:

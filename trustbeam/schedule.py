@@ -25,6 +25,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -46,7 +47,8 @@ from exporters.client import TrustClient
 from exporters.kafka_client import KafkaSettings, Topics, ensure_topics
 
 RULE_ARMS = ("qs_trust", "channel_beta")
-ARMS = ("trustbeam", *RULE_ARMS, "oracle", "random")
+ARMS = ("trustbeam", *RULE_ARMS, "oracle", "trustbeam_ev", *(f"{arm}_ev" for arm in RULE_ARMS), "oracle_ev", "random")
+# the *_ev arms choose by the expected-value rule (the highest T x VoC among T >= theta) instead of the paper's
 
 
 @dataclass
@@ -54,7 +56,8 @@ class ScheduleReport:
     tasks: int = 0
     achieved: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ARMS, 0.0))  # summed VoC
     answered: int = 0  # trustbeam tasks answered by the client (the rest fell back to random)
-    without_candidate: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARMS[1:-1], 0))  # fell back
+    without_candidate: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        [a for a in ARMS if a not in ("trustbeam", "trustbeam_ev", "random")], 0))  # fell back
     ages_s: list[float] = field(default_factory=list)
     slots: list[int] = field(default_factory=list)
     cycle_s: list[float] = field(default_factory=list)
@@ -169,13 +172,17 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
         return np.where(missing, picks, chosen)
 
     chosen = np.full(len(tasks), -1, dtype=np.int64)
+    chosen_ev = np.full(len(tasks), -1, dtype=np.int64)
     for k, (owner, theta) in enumerate(zip(world.ids.take(owners).to_pylist(), thetas)):
         choice = client.best(owner, theta=float(theta))
         if choice.collaborator is not None:
             chosen[k] = row_of[choice.collaborator]
             report.ages_s.append(choice.age_s)
+        expected = client.best(owner, theta=float(theta), value=expected_value(client, owner))
+        if expected.collaborator is not None:
+            chosen_ev[k] = row_of[expected.collaborator]
     answered = chosen >= 0
-    picks = {"trustbeam": fallback(chosen, 10)}
+    picks = {"trustbeam": fallback(chosen, 10), "trustbeam_ev": fallback(chosen_ev, 10)}
     pool = in_range(world, owners, slot)
     profile = np.tile([config.task_size_bits, config.density_cycles_per_bit], (len(pool.rows), 1))
     # what a scheduler knows when the slot's tasks arrive: the statuses the pipeline last scored (the slot
@@ -187,19 +194,32 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
     beliefs = {name: scorer.score(owners[pool.rows], pool.cols, profile) for name, scorer in rules.scorers.items()}
     beliefs["oracle"] = pool.expected.reliability(rules.weights)
     for arm, t_beh in beliefs.items():
-        choice = select(pool.dense(t_beh * t_res, 0.0), voc, pool.valid, thetas[:, None])
-        report.without_candidate[arm] += int((choice < 0).sum())
-        picks[arm] = fallback(choice, 10)
+        for rule, name in (("paper", arm), ("expected", f"{arm}_ev")):
+            choice = select(pool.dense(t_beh * t_res, 0.0), voc, pool.valid, thetas[:, None], rule)
+            report.without_candidate[name] += int((choice < 0).sum())
+            picks[name] = fallback(choice, 10)
     picks["random"], _ = simulator.choose(np.random.default_rng([config.seed, 11, slot]), owners, slot)
 
     ran = simulator.outcome(slot, index, tasks, owners, picks["trustbeam"], thetas, draws)
     report.achieved["trustbeam"] += float(ran.voc.sum())
-    for arm in ARMS[1:]:
+    for arm in ARMS[1:]:  # the counterfactual arms, on the same tasks and random numbers
         report.achieved[arm] += float(simulator.outcome(slot, index, tasks, owners, picks[arm], thetas, draws).voc.sum())
     report.tasks += len(tasks)
     report.answered += int(answered.sum())
     report.slots.append(slot)
     return ran.events
+
+
+def expected_value(client: TrustClient, owner: str) -> Callable[[list[str]], np.ndarray]:
+    """The scheduler's value of each eligible candidate under the expected-value rule: T x VoC from the owner's
+    ranking (-1 for a candidate the ranking does not list with a VoC)."""
+    view = client.views.get(owner)
+    listed = {c.collaborator: c for c in view.ranking.candidates} if view and view.ranking else {}
+
+    def value(eligible: list[str]) -> np.ndarray:
+        return np.array([listed[c].trust * listed[c].voc if c in listed else -1.0 for c in eligible])
+
+    return value
 
 
 def tagged_topics() -> Topics:
