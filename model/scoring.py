@@ -451,9 +451,10 @@ def _pair_lookup(frame: DeviceFrame, keys: np.ndarray) -> np.ndarray:
 
 def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,
                model_version: str, revision: int = 0, piece: int = 0) -> SlotScores:
-    """Score each recent owner against its candidates and rank them by the paper's rule; ``revision`` numbers
-    the slot's publications (0: the first; an update after late events has a higher one); ``piece`` names the
-    piece of the slot ``frame`` is (:meth:`DeviceFrame.pieces`)."""
+    """Score each recent owner against its candidates and rank them by the paper's rule: one ranking per recent
+    owner, with no candidates where none is in range; ``revision`` numbers the slot's publications (0: the
+    first; an update after late events has a higher one); ``piece`` names the piece of the slot ``frame`` is
+    (:meth:`DeviceFrame.pieces`)."""
     is_update = revision > 0
     config = stages.config
     clock = config.clock
@@ -461,8 +462,18 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
     owners = np.flatnonzero(frame.recent_owner)
     known = np.flatnonzero(~np.isnan(frame.status[:, X]))
     src, dst, _ = candidate_pairs(frame.status[:, [X, Y]], owners, known, ranking.range_m)  # (P,) frame rows
-    if not len(src):  # nothing to score (an empty piece of the slot)
-        return SlotScores(slot, [], [], piece)
+    thresholds = frame.profile[:, 2]
+    thresholds = np.where(np.isnan(thresholds), ranking.default_threshold, thresholds)
+    if ranking.threshold_floor is not None:
+        thresholds = np.minimum(thresholds, ranking.threshold_floor)
+
+    def ranking_of(owner: int, candidates: tuple[RankedCandidate, ...] = ()) -> CollaboratorRanking:
+        return CollaboratorRanking(owner=frame.ids[owner], slot=slot, slot_start_ms=start_ms, slot_end_ms=end_ms,
+                                   threshold=float(thresholds[owner]), model_version=model_version,
+                                   is_update=is_update, revision=revision, candidates=candidates)
+
+    if not len(src):  # no owner has a candidate in range (or the piece holds no owner)
+        return SlotScores(slot, [], [ranking_of(o) for o in owners], piece)
     physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
     evidence = pair_evidence_features(frame.collaborator[dst], frame.owner[src],
                                       _pair_lookup(frame, pair_keys(frame.keys[src], frame.keys[dst])),
@@ -472,17 +483,16 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
     t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])
     trust = np.clip(t_beh * t_res, 0.0, 1.0)
     voc = physics.value(params)
-    theta = frame.profile[src, 2]
-    theta = np.where(np.isnan(theta), ranking.default_threshold, theta)
-    if ranking.threshold_floor is not None:
-        theta = np.minimum(theta, ranking.threshold_floor)
     ids = frame.ids
     scores: list[TrustScore] = []
     rankings: list[CollaboratorRanking] = []
-    bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1]]) if len(src) else np.zeros(0, np.int64)
-    for begin, end in zip(bounds, np.r_[bounds[1:], len(src)]):
-        owner = ids[src[begin]]
-        part = np.arange(begin, end)
+    bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1]])
+    spans = {int(src[begin]): np.arange(begin, end) for begin, end in zip(bounds, np.r_[bounds[1:], len(src)])}
+    for row in owners:
+        if int(row) not in spans:  # nothing in range: an empty ranking, so the owner's scheduler knows
+            rankings.append(ranking_of(row))
+            continue
+        owner, part = ids[row], spans[int(row)]
         order_key = frame.keys[dst[part]]
         by_trust = part[np.lexsort((order_key, -trust[part]))][: ranking.scores_per_owner]
         scores += [TrustScore(owner=owner, collaborator=ids[dst[p]], slot=slot, slot_start_ms=start_ms,
@@ -490,13 +500,10 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
                               trust=float(trust[p]), model_version=model_version, is_update=is_update,
                               revision=revision)
                    for p in by_trust]
-        eligible = part[trust[part] >= theta[begin]]
+        eligible = part[trust[part] >= thresholds[row]]
         chosen = eligible[ranked(trust[eligible], voc[eligible], frame.keys[dst[eligible]], ranking.top_k)]
-        rankings.append(CollaboratorRanking(
-            owner=owner, slot=slot, slot_start_ms=start_ms, slot_end_ms=end_ms, threshold=float(theta[begin]),
-            model_version=model_version, is_update=is_update, revision=revision,
-            candidates=tuple(RankedCandidate(collaborator=ids[dst[p]], trust=float(trust[p]), voc=float(voc[p]))
-                             for p in chosen)))
+        rankings.append(ranking_of(row, tuple(RankedCandidate(collaborator=ids[dst[p]], trust=float(trust[p]),
+                                                              voc=float(voc[p])) for p in chosen)))
     return SlotScores(slot, scores, rankings, piece)
 
 

@@ -110,9 +110,17 @@ def test_cli_broker_and_publish(tmp_path, capsys, monkeypatch) -> None:
                      "--bootstrap", f"127.0.0.1:{port}"]) == 0
         assert '"events_published": 100' in capsys.readouterr().out
         assert len(read_to_end(KafkaSettings(f"127.0.0.1:{port}"), "collab-events")) == 100
+        # stopped under another state directory: say what answers on the port and how to stop it
+        monkeypatch.setenv("TRUSTBEAM_STATE_DIR", str(tmp_path / "elsewhere"))
+        assert main(["broker", "stop", "--port", str(port)]) == 3
+        said = capsys.readouterr().out
+        assert f"not running under {tmp_path / 'elsewhere'}" in said and "a Tansu broker" in said
+        assert f"TRUSTBEAM_STATE_DIR={tmp_path} trustbeam broker stop --port {port}" in said and "kill -INT" in said
+        monkeypatch.setenv("TRUSTBEAM_STATE_DIR", str(tmp_path))
     finally:
         assert main(["broker", "stop", "--port", str(port)]) == 0
     assert main(["broker", "status", "--port", str(port)]) == 3
+    assert main(["broker", "stop", "--port", str(port)]) == 0  # nothing answers: nothing to say but that
 
 
 def test_delivery_failures_are_raised_not_swallowed(tmp_path) -> None:

@@ -154,6 +154,22 @@ def test_a_ranking_holds_the_rules_choice_for_every_threshold_above_its_own(seed
             assert next(p for p in listed if trust[p] >= theta) == eligible[0]
 
 
+def test_every_recent_owner_gets_a_ranking_even_with_nothing_in_range(log) -> None:
+    events, status, history, model = log
+    stages = TorchStages(model, history.index)
+    for range_m in (1.0, 300.0):  # 1 m: nobody is in range of anybody
+        results = list(score_log(stages, events, status, RankingConfig(range_m=range_m), SystemParams(), "v1"))
+        slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
+        for result in results:
+            owners = set(events.filter(pa.array(slot_of == result.slot))["owner"].to_pylist())
+            assert {r.owner for r in result.rankings} == owners and len(result.rankings) == len(owners)
+        empty = sum(not r.candidates for result in results for r in result.rankings)
+        if range_m == 1.0:
+            assert empty == sum(len(r.rankings) for r in results) and not any(r.scores for r in results)
+        else:
+            assert empty < sum(len(r.rankings) for r in results) / 2
+
+
 def test_status_is_taken_as_of_the_slot_end() -> None:
     history = DeviceHistory(SMALL.evidence)
     values = np.arange(3 * 9, dtype=float).reshape(3, 9) / 30  # the last column is the reported load

@@ -101,7 +101,15 @@ def cmd_broker(args: argparse.Namespace) -> int:
         created = ensure_topics(broker.settings, Topics().partitions())
         print(status, f"; topics created: {', '.join(created) or 'none (all existed)'}")
     elif args.action == "stop":
-        print("stopped" if broker.stop() else "not running", broker.bootstrap)
+        if broker.stop():
+            print("stopped", broker.bootstrap)
+        else:
+            from deploy.local.broker import listener
+
+            other = listener(args.port)
+            print(f"not running under {broker.state_dir}", broker.bootstrap + (f"; {other.advice(args.port)}"
+                                                                              if other else ""))
+            return 0 if other is None else 3
     else:
         status = broker.status()
         print(status)

@@ -134,6 +134,54 @@ class LocalBroker:
         return False
 
 
+@dataclass(frozen=True)
+class Listener:
+    """A process listening on a local TCP port: its pid, command line and, when it says so, its state directory."""
+
+    pid: int
+    command: str
+    state_dir: str | None
+
+    def advice(self, port: int) -> str:
+        """What answers on the port and how to stop it."""
+        is_tansu = "tansu" in self.command
+        what = "a Tansu broker" if is_tansu else "a process that is not a trustbeam broker"
+        where = (f" started with TRUSTBEAM_STATE_DIR={self.state_dir}" if self.state_dir else
+                 " started under another state directory" if is_tansu else "")
+        how = (f"TRUSTBEAM_STATE_DIR={self.state_dir} trustbeam broker stop --port {port}, or " if self.state_dir else "")
+        return (f"port {port} answers from pid {self.pid}: {what}{where} ({self.command[:200]}); stop it with {how}"
+                f"kill -INT {self.pid}")
+
+
+def listener(port: int) -> Listener | None:
+    """The process listening on 127.0.0.1 (or any address) at ``port``, from /proc (Linux); None if none is found
+    or it belongs to a user whose processes this one cannot read."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN on the port
+                inodes.add(fields[9])
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            links = {os.readlink(fd) for fd in (proc / "fd").iterdir()}
+        except OSError:
+            continue
+        if any(f"socket:[{inode}]" in links for inode in inodes):
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            try:
+                environ = dict(item.split("=", 1) for item in (proc / "environ").read_bytes().decode(
+                    errors="replace").split("\0") if "=" in item)
+            except OSError:
+                environ = {}
+            return Listener(int(proc.name), command, environ.get("TRUSTBEAM_STATE_DIR"))
+    return None
+
+
 def _is_zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
