@@ -39,6 +39,7 @@ from model.bm import BMConfig, PairQuery, Readout
 from model.history import History
 from model.metrics import expected_calibration_error, mae, rmse
 from model.plots import plot_curves, plot_reliability
+from model.recalibration import RecalibrationConfig, replayed_shifts
 from model.train import TrainConfig, predict, prepare, targets, time_split, train_bm
 from model.voc import THETAS, Scorer, voc_curves
 
@@ -48,6 +49,7 @@ LEARNED = {"bm": ("bimamba", "context"), "bm_paper": ("bimamba", "paper"), "lstm
 # references, simulated logs only: the hidden truth itself, and the simulator's Bayes filter (simulator.bayes: the
 # best forecast anything learning from the log could make; computed by the simulator, passed as ``references``)
 REFERENCES = ("oracle", "bayes")
+ONLINE = "bm_online"  # bm recalibrated online (model.recalibration), reported with bm
 METHODS = (*LEARNED, *RULES, *REFERENCES)
 
 
@@ -216,6 +218,11 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             if head == "paper":  # the paper's literal readout of the same model: the most probable level
                 predicted[f"{method}_max"] = predict(model, history, test_slots, readout="max")[0]
                 scorers[f"{method}_max"] = learned_scorer(model, history, readout="max")
+            if method == "bm":
+                shift = replayed_shifts(predicted[method], observed, batch.tasks, edge_slot, RecalibrationConfig())
+                predicted[ONLINE] = np.clip(predicted[method] + shift, 0.0, 1.0)
+                if method in medians:
+                    medians[ONLINE] = np.clip(medians[method] + shift, 0.0, 1.0)
         elif method in RULES:
             predicted[method] = predict_edges(RULES[method](history, train_slots), history, test_slots)
             scorers[method] = online_scorer(RULES[method](history, train_slots), history)
@@ -271,8 +278,8 @@ def paired_differences(runs: list[dict[str, dict]], metric: str, reference: str 
     """The reference method's ``metric`` minus each other method's, paired by run: {"metric", "reference",
     "best_other" (the other method with the lowest mean), "differences": {method: {"mean", "se", "runs"}}}; the
     standard error is the runs' standard deviation (ddof 1) over sqrt(runs), NaN for one run. Methods that
-    know what no learner can (:data:`REFERENCES`) are compared but never the best other. None when the
-    reference or the metric is missing."""
+    know what no learner can (:data:`REFERENCES`) and BM's own recalibration (:data:`ONLINE`) are compared but
+    never the best other. None when the reference or the metric is missing."""
     if reference not in runs[0] or metric not in runs[0][reference]:
         return None
     differences = {}
@@ -282,7 +289,8 @@ def paired_differences(runs: list[dict[str, dict]], metric: str, reference: str 
         d = np.array([r[reference][metric] - r[method][metric] for r in runs], dtype=np.float64)
         se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
         differences[method] = {"mean": float(d.mean()), "se": se, "runs": len(d)}
-    others = {m: float(np.mean([r[m][metric] for r in runs])) for m in differences if m not in REFERENCES}
+    others = {m: float(np.mean([r[m][metric] for r in runs])) for m in differences
+              if m not in (*REFERENCES, ONLINE)}
     best = min(others, key=others.get) if others else None
     return {"metric": metric, "reference": reference, "best_other": best, "differences": differences}
 

@@ -14,6 +14,7 @@ from model.evaluate import (CALIBRATION_BINS, by_label, calibration, paired_diff
 from model.metrics import expected_calibration_error
 from model.graphs import DeviceIndex, SlotGraph
 from model.history import History
+from model.recalibration import RecalibrationConfig, replayed_shifts
 from trustbeam.cli import main
 
 
@@ -179,6 +180,11 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     assert set(table["seed"].to_pylist()) == {3}
     bm, truth = table["bm"].to_numpy(), table["truth"].to_numpy()
     assert np.sqrt(np.mean((bm - truth) ** 2)) == pytest.approx(report["bm"]["rmse_truth"]["mean"])
+    # bm_online is bm with the online shift replayed over the test slots from the file's own columns
+    shift = replayed_shifts(bm, table["target"].to_numpy(), table["tasks"].to_numpy(), table["slot"].to_numpy(),
+                            RecalibrationConfig())
+    assert table["bm_online"].to_numpy() == pytest.approx(np.clip(bm + shift, 0.0, 1.0))
+    assert paired["best_other"] != "bm_online"
     for png in ("voc_vs_theta.png", "rmse_per_slot.png", "reliability.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({png})" in (tmp_path / "report.md").read_text()
 

@@ -1,0 +1,81 @@
+"""Online recalibration: a level shift of T_beh refitted on the outcomes of the most recently published slots.
+
+A log that drifts (Bitcoin-OTC's ratings rise over its last months) leaves every forecast made from its past a
+little off in the same direction. After each slot, the outcomes of the pairs that collaborated in it are set
+against what was forecast for them; the shift added to the next slot's forecasts is the decayed, task-weighted
+mean residual, shrunk toward zero by how far it stands from noise:
+
+    m = sum_s lam^(t-s) sum_e w_e (y_e - f_e) / sum_s lam^(t-s) sum_e w_e      (the decayed mean residual)
+    se^2 = var / n_eff,  n_eff = (sum w)^2 / sum w^2                        (its squared standard error)
+    shift = m * max(0, 1 - (guard * se)^2 / m^2)
+
+so a residual within ``guard`` standard errors of zero moves nothing (a log that does not drift keeps its
+forecasts), and a clear one is followed almost whole. Glossary: f the forecast T_beh, y the slot's observed
+T_col, w its tasks, lam ``memory``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RecalibrationConfig:
+    memory: float = 0.9  # lam: the weight of a slot's residuals one slot later
+    guard: float = 2.0  # standard errors a mean residual must clear before it shifts anything
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.memory < 1.0:
+            raise ValueError(f"RecalibrationConfig.memory: must be in [0, 1) (got {self.memory!r})")
+        if self.guard < 0.0:
+            raise ValueError(f"RecalibrationConfig.guard: must be >= 0 (got {self.guard!r})")
+
+
+@dataclass
+class LevelShift:
+    """The decayed residual sums of the published forecasts; :attr:`shift` is what the next slot adds."""
+
+    config: RecalibrationConfig
+    weight: float = 0.0  # sum of lam^age w
+    weight_sq: float = 0.0  # sum of lam^(2 age) w^2: the effective count's denominator
+    residual: float = 0.0  # sum of lam^age w r
+    residual_sq: float = 0.0  # sum of lam^age w r^2
+
+    def update(self, forecast: np.ndarray, outcome: np.ndarray, tasks: np.ndarray) -> None:
+        """Age the sums by one slot and add one slot's residuals (forecast, outcome, tasks: (n,) each)."""
+        lam = self.config.memory
+        r, w = np.asarray(outcome, float) - np.asarray(forecast, float), np.asarray(tasks, float)
+        self.weight = lam * self.weight + float(w.sum())
+        self.weight_sq = lam * lam * self.weight_sq + float((w * w).sum())
+        self.residual = lam * self.residual + float((w * r).sum())
+        self.residual_sq = lam * self.residual_sq + float((w * r * r).sum())
+
+    @property
+    def shift(self) -> float:
+        if self.weight <= 0.0:
+            return 0.0
+        mean = self.residual / self.weight
+        if mean == 0.0:
+            return 0.0
+        variance = max(self.residual_sq / self.weight - mean * mean, 0.0)
+        se_sq = variance * self.weight_sq / (self.weight * self.weight)
+        return mean * max(0.0, 1.0 - self.config.guard ** 2 * se_sq / (mean * mean))
+
+    def apply(self, forecast: np.ndarray) -> np.ndarray:
+        return np.clip(np.asarray(forecast, float) + self.shift, 0.0, 1.0)
+
+
+def replayed_shifts(forecast: np.ndarray, outcome: np.ndarray, tasks: np.ndarray, slot: np.ndarray,
+                    config: RecalibrationConfig) -> np.ndarray:
+    """(n,) the shift each edge's forecast gets when its slots are published in order and each slot's outcomes
+    refit the shift before the next: an edge of slot s sees only the outcomes of slots before s (the state
+    starts empty at the first slot). All arguments (n,), ``slot`` the edges' slots."""
+    state = LevelShift(config)
+    out = np.zeros(len(slot))
+    for s in np.unique(slot):
+        rows = slot == s
+        out[rows] = state.shift
+        state.update(forecast[rows], outcome[rows], tasks[rows])
+    return out

@@ -1,0 +1,62 @@
+"""The online level shift (model.recalibration) against hand-computed values, its guard and its causality."""
+
+import numpy as np
+import pytest
+
+from model.recalibration import LevelShift, RecalibrationConfig, replayed_shifts
+
+
+def test_level_shift_by_hand() -> None:
+    state = LevelShift(RecalibrationConfig(memory=0.5, guard=0.0))
+    assert state.shift == 0.0  # nothing published yet
+    state.update(np.array([0.5, 0.5]), np.array([0.7, 0.9]), np.array([1.0, 1.0]))  # residuals 0.2, 0.4
+    assert state.shift == pytest.approx(0.3)
+    state.update(np.array([0.5]), np.array([0.5]), np.array([2.0]))  # (0.5 * 0.6 + 0) / (0.5 * 2 + 2)
+    assert state.shift == pytest.approx(0.1)
+    assert state.apply(np.array([0.95, 0.2])).tolist() == pytest.approx([1.0, 0.3])  # clipped to [0, 1]
+
+
+def test_guard_shrinks_by_the_standard_error_by_hand() -> None:
+    state = LevelShift(RecalibrationConfig(memory=0.5, guard=2.0))
+    state.update(np.array([0.5, 0.5]), np.array([0.7, 0.9]), np.array([1.0, 1.0]))
+    # mean 0.3, variance 0.2 / 2 - 0.09 = 0.01, n_eff = 2, se^2 = 0.005: 0.3 * (1 - 4 * 0.005 / 0.09)
+    assert state.shift == pytest.approx(0.3 * (1 - 4 * 0.005 / 0.09))
+
+
+def test_noise_moves_nothing_and_drift_is_followed() -> None:
+    still = 0
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        noise, drift = LevelShift(RecalibrationConfig()), LevelShift(RecalibrationConfig())
+        for _ in range(10):
+            forecast = rng.uniform(0.2, 0.8, 200)
+            outcome = forecast + rng.normal(0.0, 0.1, 200)
+            noise.update(forecast, outcome, np.ones(200))
+            drift.update(forecast, outcome + 0.05, np.ones(200))
+        still += noise.shift == 0.0
+        assert abs(noise.shift) < 0.01 and drift.shift == pytest.approx(0.05, abs=0.01)
+    assert still >= 15  # a zero-mean residual stays within two standard errors of zero most of the time
+
+
+def test_replayed_shifts_see_only_earlier_slots() -> None:
+    rng = np.random.default_rng(0)
+    slot = np.repeat(np.arange(5), 30)
+    forecast, outcome, tasks = rng.uniform(0, 1, 150), rng.uniform(0, 1, 150) + 0.3, rng.integers(1, 4, 150)
+    config = RecalibrationConfig(guard=0.0)
+    shifts = replayed_shifts(forecast, outcome, tasks, slot, config)
+    assert np.all(shifts[slot == 0] == 0.0)  # the first slot has nothing to learn from
+    assert all(len(np.unique(shifts[slot == s])) == 1 for s in range(5))  # one shift per slot
+    state = LevelShift(config)
+    for s in range(3):
+        state.update(forecast[slot == s], outcome[slot == s], tasks[slot == s])
+    assert shifts[slot == 3][0] == pytest.approx(state.shift)
+    changed = outcome.copy()
+    changed[slot == 4] = 0.0  # the last slot's outcomes shift nothing already published
+    assert np.array_equal(replayed_shifts(forecast, changed, tasks, slot, config), shifts)
+
+
+@pytest.mark.parametrize("kwargs, message", [({"memory": 1.0}, "memory: must be in [0, 1) (got 1.0)"),
+                                             ({"guard": -1.0}, "guard: must be >= 0 (got -1.0)")])
+def test_config_refuses_bad_values_by_name(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        RecalibrationConfig(**kwargs)
