@@ -59,7 +59,7 @@ from beam_pipeline.kafka_io import LogReplaced, TopicMissing, consumer, plan
 from beam_pipeline.options import JobConfig
 from beam_pipeline.cycle import cycle_pipeline, identity
 from beam_pipeline.pipeline import JOB_HEADER
-from model.scoring import EvidenceSnapshot, dedup, slots_read_back
+from model.scoring import EvidenceSnapshot, dedup, slots_read_back, window_read
 from model.status import latest_entries
 from exporters.kafka_client import KafkaSettings, end_offsets, wait_until_answering
 from model.config import state_dir
@@ -268,7 +268,7 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     if evidence is None:  # nothing became final in this cycle: the last snapshot still holds
         evidence, evidence_through = ledger.evidence_snapshot, ledger.evidence_through
     clock = stages.config.clock
-    keep_from = min(through + 1 - slots_read_back(stages.config.window, config.ranking), evidence_through + 1)
+    keep_from = min(through + 1 - slots_read_back(window_read(stages), config.ranking), evidence_through + 1)
     events = _keep_events(Path(work, "events.parquet"), int(clock.start_ms(keep_from)), directory)
     statuses = _keep_statuses(Path(work, "status.parquet"), int(clock.start_ms(keep_from)), directory)
     shutil.rmtree(work, ignore_errors=True)

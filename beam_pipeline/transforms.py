@@ -30,7 +30,7 @@ from beam_pipeline.kafka_io import RawBatch, trusted_progress
 from beam_pipeline.parquet_io import TableBatch
 from beam_pipeline.options import JobConfig
 from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, first_occurrences, score_slot, shard_of,
-                           slot_part, slots_read_back, status_arrays, status_horizon)
+                           slot_part, slots_read_back, status_arrays, status_horizon, window_read)
 from model.status import StatusLog
 from exporters.kafka import Message, message
 from schemas import CollaborationEvent, DeviceStatus, Record, from_arrow, to_json
@@ -458,11 +458,11 @@ class ShardState(beam.DoFn):
             final = ready[-1] - self.config.lateness_slots - 1  # no update can reach these slots any more
             if self.config.replay_through is not None:
                 final = min(final, self.config.replay_through)
-            keep = slots_read_back(self.stages.config.window, self.config.ranking) + self.config.lateness_slots
+            window = window_read(self.stages)  # 1 where the model reads no encoder: no window to keep
+            keep = slots_read_back(window, self.config.ranking) + self.config.lateness_slots
             kept.fold(final)
             first_kept = min(ready[-1] - keep + 1, final + 1)
-            kept.prune(first_kept, status_horizon(self.clock, ready[-1] - self.config.lateness_slots,
-                                                  self.stages.config.window))
+            kept.prune(first_kept, status_horizon(self.clock, ready[-1] - self.config.lateness_slots, window))
             book.forget_before(min(first_kept, final - self.config.lateness_slots))
             yield beam.pvalue.TaggedOutput(EVIDENCE, (key, EvidenceSnapshot(kept.folded_through, kept.evidence)))
         named, first = np.unique(names[0], return_index=True)

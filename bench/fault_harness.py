@@ -63,9 +63,11 @@ def small_run(seed: int = 5, devices: int = 30, slots: int = 8, tasks: int = 360
     return sim, memory["events"], memory["status"]
 
 
-def untrained_checkpoint(directory: Path, sim, window: int = 6, small: bool = True) -> Path:
+def untrained_checkpoint(directory: Path, sim, window: int = 6, small: bool = True, reads_y: bool = True) -> Path:
     """A seeded, untrained BM over the run's devices (parity and plumbing need no training); ``small``
-    shrinks the widths for speed, else BM's defaults (the paper's)."""
+    shrinks the widths for speed, else BM's defaults (the paper's). ``reads_y``: the head's Y weights, which
+    start at zero, get small random values, so scoring runs the slot GNN and the sequence encoder; else the
+    model is like a head kept from the warm-up, which needs neither."""
     import torch
 
     from model.bimamba import MambaConfig
@@ -82,7 +84,12 @@ def untrained_checkpoint(directory: Path, sim, window: int = 6, small: bool = Tr
                       window=window, levels=5, head_hidden=8, clock=sim.clock) if small else \
         BMConfig(window=window, clock=sim.clock)
     features = np.random.default_rng(0).normal(size=(sim.devices, config.node2vec.dim)).astype(np.float32)
-    save(BM(config, features), DeviceIndex(tuple(device_ids(sim.devices).to_pylist())), directory)
+    model = BM(config, features)
+    if reads_y:
+        with torch.no_grad():
+            for member in model.head.members:
+                member.behaviour[0].weight[:, : model.head.y_width].normal_(0.0, 0.01)
+    save(model, DeviceIndex(tuple(device_ids(sim.devices).to_pylist())), directory)
     return directory
 
 

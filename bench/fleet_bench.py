@@ -6,7 +6,9 @@ device per slot, each to a random device among the owner's 8 nearest) is written
 status per device, over ``--slots`` slots; a fresh ``trustbeam score`` process (its own peak RSS) scores it
 with an untrained model of BM's default widths (S = 32) that knows 500 of the devices: every other one is
 a device the model never saw (cold row plus its own evidence), as in a fleet that grew after training.
-Printed: seconds per stage (statuses, slot part = T_col + graph + GNN, frame = BiMamba + evidence,
+Each size is scored twice: by a model whose head reads Y (``encoder``: the slot GNN and BiMamba run) and by
+one that reads none (``head``: the warmed-up head training keeps when no end-to-end epoch helps; no GNN, no
+BiMamba, one slot of statuses kept). Printed: seconds per stage (statuses, slot part = T_col + graph + GNN, frame = BiMamba + evidence,
 pairs = candidates by k-d tree + head + ranking), total, peak RSS, pairs scored, and the growth of time
 and memory per device from the smallest size to the largest (~1 when linear).
 
@@ -71,7 +73,7 @@ def fleet(devices: int, slots: int, seed: int = 0) -> tuple[SimConfig, pa.Table,
     return sim, events.cast(events_file_schema(sim.clock.metadata())), status
 
 
-def measure(devices: int, slots: int, work: Path, checkpoint: Path, device: str = "auto") -> dict:
+def measure(devices: int, slots: int, work: Path, checkpoint: Path, device: str = "auto", model: str = "") -> dict:
     _, events, status = fleet(devices, slots)
     pq.write_table(events, work / f"events-{devices}.parquet")
     pq.write_table(status, work / f"status-{devices}.parquet")
@@ -86,7 +88,7 @@ def measure(devices: int, slots: int, work: Path, checkpoint: Path, device: str 
     if os.waitstatus_to_exitcode(status_code) != 0:
         raise RuntimeError(f"trustbeam score failed at {devices} devices: {(work / 'stderr').read_text()[-2000:]}")
     summary = json.loads((work / "stdout").read_text())
-    return {"devices": devices, "device": device, "events": events.num_rows, "slots": summary["slots"],
+    return {"devices": devices, "model": model, "device": device, "events": events.num_rows, "slots": summary["slots"],
             "trust_scores": summary["trust_scores"], **{f"{k}_s": v for k, v in summary["seconds_by_stage"].items()},
             "total_s": round(seconds, 1), "peak_rss_mb": int(usage.ru_maxrss / 1024)}
 
@@ -99,13 +101,18 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        checkpoint = untrained_checkpoint(work / "model", SimConfig(devices=500), window=32, small=False)
-        rows = [measure(n, args.slots, work, checkpoint, args.device) for n in sorted(args.sizes)]
-    first, last = rows[0], rows[-1]
+        checkpoints = {model: untrained_checkpoint(work / model, SimConfig(devices=500), window=32, small=False,
+                                                   reads_y=model == "encoder") for model in ("encoder", "head")}
+        rows = [measure(n, args.slots, work, checkpoint, args.device, model) for n in sorted(args.sizes)
+                for model, checkpoint in checkpoints.items()]
+    encoder = [r for r in rows if r["model"] == "encoder"]
+    first, last = encoder[0], encoder[-1]
     scale = last["devices"] / first["devices"]
     emit("fleet_bench", rows, {"time_growth_per_device": round(last["total_s"] / first["total_s"] / scale, 2),
                                "memory_growth_per_device": round(last["peak_rss_mb"] / first["peak_rss_mb"] / scale, 2),
-                               "cores": os.cpu_count()})
+                               "cores": os.cpu_count(),
+                               "device_slots_per_s": {f'{r["devices"]} {r["model"]}': round(
+                                   r["devices"] * r["slots"] / r["total_s"]) for r in rows}})
 
 
 if __name__ == "__main__":

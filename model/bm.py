@@ -122,6 +122,13 @@ class BM(nn.Module):
                                     rate_prior, on_time, tr_rate)
 
     @property
+    def uses_encoder(self) -> bool:
+        """Whether T_beh depends on Y: the paper head always; the context head when training kept an end-to-end
+        epoch that gave Y weight (:attr:`model.head.ContextHead.reads_embeddings`). Scoring, the ONNX export and
+        the streaming job run the slot GNN and the sequence encoder only when it does."""
+        return not self.config.uses_context or self.head.reads_embeddings
+
+    @property
     def device(self) -> torch.device:
         """Where the model's tensors live (inputs built from numpy are moved there)."""
         return self.features.device

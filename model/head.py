@@ -183,6 +183,7 @@ class ContextHead(nn.Module):
         self.experts = RuleExperts(self.lams, outcomes == "flags", weights, outage, rate_prior, on_time, tr_rate)
         inputs = evidence.normalized + self.experts.count  # the networks also read the rules' rates
         self.members = nn.ModuleList(PairNet(d, inputs, hidden, outcomes, outage, dropout) for _ in range(members))
+        self.y_width = 2 * d  # the members' first columns: Y_i, Y_j
         stack = torch.zeros(1 + self.experts.count)
         stack[0] = 1.0  # the head's own forecast until fit_stack weighs the rules in
         self.register_buffer("stack", stack)
@@ -200,6 +201,13 @@ class ContextHead(nn.Module):
         nets = self.members if member is None else [self.members[member]]
         own = torch.stack([net(y_i, y_j, inputs, physics, level) for net in nets]).mean(0)
         return torch.cat([torch.logit(own.clamp(1e-6, 1 - 1e-6)), self.experts.forecasts(physics, rates)], dim=-1)
+
+    @property
+    def reads_embeddings(self) -> bool:
+        """Whether any member's output depends on Y_i, Y_j: the warm-up starts their weights at zero and, with
+        Y = 0, never moves them, so a head kept from the warm-up (epoch -1) reads no encoder at all."""
+        return any(bool(net[0].weight[:, : self.y_width].any()) for member in self.members
+                   for net in (member.behaviour, member.median) if net is not None)
 
     def expert_forecasts(self, raw: torch.Tensor) -> torch.Tensor:
         """(P, 1 + K): the head's own forecast, then the rule experts' (what :attr:`stack` weighs)."""

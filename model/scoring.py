@@ -99,7 +99,10 @@ def slot_part(stages: Stages, events: pa.Table, slot: int) -> SlotPart:
     ids = pa.array(local.ids, pa.string())
     keys = device_keys(local.ids)
     graph = slot_graphs(edges, local)[slot]
-    positions, embeddings = stages.slot_embeddings(graph, stages.feature_rows(ids))  # (a,), (a, d)
+    if stages.uses_encoder:
+        positions, embeddings = stages.slot_embeddings(graph, stages.feature_rows(ids))  # (a,), (a, d)
+    else:  # the head reads no Y: no slot GNN
+        positions, embeddings = np.zeros(0, np.int64), np.zeros((0, d), np.float32)
     n = len(local)
     evidence, pair_owners = {}, np.zeros(0, np.int64)
     for role, (local_keys, increments) in role_increments(graph, n, config.evidence).items():
@@ -139,6 +142,12 @@ def status_horizon(clock: SlotClock, slot: int, window: int) -> int:
     start of the first slot of the next frames' windows (each slot's telemetry is the latest report before
     its end)."""
     return int(clock.start_ms(slot - window + 1))
+
+
+def window_read(stages: Stages) -> int:
+    """The slots of embeddings and statuses a device's frame reads: the sequence window where the model uses
+    its encoder, else the slot itself (the state kept per device shrinks with it)."""
+    return stages.config.window if stages.uses_encoder else 1
 
 
 def slots_read_back(window: int, ranking: RankingConfig) -> int:
@@ -313,7 +322,8 @@ class DeviceHistory:
 
     def frame(self, stages: Stages, slot: int, ranking: RankingConfig) -> DeviceFrame:
         keys, ids = self.names
-        y = stages.long_term(*self.sequences(stages, slot))  # (n, d)
+        y = stages.long_term(*self.sequences(stages, slot)) if stages.uses_encoder else \
+            np.zeros((len(keys), stages.config.gnn.out_dim), np.float32)  # (n, d); unread without the encoder
         status = self.status.latest(keys, int(stages.config.clock.end_ms(slot)))
         profile = np.full((len(keys), 1 + len(PROFILE_COLUMNS)), np.nan)
         profile[:, 0] = -np.inf
@@ -553,7 +563,8 @@ def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking
         with clocked("pairs"):
             scores = score_slot(stages, frame, slot, ranking, params, model_version)
         yield scores
-        history.prune(slot - slots_read_back(config.window, ranking) + 1, status_horizon(clock, slot, config.window))
+        window = window_read(stages)
+        history.prune(slot - slots_read_back(window, ranking) + 1, status_horizon(clock, slot, window))
 
 
 @contextmanager

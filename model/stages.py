@@ -6,7 +6,9 @@ A scorer (:mod:`model.scoring`) needs only these stages of a trained BM:
 * ``long_term``: the sequence encoder (BiMamba) over S slot embeddings per device -> Y
 * ``t_beh``: the pair head on Y_i, Y_j, the pair's physics and evidence -> T_beh
 
-plus ``feature_rows``, which maps device ids to rows of the model's node2vec table: the devices
+A model whose head does not read Y (``uses_encoder`` False: the warmed-up head that training keeps when no
+end-to-end epoch helps) needs ``t_beh`` only: scorers skip the other two, and its ONNX export holds
+``head.onnx`` alone. Besides them, ``feature_rows`` maps device ids to rows of the model's node2vec table: the devices
 of the training period have their own row, every other device (a new one) reads the cold row,
 whose index is the table's length. :class:`TorchStages` runs them on the PyTorch model;
 ``exporters.onnx.OnnxStages`` runs the exported ONNX graphs. Both take and return numpy arrays
@@ -30,6 +32,7 @@ from model.graphs import DeviceIndex, SlotGraph
 class Stages(Protocol):
     config: BMConfig
     idle: np.ndarray  # (d,) the slot embedding of an idle device
+    uses_encoder: bool  # whether t_beh reads Y (else slot_embeddings and long_term are never needed)
 
     def feature_rows(self, ids: pa.Array) -> np.ndarray:
         """(n,) int64 node2vec rows of device ids; the cold row (the table's length) for devices the model
@@ -99,6 +102,7 @@ class TorchStages:
         self.devices_per_call = devices_per_call or encoder_batch(model.config, device)
         self.pairs_per_call = pairs_per_call
         self.config = model.config
+        self.uses_encoder = model.uses_encoder
         self.idle = model.slot_encoder.idle.detach().cpu().numpy()
         with torch.no_grad():  # the node2vec rows as inference reads them, then the cold row
             self.table = torch.cat([model.device_features(), model.cold[None]])

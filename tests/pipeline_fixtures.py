@@ -38,17 +38,29 @@ def run_tables(config: SimConfig = SIM) -> tuple[pa.Table, pa.Table]:
     return memory["events"], memory["status"]
 
 
-def write_checkpoint(directory: Path, config: SimConfig = SIM) -> Path:
+def write_checkpoint(directory: Path, config: SimConfig = SIM, reads_y: bool = True) -> Path:
     """An untrained (seeded) model over the run's devices, every weight perturbed so that every input
-    matters (the head's Y weights start at zero): parity needs no training."""
+    matters (the head's Y weights start at zero): parity needs no training. ``reads_y`` False: the head's Y
+    weights zeroed again, as a head kept from the warm-up has them (the model uses no encoder)."""
     torch.manual_seed(0)
     features = np.random.default_rng(0).normal(size=(config.devices, SMALL.node2vec.dim)).astype(np.float32)
     model = BM(replace(SMALL, clock=config.clock), features)
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(0.1 * torch.randn_like(parameter))
+        if not reads_y:
+            forget_y(model)
     save(model, DeviceIndex(tuple(device_ids(config.devices).to_pylist())), directory)
     return directory
+
+
+def forget_y(model: BM) -> None:
+    """Zero the Y columns of every head member's networks (in place)."""
+    with torch.no_grad():
+        for member in model.head.members:
+            for net in (member.behaviour, member.median):
+                if net is not None:
+                    net[0].weight[:, : model.head.y_width].zero_()
 
 
 def job(checkpoint: Path, **changes) -> JobConfig:

@@ -140,6 +140,7 @@ def test_end_to_end_epochs_that_hurt_the_validation_loss_are_not_kept(history: H
     assert not any(loss <= result.best_loss for loss in result.val_losses)  # worse, or NaN
     d = SMALL.gnn.out_dim
     assert all(torch.count_nonzero(net.behaviour[0].weight[:, : 2 * d]) == 0 for net in model.head.members)
+    assert not model.uses_encoder  # so scoring, the ONNX export and the streaming job skip the encoder
     assert validation_loss(model, history, folds[-1]) < result.best_loss + 0.05  # the refitted head, not a wreck
 
 

@@ -127,3 +127,19 @@ def test_the_onnx_backend_needs_an_export(exported, tmp_path) -> None:
         JobConfig(str(checkpoint), backend="tensorrt")
     stages = JobConfig(str(checkpoint), backend="onnx").stages()[0]
     assert isinstance(stages, OnnxStages) and stages.providers[-1] == "CPUExecutionProvider"
+
+
+def test_a_model_that_reads_no_y_exports_its_head_alone(tmp_path) -> None:
+    checkpoint = write_checkpoint(tmp_path / "model", reads_y=False)
+    manifest = export_onnx(checkpoint)
+    assert manifest["uses_encoder"] is False and set(manifest["files"]) == {"head.onnx"}
+    assert sorted(p.name for p in (checkpoint / "onnx").glob("*.onnx")) == ["head.onnx"]
+    model, index, source = load(checkpoint)
+    stages = [TorchStages(model, index), OnnxStages(checkpoint / "onnx", expect_content_hash=source["content_hash"])]
+    assert not any(s.uses_encoder for s in stages)
+    events, status = run_tables()
+    runs = [list(score_log(s, events, status, RANKING, SystemParams(), "v")) for s in stages]
+    assert sum(len(r.scores) for r in runs[0]) > 100
+    for a, b in zip(*runs):
+        assert [(s.owner, s.collaborator) for s in a.scores] == [(s.owner, s.collaborator) for s in b.scores]
+        np.testing.assert_allclose([s.t_beh for s in b.scores], [s.t_beh for s in a.scores], atol=1e-5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import numpy as np
@@ -16,9 +17,10 @@ from simulator.experiment import simulated_run
 from model.graphs import DeviceIndex, device_keys
 from model.history import History
 from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, ranked, score_log, score_slot, shard_of, slot_part,
-                           status_arrays)
+                           status_arrays, window_read)
 from model.stages import TorchStages
 from simulator.config import SimConfig
+from tests.pipeline_fixtures import forget_y
 from tests.test_bm import SMALL
 
 SIM = SimConfig(devices=40, tasks=600, slots=12, seed=3, telemetry=True)
@@ -251,3 +253,29 @@ def test_one_dedup_rule_and_one_retention_horizon() -> None:
     assert dedup(table)["n"].to_pylist() == [0, 1, 3]
     assert slots_read_back(32, RankingConfig(owner_slots=1)) == 32
     assert slots_read_back(4, RankingConfig(owner_slots=6)) == 6
+
+
+def test_a_model_that_reads_no_y_skips_the_encoder_and_scores_the_same(log) -> None:
+    events, status, history, model = log
+    assert model.uses_encoder  # the fixture's head reads Y
+    head_only = copy.deepcopy(model)
+    forget_y(head_only)
+    assert not head_only.uses_encoder
+    assert BM(replace(SMALL, head="paper"), np.zeros((4, 8), np.float32)).uses_encoder  # the paper head reads only Y
+    ranking = RankingConfig(range_m=None, scores_per_owner=1000)
+    skipping, running = TorchStages(head_only, history.index), TorchStages(head_only, history.index)
+    running.uses_encoder = True  # the same model with its encoder run anyway
+
+    def never(*_):
+        raise AssertionError("the encoder ran for a model that reads no Y")
+
+    skipping.slot_embeddings = skipping.long_term = never
+    assert window_read(skipping) == 1 and window_read(running) == SMALL.window
+    got = list(score_log(skipping, events, status, ranking, SystemParams(), "v1"))
+    want = list(score_log(running, events, status, ranking, SystemParams(), "v1"))
+    assert [r.slot for r in got] == [r.slot for r in want] and sum(len(r.scores) for r in got) > 100
+    for a, b in zip(got, want):
+        assert [(s.owner, s.collaborator) for s in a.scores] == [(s.owner, s.collaborator) for s in b.scores]
+        np.testing.assert_allclose([s.t_beh for s in a.scores], [s.t_beh for s in b.scores], atol=1e-6, rtol=0)
+        assert [[c.collaborator for c in r.candidates] for r in a.rankings] == \
+            [[c.collaborator for c in r.candidates] for r in b.rankings]

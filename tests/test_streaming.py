@@ -51,8 +51,9 @@ def timeline(events: pa.Table, lateness: int, rng: np.random.Generator) -> list[
     return sorted(steps, key=lambda step: (step[0], step[1] == "send"))
 
 
-def run_stream(root: Path, lateness: int, extra: list | None = None, tombstone_slots: int = 64) -> dict:
-    checkpoint = write_checkpoint(root / "model")
+def run_stream(root: Path, lateness: int, extra: list | None = None, tombstone_slots: int = 64,
+               reads_y: bool = True) -> dict:
+    checkpoint = write_checkpoint(root / "model", reads_y=reads_y)
     config = job(checkpoint, lateness_slots=lateness, tombstone_slots=tombstone_slots)
     events, status = run_tables()
     events = events.filter(pc.less(events["slot"], SLOTS))
@@ -105,7 +106,18 @@ def final(messages: list, cls) -> dict:
 
 @pytest.mark.parametrize("lateness", [1, 2, 3])
 def test_the_streaming_job_equals_its_offline_twin_whatever_the_lateness(tmp_path, lateness: int) -> None:
-    result = run_stream(tmp_path, lateness)
+    equals_its_twin(run_stream(tmp_path, lateness))
+
+
+def test_a_model_that_reads_no_y_streams_like_its_offline_twin(tmp_path) -> None:
+    result = run_stream(tmp_path, 2, reads_y=False)
+    stages, _ = result["config"].stages()
+    assert not stages.uses_encoder  # no slot GNN, no sequence encoder, one slot of statuses kept per device
+    equals_its_twin(result)
+
+
+def equals_its_twin(result: dict) -> None:
+    """The final publication of every slot equals the offline twin's; late events came as updates, none died."""
     scores, rankings = final(result["scores"], TrustScore), final(result["rankings"], CollaboratorRanking)
     twin = result["twin"]
     want_scores = {(s.slot, s.owner, s.collaborator): s for r in twin.values() for s in r.scores}

@@ -15,13 +15,16 @@ file                inputs                                                      
                     only y_i and y_j)
 ==================  ==========================================================  ==================
 
-The node2vec table (the known devices' rows, then the cold row) is a constant of ``gnn.onnx``; S
+A model whose head reads no Y (:attr:`model.bm.BM.uses_encoder` False) is exported as ``head.onnx`` alone:
+scorers never run the other two for it. The node2vec table (the known devices' rows, then the cold row) is a
+constant of ``gnn.onnx``; S
 is fixed in ``sequence.onnx``. The exporter
 is the TorchScript-based one (``dynamo=False``) over the reference scan loop, unrolled S times:
 PLATFORM.md measured it correct for this model, and in-place parallel scans export silently
 wrong with it, so each export is run in onnxruntime against PyTorch before it is written.
 
-``manifest.json`` holds the format, the source checkpoint's content hash and model version, S,
+``manifest.json`` holds the format, the source checkpoint's content hash and model version, whether the model
+uses its encoder (``uses_encoder``; ``files`` then names the three graphs, else ``head.onnx`` only), S,
 the widths, alpha (a_tr, a_com), the model config and device ids, the idle embedding, and the
 sha256 of each graph; each graph also carries the same scalars as ONNX metadata.
 """
@@ -41,9 +44,14 @@ from torch import nn
 from model.bm import BM
 from model.checkpoint import config_to_dict, file_sha256, load, staged_directory
 
-FORMAT = "trustbeam-onnx/3"  # 3: sequence.onnx reads each slot's telemetry
+FORMAT = "trustbeam-onnx/4"  # 3: sequence.onnx reads each slot's telemetry; 4: uses_encoder, head.onnx alone
 OPSET = 18
 STAGE_FILES = ("gnn.onnx", "sequence.onnx", "head.onnx")
+HEAD_FILES = ("head.onnx",)  # what a model that reads no Y needs
+
+
+def stage_files(uses_encoder: bool) -> tuple[str, ...]:
+    return STAGE_FILES if uses_encoder else HEAD_FILES
 
 
 class GNNStage(nn.Module):
@@ -131,9 +139,11 @@ def export_onnx(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str] 
     target = Path(out) if out is not None else Path(checkpoint) / "onnx"
     config = model.config
     meta = {"format": FORMAT, "model_version": source["model_version"], "source_content_hash": source["content_hash"],
+            "uses_encoder": model.uses_encoder,
             "window": config.window, "d_model": config.gnn.out_dim, "node_dim": config.gnn.node_dim,
             "devices": len(index), "a_tr": config.weights.a_tr, "a_com": config.weights.a_com, "opset": OPSET}
-    stages = {"gnn.onnx": GNNStage(model), "sequence.onnx": SequenceStage(model), "head.onnx": HeadStage(model)}
+    modules = {"gnn.onnx": GNNStage, "sequence.onnx": SequenceStage, "head.onnx": HeadStage}
+    stages = {name: modules[name](model) for name in stage_files(model.uses_encoder)}
     with staged_directory(target) as staging:
         files = {}
         for name, module in stages.items():

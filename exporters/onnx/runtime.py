@@ -56,7 +56,7 @@ class OnnxStages:
 
     def __init__(self, directory: str | os.PathLike[str], expect_content_hash: str | None = None,
                  devices_per_call: int = 1024, pairs_per_call: int = 65536, device: str = "auto") -> None:
-        from exporters.onnx.export import FORMAT, STAGE_FILES
+        from exporters.onnx.export import FORMAT, stage_files
 
         root = Path(directory)
         manifest = read_manifest(root, "manifest.json", FORMAT, OnnxModelError,
@@ -64,7 +64,9 @@ class OnnxStages:
         if expect_content_hash is not None and manifest.get("source_content_hash") != expect_content_hash:
             raise OnnxModelError(f"{root}: exported from checkpoint {manifest.get('model_version')!r}, not the one "
                                  f"configured (content hash {expect_content_hash[:12]}...); export it again")
-        for name in STAGE_FILES:
+        self.uses_encoder = bool(manifest.get("uses_encoder", True))
+        files = stage_files(self.uses_encoder)
+        for name in files:
             if not (root / name).is_file() or file_sha256(root / name) != manifest["files"].get(name):
                 raise OnnxModelError(f"{root}/{name}: missing or altered (sha256 does not match the manifest)")
         try:
@@ -79,7 +81,7 @@ class OnnxStages:
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only: the GPU packages warn on every CPU fallback
         self.sessions = {name: ort.InferenceSession(str(root / name), options, providers=self.providers)
-                         for name in STAGE_FILES}
+                         for name in files}
         self.devices_per_call, self.pairs_per_call = devices_per_call, pairs_per_call
 
     @property
