@@ -259,40 +259,67 @@ def _rate(hits: np.ndarray, trials: np.ndarray) -> np.ndarray:
     return (hits + 1.0) / (trials + 2.0)
 
 
+def _log_count(x: np.ndarray) -> np.ndarray:
+    return np.log1p(x) / 3.0
+
+
+def _mean_weight(x: np.ndarray) -> np.ndarray:
+    return (x[..., W] + 0.5) / (x[..., N] + 1.0)
+
+
+def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig, population: np.ndarray | None,
+                        load_now: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(normalized features (n, 9L), tail (n, 4 + len(STATS) * L): recency, seen, load, reported, the STATS)
+    float32 of n collaborators: everything of :func:`pair_evidence_features` that depends on j alone."""
+    now = np.full(len(c), np.nan) if load_now is None else np.asarray(load_now, np.float64)
+    at_load, slope = load_rate(c, now)
+    head = [_log_count(c[..., N]), _mean_weight(c), _log_count(c[..., F]), _rate(c[..., TR], c[..., F]),
+            _rate(c[..., COM], c[..., TR]), _log_count(c[..., TON]), _rate(c[..., COM], c[..., TON]),
+            at_load, np.clip(slope, -5.0, 5.0) / 5.0]
+    seen = since < NEVER
+    recency = np.where(seen, np.minimum(since, config.recency_cap) / config.recency_cap, 1.0)
+    reported = np.isfinite(now)
+    whole = np.zeros((1, *c.shape[1:])) if population is None else population
+    sums = {"collaborator": c, "population": np.broadcast_to(whole, c.shape)}
+    tail = [recency[:, None], seen[:, None].astype(np.float64), np.where(reported, now, 0.0)[:, None],
+            reported[:, None].astype(np.float64), *(sums[role][..., channel] for role, channel in STATS)]
+    return np.concatenate(head, axis=1).astype(np.float32), np.concatenate(tail, axis=1).astype(np.float32)
+
+
+def _owner_block(o: np.ndarray) -> np.ndarray:
+    """(n, 2L) float32: the owner's log count and mean reported T_col."""
+    return np.concatenate([_log_count(o[..., N]), _mean_weight(o)], axis=1).astype(np.float32)
+
+
+def _pair_block(p: np.ndarray) -> np.ndarray:
+    """(P, 4L) float32: the pair's log count, mean T_col, P(tr) and P(com | tr)."""
+    return np.concatenate([_log_count(p[..., N]), _mean_weight(p), _rate(p[..., TR], p[..., F]),
+                           _rate(p[..., COM], p[..., TR])], axis=1).astype(np.float32)
+
+
 def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np.ndarray, since: np.ndarray,
                            config: EvidenceConfig, population: np.ndarray | None = None,
-                           load_now: np.ndarray | None = None) -> np.ndarray:
+                           load_now: np.ndarray | None = None, src: np.ndarray | None = None,
+                           dst: np.ndarray | None = None, pair_at: np.ndarray | None = None) -> np.ndarray:
     """The pair head's evidence input, (P, ``config.features``) float32.
 
     collaborator, owner, pair: (P, L, C) decayed sums of the candidate j as collaborator, the owner i
     as owner, and the pair i -> j; since: (P,) slots since j last served; population: (P or 1, L, C) the
     whole log's sums (None: none known); load_now: (P,) j's latest reported load (NaN or None: none).
+    With ``src`` and ``dst`` (P,), collaborator, since and load_now are per device (n, ...) and read at
+    ``dst``, owner at ``src``; with ``pair_at`` (P,), pair holds distinct pairs' sums (m, L, C) read at it:
+    what depends on one device (or one pair) is computed once, not once per candidate pair.
     Normalized part, per lambda: j's log task count, mean T_col, log flagged count, P(tr), P(com | tr), log
     on-time-weighted count and P(com | tr) against it, P(com | tr) at its load now and the slope of its rate
     on its load (:func:`load_rate`); i's log count and mean reported T_col; the pair's log count, mean
     T_col, P(tr) and P(com | tr); then j's recency, whether j was ever seen and its load now (and whether
     it reported one). Then the raw sums of :data:`STATS`, each per lambda.
     """
-    def log_count(x: np.ndarray) -> np.ndarray:
-        return np.log1p(x) / 3.0
-
-    def mean_weight(x: np.ndarray) -> np.ndarray:
-        return (x[..., W] + 0.5) / (x[..., N] + 1.0)
-
-    c, o, p = collaborator, owner, pair
-    now = np.full(len(c), np.nan) if load_now is None else np.asarray(load_now, np.float64)
-    at_load, slope = load_rate(c, now)
-    parts = [log_count(c[..., N]), mean_weight(c), log_count(c[..., F]), _rate(c[..., TR], c[..., F]),
-             _rate(c[..., COM], c[..., TR]), log_count(c[..., TON]), _rate(c[..., COM], c[..., TON]),
-             at_load, np.clip(slope, -5.0, 5.0) / 5.0,
-             log_count(o[..., N]), mean_weight(o),
-             log_count(p[..., N]), mean_weight(p), _rate(p[..., TR], p[..., F]), _rate(p[..., COM], p[..., TR])]
-    seen = since < NEVER
-    recency = np.where(seen, np.minimum(since, config.recency_cap) / config.recency_cap, 1.0)
-    reported = np.isfinite(now)
-    whole = np.zeros((1, *c.shape[1:])) if population is None else population
-    sums = {"collaborator": c, "population": np.broadcast_to(whole, c.shape)}
-    stats = [sums[role][..., channel] for role, channel in STATS]
-    return np.concatenate([*parts, recency[:, None], seen[:, None].astype(np.float64),
-                           np.where(reported, now, 0.0)[:, None], reported[:, None].astype(np.float64), *stats],
-                          axis=1).astype(np.float32)
+    c_head, c_tail = _collaborator_block(collaborator, since, config, population, load_now)
+    o_block = _owner_block(owner)
+    p_block = _pair_block(pair)
+    if dst is not None:
+        c_head, c_tail, o_block = c_head[dst], c_tail[dst], o_block[src]
+    if pair_at is not None:
+        p_block = p_block[pair_at]
+    return np.concatenate([c_head, o_block, p_block, c_tail], axis=1)

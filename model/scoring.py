@@ -449,14 +449,16 @@ class SlotScores:
         return cls(slots.pop(), [s for r in by_owner for s in r.scores], [k for r in by_owner for k in r.rankings])
 
 
-def _pair_lookup(frame: DeviceFrame, keys: np.ndarray) -> np.ndarray:
-    """(P, L, C) evidence of the pair keys in the frame (zero for pairs it does not hold)."""
-    out = np.zeros((len(keys), *frame.pair_evidence.shape[1:]))
+def _pair_rows(frame: DeviceFrame, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the frame's pair evidence with a zero row appended (m + 1, L, C), each pair key's row in it (P,): the
+    zero row for pairs the frame does not hold)."""
+    table = np.concatenate([frame.pair_evidence, np.zeros((1, *frame.pair_evidence.shape[1:]))])
+    rows = np.full(len(keys), len(frame.pairs), np.int64)
     if len(frame.pairs):
         at = np.searchsorted(frame.pairs, keys)
         hit = frame.pairs[np.minimum(at, len(frame.pairs) - 1)] == keys
-        out[hit] = frame.pair_evidence[at[hit]]
-    return out
+        rows[hit] = at[hit]
+    return table, rows
 
 
 def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,
@@ -485,9 +487,9 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
     if not len(src):  # no owner has a candidate in range (or the piece holds no owner)
         return SlotScores(slot, [], [ranking_of(o) for o in owners], piece)
     physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
-    evidence = pair_evidence_features(frame.collaborator[dst], frame.owner[src],
-                                      _pair_lookup(frame, pair_keys(frame.keys[src], frame.keys[dst])),
-                                      frame.since[dst], config.evidence, frame.population, frame.status[dst, LOAD])
+    pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
+    evidence = pair_evidence_features(frame.collaborator, frame.owner, pair_table, frame.since, config.evidence,
+                                      frame.population, frame.status[:, LOAD], src=src, dst=dst, pair_at=pair_at)
     t_beh = stages.t_beh(frame.y[src], frame.y[dst], physics.features(), evidence)
     status_j = frame.status[dst]
     t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])

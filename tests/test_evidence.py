@@ -97,6 +97,22 @@ def test_an_old_success_does_not_look_like_a_new_one() -> None:
     assert features[:, seen].tolist() == [1.0, 1.0]  # both were seen
 
 
+def test_features_read_by_index_equal_the_per_pair_ones() -> None:
+    rng = np.random.default_rng(0)
+    config = EvidenceConfig()
+    shape = (len(config.lams), len(CHANNELS))
+    devices, pairs, pair_table = 7, 40, rng.uniform(0, 5, (4, *shape))
+    collaborator, owner = rng.uniform(0, 5, (devices, *shape)), rng.uniform(0, 5, (devices, *shape))
+    since, load = rng.integers(0, 50, devices), np.where(rng.random(devices) < 0.5, rng.random(devices), np.nan)
+    population = rng.uniform(0, 50, (1, *shape))
+    src, dst, pair_at = rng.integers(0, devices, pairs), rng.integers(0, devices, pairs), rng.integers(0, 4, pairs)
+    per_pair = pair_evidence_features(collaborator[dst], owner[src], pair_table[pair_at], since[dst], config,
+                                      population, load[dst])
+    indexed = pair_evidence_features(collaborator, owner, pair_table, since, config, population, load, src=src,
+                                     dst=dst, pair_at=pair_at)
+    assert indexed.shape == (pairs, config.features) and np.array_equal(indexed, per_pair)
+
+
 def test_load_channels_and_the_rate_at_a_load_by_hand() -> None:
     sums = increments((2, 0, 2, 2, 1, 2), (1, 0, 1, 1, 1, 1), (3, 0, 3, 3, 3, 3))
     loaded = with_load(sums, np.array([0.8, np.nan, 0.2]))
