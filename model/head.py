@@ -131,6 +131,19 @@ class PairNet(nn.Module):
             for net in [n for n in (self.behaviour, self.median) if n is not None]:
                 net[0].weight[:, : 2 * d].zero_()  # Y adds nothing until training finds what it adds
 
+    @staticmethod
+    def read(net: nn.Sequential, y_i: torch.Tensor, y_j: torch.Tensor, inputs: torch.Tensor,
+             features: torch.Tensor) -> torch.Tensor:
+        """(P,) ``net`` on [Y_i, Y_j, inputs, features] without joining them (one product per block: joining
+        copied every pair's inputs once per member); Y's products are left out where its weights are zero
+        outside training (a head kept from the warm-up reads no Y)."""
+        first, d, width = net[0], y_i.shape[1], inputs.shape[1]
+        w = first.weight  # (hidden, 2d + inputs + features)
+        h = F.linear(inputs, w[:, 2 * d: 2 * d + width], first.bias) + F.linear(features, w[:, 2 * d + width:])
+        if net.training or bool(w[:, : 2 * d].any()):
+            h = h + F.linear(y_i, w[:, :d]) + F.linear(y_j, w[:, d: 2 * d])
+        return net[1:](h)[:, 0]
+
     def physics_features(self, physics: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """physics (P, 4) raw PHYSICS_COLUMNS, NaN unknown -> (features (P, 8), P_tr(d) (P,), distance known)."""
         distance, cpu_i, cpu_j, ratio = physics.unbind(-1)
@@ -156,10 +169,10 @@ class PairNet(nn.Module):
         curve_logit = torch.logit(p_curve.clamp(1e-6, 1 - 1e-6))
         tr_logit = torch.where(known_d, curve_logit, self.tr_unknown.expand_as(curve_logit))
         tr_logit = tr_logit + self.tr_adjust(features)[:, 0]
-        joined = torch.cat([y_i, y_j, inputs, features], dim=-1)
-        behaviour = torch.sigmoid(level + self.behaviour(joined)[:, 0])
+        behaviour = torch.sigmoid(level + self.read(self.behaviour, y_i, y_j, inputs, features))
         if self.graded:
-            return torch.stack([behaviour, torch.sigmoid(level + self.median(joined)[:, 0])], dim=-1)
+            return torch.stack([behaviour, torch.sigmoid(level + self.read(self.median, y_i, y_j, inputs, features))],
+                               dim=-1)
         return torch.stack([torch.sigmoid(tr_logit), behaviour * torch.sigmoid(self.on_time(features)[:, 0])], dim=-1)
 
 
