@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 
 import jsonschema
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -14,6 +16,7 @@ from schemas import (
     CollaborationEvent,
     CollaboratorRanking,
     RankedCandidate,
+    TrustScore,
     ValidationError,
     arrow_schema,
     from_arrow,
@@ -200,3 +203,44 @@ def test_one_bad_message_leaves_the_rest_of_its_batch_on_the_fast_path(bad: byte
     assert decoded.table.num_rows == 500 and [p for p, _ in decoded.errors] == [250]
     assert exact == [bad]  # only the bad message was decoded one by one
     assert decoded.positions.tolist() == [*range(250), *range(251, 501)]
+
+
+def _score_columns(n: int) -> dict:
+    rng = np.random.default_rng(0)
+    return {"owner": np.array([f"dev-{i % 3}" for i in range(n)], object),
+            "collaborator": np.array([f"dev-{3 + i}" for i in range(n)], object), "slot": 4,
+            "slot_start_ms": 1000, "slot_end_ms": 2000, "t_beh": rng.random(n), "t_res": rng.random(n),
+            "trust": rng.random(n), "model_version": "bm-1", "is_update": False,
+            "revision": np.arange(n, dtype=np.int64)}
+
+
+def test_records_from_columns_equal_records_made_one_by_one() -> None:
+    columns = _score_columns(5)
+    made = TrustScore.from_columns(5, **columns)
+    one_by_one = [TrustScore(**{k: (v[i].item() if isinstance(v[i], np.generic) else v[i])
+                                if isinstance(v, np.ndarray) else v for k, v in columns.items()}) for i in range(5)]
+    assert made == one_by_one and all(type(r.t_beh) is float and type(r.revision) is int for r in made)
+    assert from_json(TrustScore, to_json(made[0])) == made[0]
+    assert TrustScore.from_columns(0, **_score_columns(0)) == []
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("t_beh", float("nan"), "t_beh: must be finite (no NaN or infinity) (got nan)"),
+    ("trust", 1.5, "trust: must be <= 1 (got 1.5)"),
+    ("revision", -1, "revision: must be >= 0 (got -1)"),
+    ("collaborator", "dev\x079", "collaborator: non-printable character U+0007"),
+    ("collaborator", "dev-2", "collaborator: must differ from owner"),  # row 2's owner: a rule across fields
+])
+def test_a_bad_value_in_a_column_is_refused_by_name(field, value, message) -> None:
+    columns = _score_columns(4)
+    columns[field] = columns[field].copy()
+    columns[field][2] = value
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        TrustScore.from_columns(4, **columns)
+
+
+def test_columns_of_the_wrong_length_or_an_unknown_field_are_refused() -> None:
+    with pytest.raises(ValueError, match="t_beh: a column of 4 values for 5 records"):
+        TrustScore.from_columns(5, **{**_score_columns(5), "t_beh": np.zeros(4)})
+    with pytest.raises(ValidationError, match="unknown field"):
+        TrustScore.from_columns(5, **_score_columns(5), colour="red")
