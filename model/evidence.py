@@ -315,11 +315,34 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
     T_col, P(tr) and P(com | tr); then j's recency, whether j was ever seen and its load now (and whether
     it reported one). Then the raw sums of :data:`STATS`, each per lambda.
     """
-    c_head, c_tail = _collaborator_block(collaborator, since, config, population, load_now)
-    o_block = _owner_block(owner)
-    p_block = _pair_block(pair)
-    if dst is not None:
-        c_head, c_tail, o_block = c_head[dst], c_tail[dst], o_block[src]
-    if pair_at is not None:
-        p_block = p_block[pair_at]
-    return np.concatenate([c_head, o_block, p_block, c_tail], axis=1)
+    return EvidenceBlocks.of(collaborator, owner, pair, since, config, population, load_now).features(src, dst, pair_at)
+
+
+@dataclass(frozen=True)
+class EvidenceBlocks:
+    """The parts of :func:`pair_evidence_features` that depend on one device or one pair, computed once (float32),
+    so that candidate pairs can be read in chunks: (n, 9L) and (n, 4 + len(STATS) L) per collaborator, (n, 2L)
+    per owner, (m, 4L) per pair."""
+
+    collaborator_head: np.ndarray
+    collaborator_tail: np.ndarray
+    owner: np.ndarray
+    pair: np.ndarray
+
+    @classmethod
+    def of(cls, collaborator: np.ndarray, owner: np.ndarray, pair: np.ndarray, since: np.ndarray,
+           config: EvidenceConfig, population: np.ndarray | None = None,
+           load_now: np.ndarray | None = None) -> "EvidenceBlocks":
+        head, tail = _collaborator_block(collaborator, since, config, population, load_now)
+        return cls(head, tail, _owner_block(owner), _pair_block(pair))
+
+    def features(self, src: np.ndarray | None = None, dst: np.ndarray | None = None,
+                 pair_at: np.ndarray | None = None) -> np.ndarray:
+        """(P, F) float32: the rows at ``dst`` (collaborators), ``src`` (owners) and ``pair_at`` (pairs); all rows
+        in order where an index is None."""
+        head, tail, owner, pair = self.collaborator_head, self.collaborator_tail, self.owner, self.pair
+        if dst is not None:
+            head, tail, owner = head[dst], tail[dst], owner[src]
+        if pair_at is not None:
+            pair = pair[pair_at]
+        return np.concatenate([head, owner, pair, tail], axis=1)

@@ -40,15 +40,16 @@ import pyarrow.compute as pc
 from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
-from model.evidence import (CHANNELS, POPULATION, ROLES, EvidenceConfig, EvidenceState, decay,
-                            pair_evidence_features, role_increments, with_load)
+from model.evidence import (CHANNELS, POPULATION, ROLES, EvidenceBlocks, EvidenceConfig, EvidenceState, decay,
+                            role_increments, with_load)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
-from model.stages import Stages
+from model.stages import Stages, chunks
 from model.status import COMM_OK, COMP_OK, LOAD, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
 from model.trust import resource_trust
 from schemas import CollaboratorRanking, RankedCandidate, TrustScore
 
 PROFILE_COLUMNS = ("task_size_bits", "density_cycles_per_bit", "trust_threshold")
+PAIRS_PER_CHUNK = 65536  # candidate pairs whose evidence features are built and scored at once
 
 
 def shard_of(keys: np.ndarray, shards: int) -> np.ndarray:
@@ -488,34 +489,42 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
         return SlotScores(slot, [], [ranking_of(o) for o in owners], piece)
     physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
     pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
-    evidence = pair_evidence_features(frame.collaborator, frame.owner, pair_table, frame.since, config.evidence,
-                                      frame.population, frame.status[:, LOAD], src=src, dst=dst, pair_at=pair_at)
-    t_beh = stages.t_beh(frame.y[src], frame.y[dst], physics.features(), evidence)
+    blocks = EvidenceBlocks.of(frame.collaborator, frame.owner, pair_table, frame.since, config.evidence,
+                               frame.population, frame.status[:, LOAD])
+    features = physics.features()
+    t_beh = np.empty(len(src))
+    for part in chunks(len(src), PAIRS_PER_CHUNK):  # chunk by chunk: a slot's features never all in memory at once
+        s, d = src[part], dst[part]
+        t_beh[part] = stages.t_beh(frame.y[s], frame.y[d], features[part], blocks.features(s, d, pair_at[part]))
     status_j = frame.status[dst]
     t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])
     trust = np.clip(t_beh * t_res, 0.0, 1.0)
     voc = physics.value(params)
     ids = frame.ids
-    scores: list[TrustScore] = []
-    rankings: list[CollaboratorRanking] = []
     bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1]])
     spans = {int(src[begin]): np.arange(begin, end) for begin, end in zip(bounds, np.r_[bounds[1:], len(src)])}
+    nothing = np.zeros(0, np.int64)
+    scored, listed = [], []  # per owner: the pairs whose trust scores it publishes, its ranking's pairs
     for row in owners:
-        if int(row) not in spans:  # nothing in range: an empty ranking, so the owner's scheduler knows
-            rankings.append(ranking_of(row))
+        part = spans.get(int(row))
+        if part is None:  # nothing in range: an empty ranking, so the owner's scheduler knows
+            scored.append(nothing)
+            listed.append(nothing)
             continue
-        owner, part = ids[row], spans[int(row)]
-        order_key = frame.keys[dst[part]]
-        by_trust = part[np.lexsort((order_key, -trust[part]))][: ranking.scores_per_owner]
-        scores += [TrustScore(owner=owner, collaborator=ids[dst[p]], slot=slot, slot_start_ms=start_ms,
-                              slot_end_ms=end_ms, t_beh=float(t_beh[p]), t_res=float(t_res[p]),
-                              trust=float(trust[p]), model_version=model_version, is_update=is_update,
-                              revision=revision)
-                   for p in by_trust]
+        scored.append(part[np.lexsort((frame.keys[dst[part]], -trust[part]))][: ranking.scores_per_owner])
         eligible = part[trust[part] >= thresholds[row]]
-        chosen = eligible[ranked(trust[eligible], voc[eligible], frame.keys[dst[eligible]], ranking.top_k)]
-        rankings.append(ranking_of(row, tuple(RankedCandidate(collaborator=ids[dst[p]], trust=float(trust[p]),
-                                                              voc=float(voc[p])) for p in chosen)))
+        listed.append(eligible[ranked(trust[eligible], voc[eligible], frame.keys[dst[eligible]], ranking.top_k)])
+    window = {"slot": slot, "slot_start_ms": start_ms, "slot_end_ms": end_ms, "model_version": model_version,
+              "is_update": is_update, "revision": revision}
+    p = np.concatenate(scored)
+    scores = TrustScore.from_columns(len(p), owner=ids[src[p]], collaborator=ids[dst[p]], t_beh=t_beh[p],
+                                     t_res=t_res[p], trust=trust[p], **window)
+    c = np.concatenate(listed)
+    entries = RankedCandidate.from_columns(len(c), collaborator=ids[dst[c]], trust=trust[c], voc=voc[c])
+    ends = np.cumsum([len(chosen) for chosen in listed])
+    candidates = [tuple(entries[end - len(chosen): end]) for chosen, end in zip(listed, ends)]
+    rankings = CollaboratorRanking.from_columns(len(owners), owner=ids[owners], threshold=thresholds[owners],
+                                                candidates=candidates, **window)
     return SlotScores(slot, scores, rankings, piece)
 
 
