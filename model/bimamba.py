@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.scan import Backend, selective_scan
+from model.scan import Backend, fused_inference, fused_inner, selective_scan
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,19 @@ class MambaBlock(nn.Module):
         delta = (dt @ self.dt_proj.weight.T).transpose(1, 2)
         return delta, B.transpose(1, 2), C.transpose(1, 2)
 
+    def inner_weights(self) -> tuple[torch.Tensor, ...]:
+        """What :func:`model.scan.fused_inner` reads of this block: conv_w (d_inner, d_conv), conv_b, x_proj
+        (rank + 2N, d_inner), dt_proj (d_inner, rank), dt_bias, A (d_inner, N), D."""
+        return (self.conv1d.weight[:, 0], self.conv1d.bias, self.x_proj.weight, self.dt_proj.weight,
+                self.dt_proj.bias.float(), -torch.exp(self.A_log.float()), self.D.float())  # as forward's scan reads them
+
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: (batch, L, d_model) -> (batch, L, d_model)."""
         length = hidden.shape[1]
+        if fused_inference(hidden, self.config.backend):  # inference on the CPU: one fused pass, no autograd
+            lengths = torch.full((len(hidden),), length, dtype=torch.int64)
+            inner = fused_inner(self.in_proj(hidden), lengths, *(w[None] for w in self.inner_weights()))
+            return self.out_proj(inner)
         x, z = self.in_proj(hidden).chunk(2, dim=-1)  # (batch, L, d_inner) each
         x = F.silu(self.conv1d(x.transpose(1, 2))[..., :length])  # causal: (batch, d_inner, L)
         delta, B, C = self._ssm_inputs(x.transpose(1, 2))
@@ -142,10 +152,24 @@ class BiMambaLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """x: (batch, L, d_model), lengths: (batch,) -> (batch, L, d_model), zero at padding."""
+        if fused_inference(x, self.forward_block.config.backend):
+            return self._fused(x, lengths)
         y_fwd = self.forward_block(x)
         y_bwd = reverse_valid(self.backward_block(reverse_valid(x, lengths)), lengths)
         out = self.mix(y_fwd + y_bwd) + x
         return out * valid_mask(lengths, x.shape[1])[..., None]
+
+    def _fused(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Inference: both directions' in_proj as one GEMM, their inner passes in one C++ call (the backward one
+        over each valid prefix reversed, so no reversal is copied), and out_proj folded into mix:
+        mix(out_f y_f + out_b y_b) = [y_f, y_b] (mix.W [out_f.W, out_b.W])^T + mix.b, one more GEMM."""
+        blocks = (self.forward_block, self.backward_block)
+        batch, length, d = x.shape
+        xz = x @ torch.cat([b.in_proj.weight for b in blocks]).T  # (batch, L, 4 d_inner)
+        inner = fused_inner(xz, lengths, *(torch.stack(w) for w in zip(*(b.inner_weights() for b in blocks))))
+        out_weight = self.mix.weight @ torch.cat([b.out_proj.weight for b in blocks], dim=1)  # (d, 2 d_inner)
+        out = torch.addmm(self.mix.bias, inner.view(batch * length, -1), out_weight.T).view(batch, length, d) + x
+        return out * valid_mask(lengths, length)[..., None]
 
 
 class BiMambaEncoder(nn.Module):

@@ -74,6 +74,29 @@ def selective_scan(
     return (y, last) if return_last_state else y
 
 
+def fused_inference(x: torch.Tensor, backend: Backend) -> bool:
+    """Whether a Mamba block's forward over ``x`` runs the fused C++ inference pass (:func:`fused_inner`): on the
+    CPU backend, outside autograd (inference mode or ``no_grad``) and outside tracing."""
+    return not torch.is_grad_enabled() and not torch.jit.is_tracing() and x.dtype in (torch.float32, torch.float64) \
+        and backend in ("auto", "cpu") and resolve_backend(backend, x) == "cpu"
+
+
+def fused_inner(xz: torch.Tensor, lengths: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.Tensor,
+                x_proj: torch.Tensor, dt_proj: torch.Tensor, dt_bias: torch.Tensor, A: torch.Tensor,
+                D: torch.Tensor) -> torch.Tensor:
+    """A Mamba block between its projections, for ``dirs`` directions (1, or 2 for a BiMamba layer), fused in C++
+    (inference only; ``model/csrc/selective_scan.cpp``): depthwise causal conv + SiLU, the x projection, softplus
+    step sizes, the selective scan, the D skip and the SiLU(z) gate.
+
+    xz: (batch, L, 2 dim dirs) the in_proj outputs of every direction side by side; lengths: (batch,) int64 valid
+    positions per sequence (direction 1 scans each valid prefix reversed; padding comes out zero). Per direction,
+    stacked on a leading ``dirs`` axis: conv_w (dim, d_conv), conv_b (dim), x_proj (rank + 2N, dim), dt_proj
+    (dim, rank), dt_bias (dim), A (dim, N) (negative), D (dim). Returns y: (batch, L, dim dirs), each direction's
+    gated scan output at its positions, ready for out_proj.
+    """
+    return cpu_extension().inner_forward(xz, lengths, conv_w, conv_b, x_proj, dt_proj, dt_bias, A, D)
+
+
 def selective_scan_ref(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
                        D: torch.Tensor | None = None, z: torch.Tensor | None = None,
                        delta_bias: torch.Tensor | None = None, delta_softplus: bool = False,

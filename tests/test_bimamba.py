@@ -1,11 +1,15 @@
-"""Mamba block and BiMamba encoder: step parity, padding that never leaks, backend parity, mamba-ssm names."""
+"""Mamba block and BiMamba encoder: step parity, padding that never leaks, backend parity, the fused inference
+pass against the reference, mamba-ssm names."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
 
 from model.bimamba import BiMambaEncoder, MambaBlock, MambaConfig, reverse_valid
+from model.scan import cpu_extension, fused_inference
 
 CONFIG = MambaConfig(d_model=16, d_state=8, n_layers=3)
 
@@ -83,3 +87,43 @@ def test_backends_agree_and_gradients_flow() -> None:
 def test_lengths_are_checked() -> None:
     with pytest.raises(ValueError, match="lengths"):
         BiMambaEncoder(CONFIG)(torch.zeros(1, 3, CONFIG.d_model), torch.tensor([0]))
+
+
+FUSED_TOLERANCE = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-4, atol=2e-5)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("d_model, d_state, d_conv, length", [(8, 4, 4, 1), (16, 8, 4, 9), (32, 16, 4, 32), (20, 5, 3, 17)],
+                         ids=str)  # d_model 20: 40 channels, a tail that is not a whole vector of 16
+def test_fused_inference_matches_the_reference_path(dtype, d_model, d_state, d_conv, length) -> None:
+    """Inference on the CPU runs both directions' inner passes in one C++ call with out_proj folded into mix: the same
+    weights on the reference scan give the same blocks, layers and pooled encodings, for padding of every length."""
+    torch.manual_seed(4)
+    config = MambaConfig(d_model=d_model, d_state=d_state, d_conv=d_conv)
+    reference = BiMambaEncoder(replace(config, backend="reference")).to(dtype).eval()
+    with torch.no_grad():
+        for parameter in reference.parameters():  # away from the init's structure (A_log's ranks, D = 1)
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    fused = BiMambaEncoder(config).to(dtype).eval()
+    fused.load_state_dict(reference.state_dict())
+    x = torch.randn(7, length, d_model, dtype=dtype)
+    lengths = torch.randint(1, length + 1, (7,))
+    lengths[:2] = torch.tensor([length, 1])
+    with torch.no_grad():
+        assert fused_inference(x, config.backend) and not fused_inference(x, "reference")
+        for got, want in [(fused.layers[0].forward_block(x), reference.layers[0].forward_block(x)),
+                          (fused.layers[0](x, lengths), reference.layers[0](x, lengths)),
+                          (fused(x, lengths), reference(x, lengths))]:
+            torch.testing.assert_close(got, want, **FUSED_TOLERANCE[dtype])
+
+
+def test_training_keeps_autograd_and_the_fused_pass_checks_its_inputs() -> None:
+    x = torch.randn(2, 5, 8, requires_grad=True)
+    assert not fused_inference(x, "auto")  # grad mode: the scan with its hand-written backward
+    with torch.no_grad():
+        assert fused_inference(x, "auto") and not fused_inference(x.to(torch.float16), "auto")
+    weights = [w[None] for w in MambaBlock(MambaConfig(d_model=8, d_state=4)).inner_weights()]
+    with pytest.raises(RuntimeError, match="lengths: each must be in"):
+        cpu_extension().inner_forward(torch.zeros(2, 5, 32), torch.tensor([5, 0]), *weights)
+    with pytest.raises(RuntimeError, match="xz: last dimension"):
+        cpu_extension().inner_forward(torch.zeros(2, 5, 31), torch.tensor([5, 5]), *weights)
