@@ -235,18 +235,20 @@ def _own_mark(record: Any, job_id: str, model_version: str) -> tuple | None:
 
 def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final: bool, group: str = "trustbeam-run",
               runner: str = "FnApiRunner", beam_args: list[str] | None = None, snapshot_dir: Path | None = None,
-              max_batch: int = 5000) -> tuple[Ledger, CycleReport]:
+              max_batch: int = 5000, check_tails: bool = True) -> tuple[Ledger, CycleReport]:
     """One bounded pass over the topics; returns the next ledger (not yet saved) and what was done.
 
     Raises :class:`LogReplaced` when the log is not the one the ledger read. The snapshots the next
     cycle needs are written as new files in ``snapshot_dir`` (default: the ledgers' directory).
+    ``check_tails``: read the output partitions' tails for what this job sent beyond the ledger (a cycle that
+    died publishing); a follower that saved its ledger after its last cycle knows there is nothing.
     """
     started = time.perf_counter()
     topics = config.topics
     reading = plan(settings, [topics.events, topics.status], _offsets(ledger.read_to), ledger.log)
     stages, version = config.stages()
     partitions = _partition_counts(settings, [topics.scores, topics.rankings])
-    marks = tail_marks(settings, [topics.scores, topics.rankings], ledger.job_id(group), version)
+    marks = tail_marks(settings, [topics.scores, topics.rankings], ledger.job_id(group), version) if check_tails else {}
     work = tempfile.mkdtemp(prefix="trustbeam-cycle-")
     options = PipelineOptions(beam_args or [], runner=runner)
     p = cycle_pipeline(options, settings, config, reading.ranges, ledger, final, partitions, marks, work,
@@ -364,7 +366,8 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
     A cycle that fails with a retriable error (:func:`retriable`) is retried after a bounded
     exponential backoff, until ``retry_deadline_s`` have passed since the last successful cycle (then
     the last error is raised); the ledger is only saved after a cycle succeeds, so a failed cycle is
-    simply done again. A new ledger is saved before the first cycle, so that its generation (the job's
+    simply done again. The output topics' tails are read at launch and after a failed cycle only (what a cycle
+    that died may have sent): after a successful one the saved ledger says all (a cycle's cost stays flat). A new ledger is saved before the first cycle, so that its generation (the job's
     identity in its outputs) survives a cycle killed while publishing; likewise the fresh ledger of
     a job that starts over on a replaced log. ``stop`` (set by a signal handler, say) ends the run after
     the cycle in flight, its ledger saved: a graceful shutdown.
@@ -375,22 +378,23 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
         if not Ledger.path(group).exists():
             ledger.save(group)
         backoff = backoff or Backoff()
-        cycles, last_success, replaced = 0, time.monotonic(), False
+        cycles, last_success, replaced, check_tails = 0, time.monotonic(), False, True
         while True:
             try:
                 wait_until_answering(settings, timeout_s=3.0)
                 next_ledger, report = run_cycle(settings, config, ledger, final=not follow, group=group,
-                                                runner=runner, beam_args=beam_args)
+                                                runner=runner, beam_args=beam_args, check_tails=check_tails)
             except LogReplaced as error:
                 log.warning("the log under ledger %r was replaced (%s): starting over from its beginning; slots "
                             "published before stay published, the new log's are published under a new generation",
                             group, error)
-                ledger, replaced = Ledger(), True
+                ledger, replaced, check_tails = Ledger(), True, True
                 ledger.save(group)
                 continue
             except Exception as error:  # noqa: BLE001 - classified below; anything else propagates
                 if not retriable(error) or time.monotonic() - last_success > retry_deadline_s:
                     raise
+                check_tails = True  # the failed cycle may have published part of its records
                 delay = backoff.next()
                 log.error("cycle failed (%s: %s); retry %d in %.1f s", type(error).__name__, _first_line(error),
                           backoff.failures, delay)
@@ -399,7 +403,7 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
                 continue
             report = CycleReport(**{**asdict(report), "retries": backoff.failures, "log_replaced": replaced})
             backoff.reset()
-            replaced = False
+            replaced = check_tails = False
             previous, ledger = ledger.snapshots, next_ledger
             ledger.save(group)
             for old in set(previous) - set(ledger.snapshots) - {None}:
