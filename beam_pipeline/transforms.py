@@ -362,15 +362,20 @@ class ShardState(beam.DoFn):
     bound of the watermark (its EMIT timers' firings) and refuses a slot's first part that arrives
     past it plus the allowed lateness (a slot CloseSlot had forgotten): a late event never triggers
     scoring. A slot's evidence becomes final once the allowed lateness has passed it by a slot.
-    Memory: the shard's devices x S slot embeddings at most, and their evidence. Parts and statuses
-    live in separate cells so that neither kind of input rewrites the other, and a status batch is
-    appended to a bag (O(batch), never a rewrite of the shard's statuses), compacted at the next emit.
+    Memory: the shard's devices x S slot embeddings at most, and their evidence.
+
+    No input rewrites the history: a part is appended to a bag and the small book records it, a status batch is
+    appended to another bag; both are folded into the history (read and written once) when the shard next emits.
+    In a bounded re-run the timer waits for the latest pending slot's end, so the run's end of input emits every
+    slot in one firing (one read and one write of the history per shard, not one per slot).
     """
 
-    HISTORY = ReadModifyWriteStateSpec("history", BytesCoder())  # (DeviceHistory without statuses, ShardBook)
+    HISTORY = ReadModifyWriteStateSpec("history", BytesCoder())  # DeviceHistory without statuses, pickled
+    BOOK = ReadModifyWriteStateSpec("book", BytesCoder())  # ShardBook, pickled (small)
+    NEW_PARTS = BagStateSpec("new_parts", BytesCoder())  # (version, part, pointers) since the last emission
     STATUS = ReadModifyWriteStateSpec("status", BytesCoder())  # (StatusLog, (keys, ids) it names), compacted
     NEW_STATUS = BagStateSpec("new_status", BytesCoder())  # status batches since: appended, never rewritten
-    EMIT = TimerSpec("emit", TimeDomain.WATERMARK)  # at the earliest pending slot's end
+    EMIT = TimerSpec("emit", TimeDomain.WATERMARK)  # at the earliest pending slot's end (bounded: the latest's)
 
     def __init__(self, config: JobConfig) -> None:
         """``config.replay_through``, in a bounded re-run: the last slot an earlier run published (its slots give
@@ -378,6 +383,7 @@ class ShardState(beam.DoFn):
         says nothing of what comes later). None in a streaming job: a slot is final once the allowed lateness
         passed it, and a slot whose lateness the watermark passed is refused."""
         self.config = config
+        self.bounded = config.replay_through is not None
         self.busy = _counter("sequence_ms")
         self.refused = _counter("slots_refused_late")
         self.reset = _counter("state_reset_model_changed")
@@ -388,53 +394,62 @@ class ShardState(beam.DoFn):
         self.stages, self.version = self.config.stages()
         self.clock = self.stages.config.clock
 
-    def _empty(self) -> tuple[DeviceHistory, ShardBook]:
-        return DeviceHistory(self.stages.config.evidence, self.clock, model_version=self.version), ShardBook()
-
-    def _load(self, history: Any) -> tuple[DeviceHistory, ShardBook]:
+    def _history(self, history: Any) -> DeviceHistory:
         """The shard's history, made this model's (state restored under another model drops its embeddings)."""
-        kept, book = load(history, None) or self._empty()
+        kept = load(history, None) or DeviceHistory(self.stages.config.evidence, self.clock, model_version=self.version)
         if kept.adopt(self.version, self.stages.config.evidence):
             self.reset.inc()
-        return kept, book
+        return kept
+
+    def _due(self, book: ShardBook) -> Timestamp:
+        """When the EMIT timer fires: at the earliest pending slot's end (streaming), or at the latest's (a bounded
+        re-run: all of them at the end of its input)."""
+        return millis(self.clock.end_ms((max if self.bounded else min)(book.pending)))
 
     def process(self, element: tuple[int, tuple], history=beam.DoFn.StateParam(HISTORY),
+                book_state=beam.DoFn.StateParam(BOOK), new_parts=beam.DoFn.StateParam(NEW_PARTS),
                 new_status=beam.DoFn.StateParam(NEW_STATUS), emit=beam.DoFn.TimerParam(EMIT)) -> Iterator[Any]:
         shard, payload = element
         if payload[0] == "evidence":  # final evidence an earlier run kept (the local runner's cycles)
-            kept, book = self._load(history)
+            kept = self._history(history)
             kept.seed(payload[1])
-            store(history, (kept, book))
+            store(history, kept)
             return
         if payload[0] == "status":  # O(batch): the shard's statuses are compacted when it next emits
             new_status.add(pickle.dumps(payload[1:], protocol=pickle.HIGHEST_PROTOCOL))
             return
-        kept, book = self._load(history)
+        book = load(book_state, ShardBook())
         _, part, version, pointers = payload
         slot, lateness = part.slot, self.config.lateness_slots
         end = int(self.clock.end_ms(slot))
         # past the watermark's known bound by more than the lateness: a slot CloseSlot forgot (an update within
         # the lateness cannot be: CloseSlot's pending expiry holds this shard's watermark below end + lateness)
-        if self.config.replay_through is None and end + lateness * self.clock.slot_ms < book.watermark_ms:
+        if not self.bounded and end + lateness * self.clock.slot_ms < book.watermark_ms:
             self.refused.inc()
             yield (slot, 0), (shard, version, None, pointers)  # GatherSlot dead-letters it; nothing is scored
             return
         if version <= book.versions.get(slot, -1):
             return  # an older version than the one held
-        kept.add_part(part)
+        new_parts.add(pickle.dumps((version, part, pointers), protocol=pickle.HIGHEST_PROTOCOL))
         book.versions[slot] = version
-        if pointers is not None:
-            book.pointers[slot] = pointers
         for t in [slot, *(t for t in book.emitted if slot < t <= slot + lateness)]:
             book.pending[t] = book.frame_version(t, lateness)
-        store(history, (kept, book))
-        emit.set(millis(self.clock.end_ms(min(book.pending))))
+        store(book_state, book)
+        emit.set(self._due(book))
 
     @on_timer(EMIT)
     def on_emit(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam, history=beam.DoFn.StateParam(HISTORY),
+                book_state=beam.DoFn.StateParam(BOOK), new_parts=beam.DoFn.StateParam(NEW_PARTS),
                 status=beam.DoFn.StateParam(STATUS), new_status=beam.DoFn.StateParam(NEW_STATUS),
                 emit=beam.DoFn.TimerParam(EMIT)) -> Iterator[Any]:
-        kept, book = self._load(history)
+        kept, book = self._history(history), load(book_state, ShardBook())
+        for version, part, pointers in sorted((pickle.loads(b) for b in new_parts.read()),
+                                             key=lambda entry: (entry[1].slot, entry[0])):
+            if version == book.versions.get(part.slot):  # the newest version of each slot
+                kept.add_part(part)
+                if pointers is not None:
+                    book.pointers[part.slot] = pointers
+        new_parts.clear()
         log, names = load(status, (StatusLog(), (np.zeros(0, np.int64), np.zeros(0, object))))
         batches = [pickle.loads(b) for b in new_status.read()]
         for keys, _, times, values in batches:
@@ -448,30 +463,35 @@ class ShardState(beam.DoFn):
         started = time.perf_counter()
         for slot in ready:
             version = book.pending.pop(slot)
-            if self.config.replay_through is None or slot > self.config.replay_through:
+            if not self.bounded or slot > self.config.replay_through:
                 book.emitted[slot] = version
                 frame = kept.frame(self.stages, slot, self.config.ranking)
                 for piece, part in enumerate(frame.pieces(self.config.pieces, self.config.ranking.range_m)):
                     yield (slot, piece), (key, version, part, book.pointers.get(slot) if piece == 0 else None)
+            self._retire(kept, book, slot)
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         if ready:
-            final = ready[-1] - self.config.lateness_slots - 1  # no update can reach these slots any more
-            if self.config.replay_through is not None:
-                final = min(final, self.config.replay_through)
-            window = window_read(self.stages)  # 1 where the model reads no encoder: no window to keep
-            keep = slots_read_back(window, self.config.ranking) + self.config.lateness_slots
-            kept.fold(final)
-            first_kept = min(ready[-1] - keep + 1, final + 1)
-            kept.prune(first_kept, status_horizon(self.clock, ready[-1] - self.config.lateness_slots, window))
-            book.forget_before(min(first_kept, final - self.config.lateness_slots))
             yield beam.pvalue.TaggedOutput(EVIDENCE, (key, EvidenceSnapshot(kept.folded_through, kept.evidence)))
         named, first = np.unique(names[0], return_index=True)
         held = np.isin(named, kept.status.keys)  # the statuses' names, once each, for the devices they still hold
         status_bytes = store(status, (kept.status, (named[held], names[1][first[held]])))
         kept.status = StatusLog()
-        self.state_size.update(status_bytes + store(history, (kept, book)))
+        self.state_size.update(status_bytes + store(history, kept) + store(book_state, book))
         if book.pending:
-            emit.set(millis(self.clock.end_ms(min(book.pending))))
+            emit.set(self._due(book))
+
+    def _retire(self, kept: DeviceHistory, book: ShardBook, slot: int) -> None:
+        """Once ``slot``'s frame is out: fold what no update can reach any more, forget what no later frame reads."""
+        lateness = self.config.lateness_slots
+        final = slot - lateness - 1  # no update can reach these slots any more
+        if self.bounded:
+            final = min(final, self.config.replay_through)
+        window = window_read(self.stages)  # 1 where the model reads no encoder: no window to keep
+        keep = slots_read_back(window, self.config.ranking) + lateness
+        kept.fold(final)
+        first_kept = min(slot - keep + 1, final + 1)
+        kept.prune(first_kept, status_horizon(self.clock, slot - lateness, window))
+        book.forget_before(min(first_kept, final - lateness))
 
 
 @beam.typehints.with_input_types(Tuple[Tuple[int, int], Any])
