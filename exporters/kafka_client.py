@@ -176,8 +176,19 @@ def check_topics(settings: KafkaSettings, topics: Topics) -> None:
                          "`trustbeam broker start` locally, or name existing topics)")
 
 
+def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
+    """librdkafka's settings for trustbeam's producers (:class:`exporters.kafka.KafkaSink`): idempotent, acks=all,
+    bounded retries and delivery time, and keyed records partitioned by murmur2 as Java's clients and kafka-python
+    partition them (librdkafka's own default hashes differently), so one owner's records land where consumers and
+    the job's tail reads expect them."""
+    return {**settings.librdkafka_config(), "enable.idempotence": True, "acks": "all", "linger.ms": 20,
+            "batch.size": 262_144, "max.in.flight.requests.per.connection": 5, "request.timeout.ms": 15_000,
+            "message.timeout.ms": 60_000, "partitioner": "murmur2_random", **overrides}
+
+
 def make_producer(settings: KafkaSettings, **overrides: Any) -> KafkaProducer:
-    """An idempotent producer with acks=all and bounded retries."""
+    """A kafka-python producer, idempotent with acks=all and bounded retries, for sending single records by hand
+    (tools and tests); trustbeam's own output goes through :class:`exporters.kafka.KafkaSink` (librdkafka)."""
     config: dict[str, Any] = dict(
         acks="all",
         enable_idempotence=True,

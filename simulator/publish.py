@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 import pyarrow as pa
-from kafka import KafkaProducer
 
 from exporters.kafka import KafkaSink, message
 from schemas import CollaborationEvent, DeviceStatus, Record
@@ -29,12 +28,13 @@ class KafkaPublisher:
     """A simulator sink that produces the wire records to their topics (through exporters.kafka.KafkaSink)."""
 
     def __init__(self, settings: KafkaSettings, topics: Topics = Topics(), rate: float | None = None,
-                 producer: KafkaProducer | None = None) -> None:
+                 **producer: Any) -> None:
+        """``producer``: librdkafka settings over the sink's (:class:`exporters.kafka.KafkaSink`)."""
         if rate is not None and rate <= 0:
             raise ValueError(f"rate: must be > 0 events/s or None (got {rate!r})")
         self.topics = {"events": topics.events, "status": topics.status}
         self.rate = rate
-        self.sink = KafkaSink(settings, producer)
+        self.sink = KafkaSink(settings, **producer)
         self.sent = {"events": 0, "status": 0}
         self._started = time.monotonic()
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
 
 import pytest
 from kafka import KafkaConsumer
-from kafka.errors import KafkaError
 
 from deploy.local.broker import LocalBroker
 from exporters.kafka import DeliveryError, KafkaSink, message
@@ -19,7 +17,7 @@ from simulator.engine import Simulator
 from simulator.publish import KafkaPublisher
 from deploy.local.broker import free_port
 from trustbeam.cli import main
-from exporters.kafka_client import LOCAL_BOOTSTRAP, KafkaSettings, Topics, ensure_topics, make_producer, read_to_end
+from exporters.kafka_client import LOCAL_BOOTSTRAP, KafkaSettings, Topics, ensure_topics, read_to_end
 
 pytestmark = pytest.mark.kafka
 
@@ -127,9 +125,7 @@ def test_delivery_failures_are_raised_not_swallowed(tmp_path) -> None:
     broker = LocalBroker(port=free_port(), state_dir=tmp_path)
     broker.start()
     ensure_topics(broker.settings, Topics().partitions())
-    producer = make_producer(broker.settings, delivery_timeout_ms=3000, request_timeout_ms=1000,
-                             retries=1, max_block_ms=2000)
-    publisher = KafkaPublisher(broker.settings, producer=producer)
+    publisher = KafkaPublisher(broker.settings, **{"message.timeout.ms": 3000, "request.timeout.ms": 1000})
     os.kill(broker.pid(), signal.SIGKILL)
     with pytest.raises(RuntimeError, match="not delivered|undelivered|cannot publish"):
         Simulator(SimConfig(devices=10, tasks=20, slots=1)).run([publisher])
@@ -155,17 +151,17 @@ def test_sink_delivery_failures_are_counted_and_raised(tmp_path) -> None:
     broker.start()
     ensure_topics(broker.settings, {"doomed": 1})
     failures: list[int] = []
-    producer = make_producer(broker.settings, delivery_timeout_ms=3000, request_timeout_ms=1000, retries=1,
-                             max_block_ms=2000)
-    sink = KafkaSink(broker.settings, producer, on_failure=failures.append)
+    sink = KafkaSink(broker.settings, on_failure=failures.append, **{"message.timeout.ms": 3000,
+                                                                      "request.timeout.ms": 1000})
     os.kill(broker.pid(), signal.SIGKILL)
     with pytest.raises(DeliveryError, match="not delivered|undelivered|cannot produce"):
         for n in range(5):
             sink.send(("doomed", b"k", b"v%d" % n, []))
         sink.flush()
     assert sink.failed == 5 and sum(failures) == 5 and sink.delivered == 0
-    with contextlib.suppress(KafkaError):  # the broker is gone: close now rather than in a flush at exit
-        producer.close(timeout=0)
+    with pytest.raises(DeliveryError):  # nothing was delivered since: a send now fails at the flush of close
+        sink.send(("doomed", b"k", b"late", []))
+        sink.close()
     broker.stop()
 
 
