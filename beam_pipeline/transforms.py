@@ -338,6 +338,8 @@ class ShardBook:
     pending: dict[int, int] = field(default_factory=dict)  # slot -> the frame version to send
     pointers: dict[int, tuple] = field(default_factory=dict)  # slot -> its events' sources (designated shard)
     watermark_ms: int = -(2**62)  # the latest EMIT firing: the input watermark was at least this
+    # a bounded re-run's evidence as of its replay_through (what it hands on), kept before its frames fold further
+    handed_on: EvidenceSnapshot | None = None
 
     def frame_version(self, slot: int, lateness: int) -> int:
         """A frame's version: the sum of the part versions of the slots an update could still change, the same
@@ -367,7 +369,10 @@ class ShardState(beam.DoFn):
     No input rewrites the history: a part is appended to a bag and the small book records it, a status batch is
     appended to another bag; both are folded into the history (read and written once) when the shard next emits.
     In a bounded re-run the timer waits for the latest pending slot's end, so the run's end of input emits every
-    slot in one firing (one read and one write of the history per shard, not one per slot).
+    slot in one firing (one read and one write of the history per shard, not one per slot), and its frames fold
+    evidence as a streaming job's do (each slot's frame then sums a few pending parts, not every slot since the
+    run's start), while the evidence it hands on stays folded through ``replay_through`` only (a copy taken as
+    the folding passes it).
     """
 
     HISTORY = ReadModifyWriteStateSpec("history", BytesCoder())  # DeviceHistory without statuses, pickled
@@ -471,7 +476,8 @@ class ShardState(beam.DoFn):
             self._retire(kept, book, slot)
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         if ready:
-            yield beam.pvalue.TaggedOutput(EVIDENCE, (key, EvidenceSnapshot(kept.folded_through, kept.evidence)))
+            handed_on = book.handed_on or EvidenceSnapshot(kept.folded_through, kept.evidence)
+            yield beam.pvalue.TaggedOutput(EVIDENCE, (key, handed_on))
         named, first = np.unique(names[0], return_index=True)
         held = np.isin(named, kept.status.keys)  # the statuses' names, once each, for the devices they still hold
         status_bytes = store(status, (kept.status, (named[held], names[1][first[held]])))
@@ -484,8 +490,9 @@ class ShardState(beam.DoFn):
         """Once ``slot``'s frame is out: fold what no update can reach any more, forget what no later frame reads."""
         lateness = self.config.lateness_slots
         final = slot - lateness - 1  # no update can reach these slots any more
-        if self.bounded:
-            final = min(final, self.config.replay_through)
+        if self.bounded and book.handed_on is None and final > self.config.replay_through:
+            kept.fold(self.config.replay_through)  # what the run hands on: final as of its replay_through
+            book.handed_on = EvidenceSnapshot(kept.folded_through, {r: e.copy() for r, e in kept.evidence.items()})
         window = window_read(self.stages)  # 1 where the model reads no encoder: no window to keep
         keep = slots_read_back(window, self.config.ranking) + lateness
         kept.fold(final)

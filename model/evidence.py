@@ -108,6 +108,10 @@ class EvidenceState:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def copy(self) -> "EvidenceState":
+        """A copy that later updates of this state leave alone (:meth:`update` writes its arrays in place)."""
+        return EvidenceState(self.lams, self.keys.copy(), self.slots.copy(), self.values.copy(), self.tags.copy())
+
     def update(self, keys: np.ndarray, slot: int, increments: np.ndarray, tags: np.ndarray | None = None
                ) -> np.ndarray:
         """Add (k, C) increments at ``slot`` (keys unique, slot >= their last update); returns the rows updated."""
