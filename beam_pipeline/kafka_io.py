@@ -103,17 +103,27 @@ def fingerprint(record: Any) -> list:
     return [int(record.offset), int(record.timestamp), hashlib.sha256(record.value or b"").hexdigest()[:16]]
 
 
-def record_at(client: KafkaConsumer, tp: TopicPartition, offset: int, polls: int = 20) -> Any | None:
-    """The record at ``offset`` of a partition, or None where there is none (deleted, compacted, never written)."""
-    client.assign([tp])
-    client.seek(tp, offset)
+def records_at(client: KafkaConsumer, wanted: dict[TopicPartition, int], polls: int = 20) -> dict[TopicPartition, Any]:
+    """The record at each partition's offset in ``wanted``, or None where there is none (deleted, compacted, never
+    written): every partition assigned and fetched together (one round trip for all, not one each)."""
+    found: dict[TopicPartition, Any] = {}
+    if not wanted:
+        return found
+    client.assign(list(wanted))
+    for tp, offset in wanted.items():
+        client.seek(tp, offset)
     for _ in range(polls):
-        records = client.poll(timeout_ms=POLL_MS, max_records=1).get(tp, [])
-        if records:
-            return records[0] if records[0].offset == offset else None
-        if client.position(tp) > offset:
-            return None
-    return None
+        for tp, records in client.poll(timeout_ms=POLL_MS).items():
+            if tp in wanted and tp not in found and records:
+                found[tp] = records[0] if records[0].offset == wanted[tp] else None
+                client.pause(tp)
+        for tp, offset in wanted.items():
+            if tp not in found and client.position(tp) > offset:
+                found[tp] = None
+        if len(found) == len(wanted):
+            break
+    client.resume(*wanted)
+    return {tp: found.get(tp) for tp in wanted}
 
 
 def topic_ids(client: KafkaConsumer) -> dict[str, str]:
@@ -150,8 +160,8 @@ def plan(settings: KafkaSettings, topics: list[str], start: dict[tuple[str, int]
         ids = {t: i for t, i in topic_ids(client).items() if t in topics}
         begin, end = client.beginning_offsets(partitions), end_offsets(client, partitions)
         _verify(client, identity or {}, ids, begin, end)
-        tails = {f"{tp.topic}/{tp.partition}": fingerprint(record) for tp in partitions
-                 if end[tp] and (record := record_at(client, tp, end[tp] - 1)) is not None}
+        last = records_at(client, {tp: end[tp] - 1 for tp in partitions if end[tp]})
+        tails = {f"{tp.topic}/{tp.partition}": fingerprint(record) for tp, record in last.items() if record is not None}
     finally:
         client.close()
     ranges, lost = [], {}
@@ -171,6 +181,7 @@ def _verify(client: KafkaConsumer, identity: dict[str, Any], ids: dict[str, str]
     for topic, known in identity.get("topic_ids", {}).items():
         if topic in ids and ids[topic] != known:
             raise LogReplaced(f"topic {topic!r} was deleted and created again (id {known} is now {ids[topic]})")
+    checked = {}
     for name, (offset, timestamp, digest) in identity.get("tails", {}).items():
         topic, partition = name.rsplit("/", 1)
         tp = TopicPartition(topic, int(partition))
@@ -183,8 +194,11 @@ def _verify(client: KafkaConsumer, identity: dict[str, Any], ids: dict[str, str]
             log.warning("%s: retention deleted the last record read (offset %d); the log's identity is not "
                         "checked past it", name, offset)
             continue
-        record = record_at(client, tp, offset)
-        if record is None or fingerprint(record) != [offset, timestamp, digest]:
+        checked[tp] = (name, [offset, timestamp, digest])
+    found = records_at(client, {tp: known[1][0] for tp, known in checked.items()})
+    for tp, (name, known) in checked.items():
+        record, offset = found[tp], known[0]
+        if record is None or fingerprint(record) != known:
             raise LogReplaced(f"{name}: the record at offset {offset} is not the one read before (a new broker or "
                               "a recreated topic)")
 
@@ -296,7 +310,7 @@ class ProduceRecords(beam.DoFn):
         self.failures = Metrics.counter("trustbeam", f"{counter}_failed")
 
     def setup(self) -> None:
-        self.sink = KafkaSink(self.settings, on_failure=self.failures.inc)
+        self.sink = KafkaSink(self.settings, on_failure=self.failures.inc, shared=True)  # one per process, all cycles
 
     def process(self, element: Message) -> None:
         self.sink.send(element)

@@ -149,6 +149,12 @@ class FakeLog:
     def position(self, tp) -> int:
         return self.at
 
+    def pause(self, *partitions) -> None:
+        pass
+
+    def resume(self, *partitions) -> None:
+        pass
+
     def highwater(self, tp) -> int:
         return self.end
 
