@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+import threading
 import time
 from confluent_kafka import KafkaException, Producer
 
@@ -40,17 +41,42 @@ def message(topic: str, record: Record, key_field: str = "owner") -> Message:
     return topic, str(getattr(record, key_field)).encode(), to_json(record), headers
 
 
+_SHARED: dict[tuple, Producer] = {}  # the process's long-lived producers, by their settings
+_SHARED_LOCK = threading.Lock()
+
+
+def _producer(config: dict[str, Any], shared: bool) -> Producer:
+    """A librdkafka producer of ``config`` (its log lines through Python logging); ``shared``: the process's one for
+    these settings, made once (an idempotent producer's start, a round trip for its id, cost 0.5 s here)."""
+    if not shared:
+        return Producer({**config, "logger": log})
+    with _SHARED_LOCK:
+        key = _key(config)
+        if key not in _SHARED:
+            _SHARED[key] = Producer({**config, "logger": log})
+        return _SHARED[key]
+
+
+def _key(config: dict[str, Any]) -> tuple:
+    return tuple(sorted((name, str(value)) for name, value in config.items()))
+
+
 class KafkaSink:
     """Sends messages and accounts for every one: ``sent`` to the producer, then ``delivered`` (acknowledged)
     or ``failed`` (rejected, or still unconfirmed when a flush gave up). ``overrides``: librdkafka settings over
-    :func:`exporters.kafka_client.producer_config`'s (``message.timeout.ms``: how long a message may take)."""
+    :func:`exporters.kafka_client.producer_config`'s (``message.timeout.ms``: how long a message may take).
+
+    ``shared``: the sink sends through the process's long-lived producer for these settings, so a job's local cycles
+    (each a new pipeline) do not start a producer each; the sink still accounts for its own messages only, and a
+    failure retires that producer so the next sink starts afresh."""
 
     POLL_EVERY = 1000  # sends between servings of the delivery reports
 
-    def __init__(self, settings: KafkaSettings, on_failure: Callable[[int], None] | None = None,
+    def __init__(self, settings: KafkaSettings, on_failure: Callable[[int], None] | None = None, shared: bool = False,
                  **overrides: Any) -> None:
         self.config = producer_config(settings, **overrides)
-        self.producer = Producer({**self.config, "logger": log})  # librdkafka's log lines through Python logging
+        self.shared = shared
+        self.producer = _producer(self.config, shared)
         self.on_failure = on_failure
         self.sent = 0
         self.delivered = 0
@@ -87,6 +113,10 @@ class KafkaSink:
     def _failed(self, error: Exception, count: int = 1) -> None:
         self.failed += count
         self._unreported += count
+        if self.shared:  # a producer that failed is not handed to the next sink
+            with _SHARED_LOCK:
+                if _SHARED.get(_key(self.config)) is self.producer:
+                    del _SHARED[_key(self.config)]
         if self.on_failure is not None:
             self.on_failure(count)
         if self._first_error is None:
@@ -98,9 +128,9 @@ class KafkaSink:
         timeout_s = self.config["message.timeout.ms"] / 1000 + 5
         pending = self.producer.flush(timeout_s)
         if pending:  # unconfirmed: counted as failed, and dropped so that no late report counts them again
+            self._failed(TimeoutError(f"undelivered after {timeout_s:.0f} s"), pending)
             self.producer.purge()
             self.producer.flush(0)
-            self._failed(TimeoutError(f"undelivered after {timeout_s:.0f} s"), pending)
             self._unreported = 0
             raise DeliveryError(f"{pending} messages still undelivered after {timeout_s:.0f} s; broker unreachable?")
         if self._unreported:
@@ -108,12 +138,14 @@ class KafkaSink:
             raise DeliveryError(f"{count} messages were not delivered; first error: {self._first_error}")
 
     def close(self) -> None:
-        """Flush (raising as flush does); what is still queued after a failed flush is dropped."""
+        """Flush (raising as flush does); what is still queued after a failed flush is dropped (a shared producer
+        that failed is no longer shared: only this sink's messages were in it since)."""
         try:
             self.flush()
         finally:
-            self.producer.purge()
-            self.producer.flush(0)
+            if not self.shared or self.failed:
+                self.producer.purge()
+                self.producer.flush(0)
 
     def counts(self) -> dict[str, Any]:
         return {"sent": self.sent, "delivered": self.delivered, "failed": self.failed}
