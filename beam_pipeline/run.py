@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 LEDGER_FORMAT = 2
 TAIL_SCAN = 2000  # records read back from an output partition's end to find this job's last one
 TAIL_READ_S = 60.0  # longest a tail read may take before the cycle fails (retriably)
+IDLE_CYCLE_S = 30.0  # a follower with no new records still runs a cycle this often
 
 
 class LedgerError(ValueError):
@@ -282,6 +283,19 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     return next_ledger, report
 
 
+def moved(settings: KafkaSettings, config: JobConfig, ledger: Ledger) -> bool:
+    """Whether an input partition's end differs from where the ledger will read from (records arrived, or the log
+    under it was replaced: the next cycle tells which)."""
+    client = consumer(settings)
+    try:
+        tps = [TopicPartition(topic, p) for topic in (config.topics.events, config.topics.status)
+               for p in sorted(client.partitions_for_topic(topic) or ())]
+        ends = end_offsets(client, tps)
+    finally:
+        client.close()
+    return any(ends[tp] != ledger.read_to.get(f"{tp.topic}/{tp.partition}", 0) for tp in tps)
+
+
 def unread(settings: KafkaSettings, topic: str, ledger: Ledger) -> int:
     """Records of ``topic`` that the next cycle of ``ledger`` reads as new: past its offsets, or the whole
     topic where the log under it was replaced (the job starts over on the new one)."""
@@ -370,7 +384,10 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
     that died may have sent): after a successful one the saved ledger says all (a cycle's cost stays flat). A new ledger is saved before the first cycle, so that its generation (the job's
     identity in its outputs) survives a cycle killed while publishing; likewise the fresh ledger of
     a job that starts over on a replaced log. ``stop`` (set by a signal handler, say) ends the run after
-    the cycle in flight, its ledger saved: a graceful shutdown.
+    the cycle in flight, its ledger saved: a graceful shutdown. A follower starts its next cycle at once when the
+    last one ended with records waiting on its input topics (its ``lag``); otherwise it looks every ``poll_s`` and
+    runs one when records arrived, or ``IDLE_CYCLE_S`` after the last (a cycle without new records can publish
+    only what the wall clock makes trusted: events stamped ahead of it that it has come to pass).
     """
     stop = stop or threading.Event()
     with LedgerLock(group):
@@ -410,8 +427,14 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
                 Path(old).unlink(missing_ok=True)
             cycles, last_success = cycles + 1, time.monotonic()
             yield report
-            if not follow or (max_cycles is not None and cycles >= max_cycles) or stop.wait(poll_s):
+            if not follow or (max_cycles is not None and cycles >= max_cycles) or stop.is_set():
                 return
+            idle_since = time.monotonic()
+            while not any(report.lag.values()):  # records waiting: the next cycle at once; else wait for some
+                if stop.wait(poll_s):
+                    return
+                if time.monotonic() - idle_since >= IDLE_CYCLE_S or moved(settings, config, ledger):
+                    break
 
 
 @dataclass

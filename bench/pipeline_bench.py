@@ -178,7 +178,7 @@ def ingest(config, settings, kind: str, work: Path, max_batch: int | None) -> di
     return {m.key.metric.name: m.committed for m in result.metrics().query()["counters"]}
 
 
-def follow_latency(work: Path, bootstrap: str, tag: str, slots: int = 8, pace_s: float = 3.0) -> dict:
+def follow_latency(work: Path, bootstrap: str, tag: str, slots: int = 22, pace_s: float = 3.0) -> dict:
     """Publish slot after slot while --follow cycles run; latency from a slot's closing event to its rankings."""
     import numpy as np
     import pyarrow.compute as pc

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pytest
 
 from beam_pipeline.kafka_io import PartitionStalled
-from beam_pipeline.run import LedgerError, LedgerLock, retriable, run
+from beam_pipeline.run import Ledger, LedgerError, LedgerLock, moved, retriable, run
 from exporters.kafka import DeliveryError
 from model.config import SlotClock
 from schemas import TrustScore, to_json
@@ -180,6 +180,19 @@ def test_a_cycle_reports_its_lag_and_state(broker, checkpoint) -> None:
     assert report.counters["status_read"] > 0 and f"{report.counters['status_read']:,} statuses" in report.line(1)
     assert report.state_bytes > 1024 and "KiB" in report.line(1)  # the snapshots the next cycle starts from
     assert report.counters["shard_state_max_bytes"] > 1024  # the Beam metric of the largest shard's state
+
+
+def test_an_idle_follower_runs_a_cycle_only_when_records_arrive(broker, checkpoint) -> None:
+    topics = fresh_topics(broker)
+    config = job(checkpoint, topics=topics)
+    assert not moved(broker.settings, config, Ledger())  # empty topics, a fresh ledger: nothing to read
+    events, status = run_tables()
+    publish(broker, topics, events.slice(0, 10), status)
+    assert moved(broker.settings, config, Ledger())
+    (report,) = run(broker.settings, config, "idle", follow=True, poll_s=0, max_cycles=1)
+    assert report.counters["events_read"] == 10 and not moved(broker.settings, config, Ledger.load("idle"))
+    publish(broker, topics, events.slice(10, 1), status.slice(0, 0))
+    assert moved(broker.settings, config, Ledger.load("idle"))
 
 
 def test_sigint_stops_a_follower_after_its_cycle_with_the_ledger_saved(broker, checkpoint, tmp_path) -> None:
