@@ -77,9 +77,10 @@ class RawBatch:
     new_from: int
 
 
-def consumer(settings: KafkaSettings) -> KafkaConsumer:
-    return KafkaConsumer(**settings.client_args(), enable_auto_commit=False, group_id=None,
-                         isolation_level="read_committed", max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20)
+def consumer(settings: KafkaSettings, **overrides: Any) -> KafkaConsumer:
+    return KafkaConsumer(**{**settings.client_args(), "enable_auto_commit": False, "group_id": None,
+                            "isolation_level": "read_committed", "max_partition_fetch_bytes": 8 << 20,
+                            "fetch_max_bytes": 64 << 20, **overrides})
 
 
 def trusted_progress(stamps: np.ndarray, now_ms: float, max_skew_ms: float) -> int | None:
@@ -116,13 +117,12 @@ def records_at(client: KafkaConsumer, wanted: dict[TopicPartition, int], polls: 
         for tp, records in client.poll(timeout_ms=POLL_MS).items():
             if tp in wanted and tp not in found and records:
                 found[tp] = records[0] if records[0].offset == wanted[tp] else None
-                client.pause(tp)
+                client.seek_to_end(tp)  # the rest of it unread (pausing it instead left its fetched data blocking the others')
         for tp, offset in wanted.items():
             if tp not in found and client.position(tp) > offset:
                 found[tp] = None
         if len(found) == len(wanted):
             break
-    client.resume(*wanted)
     return {tp: found.get(tp) for tp in wanted}
 
 
@@ -149,7 +149,7 @@ def plan(settings: KafkaSettings, topics: list[str], start: dict[tuple[str, int]
     partition whose last read record is gone or different, raises :class:`LogReplaced`, never a
     silent skip. Records that retention deleted before they were read are logged and counted.
     """
-    client = consumer(settings)
+    client = consumer(settings, fetch_max_wait_ms=20)  # records at known offsets: no waiting for more
     try:
         partitions = []
         for topic in topics:

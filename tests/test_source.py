@@ -149,11 +149,8 @@ class FakeLog:
     def position(self, tp) -> int:
         return self.at
 
-    def pause(self, *partitions) -> None:
-        pass
-
-    def resume(self, *partitions) -> None:
-        pass
+    def seek_to_end(self, *partitions) -> None:
+        self.at = self.end
 
     def highwater(self, tp) -> int:
         return self.end
@@ -172,7 +169,7 @@ class FakeLog:
 def planned(monkeypatch, log: FakeLog, start: dict, identity: dict | None = None):
     import beam_pipeline.kafka_io as kafka_io
 
-    monkeypatch.setattr(kafka_io, "consumer", lambda settings: log)
+    monkeypatch.setattr(kafka_io, "consumer", lambda settings, **overrides: log)
     return kafka_io.plan(KafkaSettings("unused:1"), ["events"], start, identity)
 
 
