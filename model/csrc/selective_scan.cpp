@@ -192,6 +192,22 @@ inline T softplus(T v) { return v > T(20) ? v : std::log1p(std::exp(v)); }  // t
 template <typename T>
 inline T silu(T v) { return v / (T(1) + std::exp(-v)); }
 
+// out (length, width) += a (length, first `inner` columns of rows `a_stride` apart) @ w (inner, width): one input
+// column at a time over every step, so consecutive updates touch different rows (no chain through memory).
+template <typename T>
+inline void accumulate_product(const T* a, int64_t a_stride, int64_t inner, const T* w, int64_t width, int64_t length,
+                               T* out) {
+  for (int64_t k = 0; k < inner; ++k) {
+    const T* w_k = w + k * width;
+    for (int64_t t = 0; t < length; ++t) {
+      const T v = a[t * a_stride + k];
+      T* row = out + t * width;
+#pragma omp simd
+      for (int64_t j = 0; j < width; ++j) row[j] += v * w_k[j];
+    }
+  }
+}
+
 // One scan step on channels [c0, c0 + V): V a compile-time width, so the accumulator is a fixed-size local array
 // the compiler keeps in vector registers while the loop over states runs outside the vector lanes (a
 // runtime-length loop inside an `omp simd` loop vectorizes badly).
@@ -243,26 +259,10 @@ void inner_sequence(const T* xz, int64_t xz_stride, T* y, int64_t y_stride, int6
 #pragma omp simd
   for (int64_t t = 0; t < length * dim; ++t) xc[t] = silu(xc[t]);
   std::fill(dbc, dbc + length * J, T(0));
-  for (int64_t c = 0; c < dim; ++c) {  // dt, B, C = x @ x_proj^T, a channel at a time over every step
-    const T* w = x_proj_t + c * J;
-    for (int64_t t = 0; t < length; ++t) {
-      const T v = xc[t * dim + c];
-      T* out = dbc + t * J;
-#pragma omp simd
-      for (int64_t j = 0; j < J; ++j) out[j] += v * w[j];
-    }
-  }
+  accumulate_product(xc, dim, dim, x_proj_t, J, length, dbc);  // dt, B, C = x @ x_proj^T
   // delta = softplus(dt @ dt_proj^T + dt_bias), rank by rank over every step
   for (int64_t t = 0; t < length; ++t) std::copy(dt_bias, dt_bias + dim, delta + t * dim);
-  for (int64_t r = 0; r < R; ++r) {
-    const T* w = dt_proj_t + r * dim;
-    for (int64_t t = 0; t < length; ++t) {
-      const T v = dbc[t * J + r];
-      T* out = delta + t * dim;
-#pragma omp simd
-      for (int64_t c = 0; c < dim; ++c) out[c] += v * w[c];
-    }
-  }
+  accumulate_product(dbc, J, R, dt_proj_t, dim, length, delta);
 #pragma omp simd
   for (int64_t t = 0; t < length * dim; ++t) delta[t] = softplus(delta[t]);
   std::fill(h, h + N * dim, T(0));
