@@ -242,7 +242,8 @@ def outage(work: Path, port: int, pause_s: float = 3.0, seed: int = 6) -> dict[s
 
     def follow() -> None:
         try:
-            for report in run(broker.settings, config, "outage", follow=True, poll_s=0.5,
+            impatient = replace(broker.settings, delivery_timeout_s=5.0)  # a publish the outage caught fails in 5 s
+            for report in run(impatient, config, "outage", follow=True, poll_s=0.5,
                               backoff=Backoff(initial_s=0.5, max_s=4.0)):
                 reports.append((time.monotonic(), report))
                 if stop.is_set():

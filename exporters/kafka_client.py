@@ -5,7 +5,9 @@ the local broker. Security settings (SASL, TLS) come only from the environment
 (``KAFKA_SECURITY_PROTOCOL``, ``KAFKA_SASL_MECHANISM``, ``KAFKA_SASL_USERNAME``,
 ``KAFKA_SASL_PASSWORD``, ``KAFKA_SSL_CAFILE``, ``KAFKA_SSL_CERTFILE``,
 ``KAFKA_SSL_KEYFILE``), never from arguments that land in logs, and the
-settings' repr hides them.
+settings' repr hides them. ``KAFKA_DELIVERY_TIMEOUT_S`` (default 60) bounds how long a produced record
+may wait for the brokers' acknowledgement: a publish during a broker outage fails after it, and the
+job's cycle is retried.
 """
 
 from __future__ import annotations
@@ -52,12 +54,22 @@ class Topics:
 class KafkaSettings:
     bootstrap: str
     security: Mapping[str, str] = field(default_factory=dict)
+    delivery_timeout_s: float = 60.0  # how long a produced record may wait for its acknowledgement
+
+    def __post_init__(self) -> None:
+        if not self.delivery_timeout_s >= 1.0:
+            raise ValueError(f"KafkaSettings.delivery_timeout_s: must be >= 1 s (got {self.delivery_timeout_s!r})")
 
     @classmethod
     def resolve(cls, bootstrap: str | None = None, env: Mapping[str, str] = os.environ) -> "KafkaSettings":
         chosen = bootstrap or env.get("KAFKA_BOOTSTRAP") or LOCAL_BOOTSTRAP
         security = {key: env[name] for name, key in _SECURITY_ENV.items() if env.get(name)}
-        return cls(chosen, security)
+        timeout = env.get("KAFKA_DELIVERY_TIMEOUT_S", "60")
+        try:
+            delivery_timeout_s = float(timeout)
+        except ValueError:
+            raise ValueError(f"KAFKA_DELIVERY_TIMEOUT_S: not a number of seconds: {timeout!r}") from None
+        return cls(chosen, security, delivery_timeout_s)
 
     @property
     def is_local(self) -> bool:
@@ -103,7 +115,8 @@ class KafkaSettings:
         return {"bootstrap.servers": self.bootstrap, **{names[k]: v for k, v in self.security.items()}}
 
     def __repr__(self) -> str:
-        return f"KafkaSettings(bootstrap={self.bootstrap!r}, security={sorted(self.security)!r})"
+        return (f"KafkaSettings(bootstrap={self.bootstrap!r}, security={sorted(self.security)!r}, "
+                f"delivery_timeout_s={self.delivery_timeout_s!r})")
 
 
 def admin(settings: KafkaSettings, timeout_s: float = 10.0) -> KafkaAdminClient:
@@ -182,8 +195,9 @@ def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]
     partition them (librdkafka's own default hashes differently), so one owner's records land where consumers and
     the job's tail reads expect them."""
     return {**settings.librdkafka_config(), "enable.idempotence": True, "acks": "all", "linger.ms": 20,
-            "batch.size": 262_144, "max.in.flight.requests.per.connection": 5, "request.timeout.ms": 15_000,
-            "message.timeout.ms": 60_000, "partitioner": "murmur2_random", **overrides}
+            "batch.size": 262_144, "max.in.flight.requests.per.connection": 5,
+            "request.timeout.ms": min(15_000, int(settings.delivery_timeout_s * 500)),
+            "message.timeout.ms": int(settings.delivery_timeout_s * 1000), "partitioner": "murmur2_random", **overrides}
 
 
 def make_producer(settings: KafkaSettings, **overrides: Any) -> KafkaProducer:
@@ -196,8 +210,8 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> KafkaProducer:
         linger_ms=20,
         batch_size=262_144,
         max_in_flight_requests_per_connection=5,
-        request_timeout_ms=15_000,
-        delivery_timeout_ms=60_000,
+        request_timeout_ms=min(15_000, int(settings.delivery_timeout_s * 500)),
+        delivery_timeout_ms=int(settings.delivery_timeout_s * 1000),
         compression_type=None,
     )
     config.update(overrides)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from dataclasses import replace
 
 import pytest
 from kafka import KafkaConsumer
@@ -17,7 +18,7 @@ from simulator.engine import Simulator
 from simulator.publish import KafkaPublisher
 from deploy.local.broker import free_port
 from trustbeam.cli import main
-from exporters.kafka_client import LOCAL_BOOTSTRAP, KafkaSettings, Topics, ensure_topics, read_to_end
+from exporters.kafka_client import LOCAL_BOOTSTRAP, KafkaSettings, Topics, ensure_topics, producer_config, read_to_end
 
 pytestmark = pytest.mark.kafka
 
@@ -30,6 +31,13 @@ def test_settings_resolution_and_secrets_stay_out_of_repr() -> None:
     assert "hunter2" not in repr(settings) and "hunter2" not in str(settings)
     assert KafkaSettings.resolve("b:1", env=env).bootstrap == "b:1"
     assert KafkaSettings.resolve(env={}).bootstrap == LOCAL_BOOTSTRAP
+    assert KafkaSettings.resolve(env={}).delivery_timeout_s == 60.0
+    short = KafkaSettings.resolve(env={"KAFKA_DELIVERY_TIMEOUT_S": "4"})
+    assert producer_config(short)["message.timeout.ms"] == 4000 and producer_config(short)["request.timeout.ms"] == 2000
+    with pytest.raises(ValueError, match="KAFKA_DELIVERY_TIMEOUT_S.*'soon'"):
+        KafkaSettings.resolve(env={"KAFKA_DELIVERY_TIMEOUT_S": "soon"})
+    with pytest.raises(ValueError, match="delivery_timeout_s.*0.5"):
+        KafkaSettings.resolve(env={"KAFKA_DELIVERY_TIMEOUT_S": "0.5"})
 
 
 def test_topics_are_created_with_their_partitions(broker: LocalBroker) -> None:
@@ -125,7 +133,7 @@ def test_delivery_failures_are_raised_not_swallowed(tmp_path) -> None:
     broker = LocalBroker(port=free_port(), state_dir=tmp_path)
     broker.start()
     ensure_topics(broker.settings, Topics().partitions())
-    publisher = KafkaPublisher(broker.settings, **{"message.timeout.ms": 3000, "request.timeout.ms": 1000})
+    publisher = KafkaPublisher(replace(broker.settings, delivery_timeout_s=3.0))
     os.kill(broker.pid(), signal.SIGKILL)
     with pytest.raises(RuntimeError, match="not delivered|undelivered|cannot publish"):
         Simulator(SimConfig(devices=10, tasks=20, slots=1)).run([publisher])
@@ -151,8 +159,7 @@ def test_sink_delivery_failures_are_counted_and_raised(tmp_path) -> None:
     broker.start()
     ensure_topics(broker.settings, {"doomed": 1})
     failures: list[int] = []
-    sink = KafkaSink(broker.settings, on_failure=failures.append, **{"message.timeout.ms": 3000,
-                                                                      "request.timeout.ms": 1000})
+    sink = KafkaSink(replace(broker.settings, delivery_timeout_s=3.0), on_failure=failures.append)
     os.kill(broker.pid(), signal.SIGKILL)
     with pytest.raises(DeliveryError, match="not delivered|undelivered|cannot produce"):
         for n in range(5):
