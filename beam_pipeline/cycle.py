@@ -25,7 +25,7 @@ from beam_pipeline.kafka_io import PartitionRange, ProduceRecords, ReadKafka
 from beam_pipeline.options import JobConfig
 from beam_pipeline.parquet_io import ReadParquet
 from beam_pipeline.pipeline import JOB_HEADER, WriteParquet
-from beam_pipeline.transforms import ScoreSlots, outputs
+from beam_pipeline.transforms import ScoreSlots, closed_at, outputs
 from exporters.kafka import message
 from exporters.kafka_client import KafkaSettings
 from model.scoring import EvidenceSnapshot, SlotScores
@@ -56,14 +56,13 @@ class PublishClosed(beam.DoFn):
 
     def process(self, results: list, progress_ms: int) -> Iterator[Any]:
         clock = self.config.stages()[0].config.clock
-        lateness_ms = self.config.lateness_slots * clock.slot_ms
         progress = max(progress_ms, self.known_progress_ms)
         published = []
         by_slot: dict[int, list[SlotScores]] = {}
         for piece in results:
             by_slot.setdefault(piece.slot, []).append(piece)
         for slot in sorted(by_slot):
-            closed = self.final or int(clock.end_ms(slot)) + lateness_ms <= progress
+            closed = self.final or closed_at(clock, self.config.lateness_slots, slot, progress)
             if slot <= self.published_through or not closed:
                 continue
             published.append(slot)
@@ -78,6 +77,16 @@ class PublishClosed(beam.DoFn):
                 topic, key, value, headers = message(topic, record)
                 yield topic, key, value, [*headers, (JOB_HEADER, self.job_id.encode())]
         Path(self.out_dir, "published.json").write_text(json.dumps({"published": published, "progress_ms": progress}))
+
+
+class ReadEvidence(beam.DoFn):
+    """shard -> (shard, ("evidence", its part of the snapshot file)): the kept evidence the shards start from."""
+
+    def __init__(self, path: str, shards: int) -> None:
+        self.path, self.shards = path, shards
+
+    def process(self, shard: int) -> Iterator[tuple[int, tuple[str, EvidenceSnapshot]]]:
+        yield shard, ("evidence", EvidenceSnapshot.load(self.path).select(shard, self.shards))
 
 
 class WriteEvidence(beam.DoFn):
@@ -132,16 +141,15 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
             earlier = p | f"Kept{name}" >> ReadParquet([kept], seen=True)
             raw[name] = (raw[name], earlier) | f"With{name}" >> beam.Flatten()
     inputs = (raw["Events"], raw["Status"])
-    if ledger.evidence_snapshot:
-        snapshot = EvidenceSnapshot.load(ledger.evidence_snapshot)
-        seeds = [(k, ("evidence", snapshot.select(k, config.shards))) for k in range(config.shards)]
-        inputs += (p | "KeptEvidence" >> beam.Create(seeds),)
-    out = inputs | "Score" >> ScoreSlots(replace(config, replay_through=ledger.published_through))
-    progress = (out["progress"] | "PartitionProgress" >> beam.CombinePerKey(max) | "Progress" >> beam.Values()
-                | "SlowestPartition" >> beam.CombineGlobally(min).without_defaults())
+    if ledger.evidence_snapshot:  # read by the workers: a snapshot inside the graph is pickled and bz2'd whole
+        inputs += (p | "Shards" >> beam.Create(range(config.shards))
+                   | "KeptEvidence" >> beam.ParDo(ReadEvidence(ledger.evidence_snapshot, config.shards)),)
+    scoring = ScoreSlots(replace(config, replay_through=ledger.published_through),
+                         known_progress_ms=None if final else ledger.progress_ms)  # score only what is published
+    out = inputs | "Score" >> scoring
     closed = (out["scores"] | "AllSlots" >> beam.combiners.ToList()
               | "Closed" >> beam.ParDo(PublishClosed(config, ledger, final, partitions, marks, work, job_id),
-                                       progress_ms=beam.pvalue.AsSingleton(progress, default_value=-1))
+                                       progress_ms=beam.pvalue.AsSingleton(out["progress"], default_value=-1))
               .with_outputs(CLOSED, main="records"))
     records = closed.records
     if config.parquet_out:

@@ -29,6 +29,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from beam_pipeline.kafka_io import RawBatch, trusted_progress
 from beam_pipeline.parquet_io import TableBatch
 from beam_pipeline.options import JobConfig
+from model.config import SlotClock
 from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, first_occurrences, score_slot, shard_of,
                            slot_part, slots_read_back, status_arrays, status_horizon, window_read)
 from model.status import StatusLog
@@ -71,6 +72,11 @@ DEAD_LETTER_MAX_BYTES = 256 << 10  # below any producer's request limit, whateve
 # columns ParseEvents adds for CloseSlot: the row was read by an earlier cycle; where it came from
 REPLAYED, SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = "_replayed", "_topic", "_partition", "_offset"
 EXTRA_COLUMNS = [REPLAYED, SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET]
+
+
+def closed_at(clock: SlotClock, lateness_slots: int, slot: int, progress_ms: int) -> bool:
+    """Whether ``slot`` is closed at ``progress_ms``: its end plus the allowed lateness lies at or before it."""
+    return int(clock.end_ms(slot)) + lateness_slots * clock.slot_ms <= progress_ms
 
 
 def dead_letter(topic: str, source: str, partition: int, offset: int, value: bytes, reason: str) -> Message:
@@ -527,11 +533,13 @@ class GatherSlot(beam.DoFn):
         self.clock = self.stages.config.clock
 
     def process(self, element: tuple[int, tuple], frames=beam.DoFn.StateParam(FRAMES),
-                forget=beam.DoFn.TimerParam(FORGET)) -> Iterator[Any]:
+                forget=beam.DoFn.TimerParam(FORGET), progress_ms: int | None = None) -> Iterator[Any]:
         (slot, piece), (shard, version, frame, pointers) = element
         if frame is None:  # refused as late by a shard
             yield from self.dead_late(slot, pointers)
             return
+        if progress_ms is not None and not closed_at(self.clock, self.config.lateness_slots, slot, progress_ms):
+            return  # a bounded cycle publishes only closed slots: this one is scored by the cycle that closes it
         have, last, published = load(frames, ({}, -1, 0))
         if shard not in have or have[shard][0] <= version:
             have[shard] = (version, frame, pointers)
@@ -569,12 +577,19 @@ class GatherSlot(beam.DoFn):
 class ScoreSlots(beam.PTransform):
     """(events batches, status batches[, kept evidence]) -> SlotScores, plus the dead, progress, events, statuses
     and evidence outputs. Kept evidence: (shard, ("evidence", EvidenceSnapshot)) elements that an earlier run's
-    ``evidence`` output left, so a run that replays only recent events starts from the evidence of all before."""
+    ``evidence`` output left, so a run that replays only recent events starts from the evidence of all before.
+    ``progress``: (partition, ms) per batch in a streaming job; in a bounded run (``config.replay_through``), the
+    progress of the input's slowest partition (one element, none without new events)."""
 
-    def __init__(self, config: JobConfig) -> None:
-        """A streaming job, or with ``config.replay_through`` a bounded re-run of a log an earlier run scored."""
+    def __init__(self, config: JobConfig, known_progress_ms: int | None = None) -> None:
+        """A streaming job, or with ``config.replay_through`` a bounded re-run of a log an earlier run scored.
+        ``known_progress_ms``: a bounded cycle that publishes only the slots closed at the progress (the larger of
+        this, an earlier cycle's, and the input's) scores only those; None scores every slot whose frames are in."""
+        if known_progress_ms is not None and config.replay_through is None:
+            raise ValueError("ScoreSlots: known_progress_ms is for bounded runs (config.replay_through)")
         super().__init__()
         self.config = config
+        self.known_progress_ms = known_progress_ms
 
     def expand(self, inputs: tuple[beam.PCollection, ...]) -> dict[str, beam.PCollection]:
         raw_events, raw_status, *kept = inputs
@@ -586,9 +601,17 @@ class ScoreSlots(beam.PTransform):
         shards = ((closed.parts, status.status, *kept) | "ToShards" >> beam.Flatten()
                   | "ShardState" >> beam.ParDo(ShardState(self.config))
                   .with_outputs(EVIDENCE, main="frames"))
-        scored = shards.frames | "GatherSlot" >> beam.ParDo(GatherSlot(self.config)).with_outputs(DEAD, main="scores")
+        progress = events[PROGRESS]
+        if self.config.replay_through is not None:
+            progress = (progress | "PartitionProgress" >> beam.CombinePerKey(max) | "Progress" >> beam.Values()
+                        | "SlowestPartition" >> beam.CombineGlobally(min).without_defaults())
+        gather = (beam.ParDo(GatherSlot(self.config)) if self.known_progress_ms is None else
+                  beam.ParDo(GatherSlot(self.config), progress_ms=beam.pvalue.AsSingleton(
+                      progress | "Known" >> beam.Map(max, self.known_progress_ms),
+                      default_value=self.known_progress_ms)))
+        scored = shards.frames | "GatherSlot" >> gather.with_outputs(DEAD, main="scores")
         dead = (events[DEAD], status[DEAD], closed[DEAD], scored[DEAD]) | "Dead" >> beam.Flatten()
-        return {"scores": scored.scores, "dead": dead, "progress": events[PROGRESS], "events": events[EVENTS],
+        return {"scores": scored.scores, "dead": dead, "progress": progress, "events": events[EVENTS],
                 "statuses": status[STATUSES], "evidence": shards[EVIDENCE]}
 
 

@@ -25,7 +25,7 @@ from exporters.parquet import read_results
 from model.scoring import score_log
 from schemas import CollaborationEvent, CollaboratorRanking, TrustScore, from_arrow, from_json, to_arrow, to_json
 from simulator.publish import KafkaPublisher
-from tests.pipeline_fixtures import SIM, job, run_tables, write_checkpoint
+from tests.pipeline_fixtures import PIECES, SIM, job, run_tables, write_checkpoint
 from tests.records import event
 from trustbeam.cli import main
 from exporters.kafka_client import Topics, ensure_topics, make_producer, read_to_end
@@ -148,7 +148,7 @@ def test_catch_up_cycles_equal_one_uninterrupted_run(broker, checkpoint, tmp_pat
     topics = fresh_topics(broker)
     events, status = run_tables(sim)
     config = job(checkpoint, topics=topics)
-    clock, previous, replayed = sim.clock, -1, []
+    clock, previous, replayed, scored, closed = sim.clock, -1, [], 0, 0
     for last in (4, 9, 12, sim.slots - 1):  # the log grows; each cycle catches up from the saved ledger
         new_events = pc.and_(pc.greater(events["slot"], previous), pc.less_equal(events["slot"], last))
         new_status = pc.and_(pc.greater_equal(status["time_ms"], clock.start_ms(previous + 1)),
@@ -157,11 +157,13 @@ def test_catch_up_cycles_equal_one_uninterrupted_run(broker, checkpoint, tmp_pat
         (report,) = run(broker.settings, config, "catch-up", follow=True, poll_s=0, max_cycles=1)
         assert report.counters.get("events_late", 0) == 0
         replayed.append(report.counters.get("events_replayed", 0))
+        scored, closed = scored + report.counters.get("slots_scored", 0), closed + len(report.published_slots)
         previous = last
     # a slot closes once the newest event is the allowed lateness (1 slot) past its end
     ledger = Ledger.load("catch-up")
     assert ledger.published_through == sim.slots - 3
     assert 0 < replayed[-1] < events.filter(pc.less_equal(events["slot"], 9)).num_rows  # bounded replay
+    assert scored == PIECES.count * closed  # each slot scored once, by the cycle that closes it, never while still open
     assert len(list(tmp_path.glob("run/status-*.parquet"))) == 1 and ledger.status_snapshot
     assert_same(published(broker, topics), offline(checkpoint, events, status, set(range(sim.slots - 2))))
 
