@@ -10,6 +10,11 @@ pair (its history through snapshot k, no test data), the rule as the trustee's s
 received. MCC needs a threshold: each round chooses it on the last training snapshot (snapshot k predicted
 from 1..k-1, by the same model), never on the test snapshot. BM's slots are ``slots_per_snapshot`` equal
 parts of a snapshot, so snapshot boundaries are slot boundaries.
+
+``bm_blend`` never trusts BM further than it has shown out of sample: its score is a mix of BM's and the
+rule's scores as percentiles, with the weight (and the threshold, in percentiles) that did best on the
+previous round's test snapshot, which that round predicted without seeing it and which is training data now;
+the first round, with no such evidence, takes the rule alone.
 """
 
 from __future__ import annotations
@@ -36,14 +41,20 @@ def auc(score: np.ndarray, label: np.ndarray) -> float:
     positives, negatives = int(label.sum()), int((~label).sum())
     if not positives or not negatives:
         return float("nan")
+    ranks = average_ranks(score)
+    return float((ranks[label].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def average_ranks(score: np.ndarray) -> np.ndarray:
+    """(n,) each score's rank, 1-based, ties sharing their mean rank."""
     order = np.argsort(score, kind="mergesort")
     ranks = np.empty(len(score))
     sorted_score = score[order]
     starts = np.r_[0, np.flatnonzero(np.diff(sorted_score)) + 1]
     ends = np.r_[starts[1:], len(score)]
-    for begin, end in zip(starts, ends):  # average ranks (1-based) over ties
+    for begin, end in zip(starts, ends):
         ranks[order[begin:end]] = (begin + end + 1) / 2
-    return float((ranks[label].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+    return ranks
 
 
 def mcc(predicted: np.ndarray, label: np.ndarray) -> float:
@@ -54,6 +65,23 @@ def mcc(predicted: np.ndarray, label: np.ndarray) -> float:
     fn = float((~predicted & label).sum())
     denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
     return float((tp * tn - fp * fn) / denominator) if denominator else 0.0
+
+
+def percentiles(score: np.ndarray) -> np.ndarray:
+    """(n,) each score's mid-rank share in (0, 1), ties sharing theirs: scores of different scales made comparable."""
+    return (average_ranks(score) - 0.5) / max(len(score), 1)
+
+
+BLEND_WEIGHTS = np.linspace(0.0, 1.0, 11)  # BM's share in bm_blend's mix
+
+
+def blend_weight(bm: np.ndarray, rule: np.ndarray, label: np.ndarray) -> float:
+    """The smallest weight on BM (of :data:`BLEND_WEIGHTS`) whose mix of percentiles has the highest AUC on
+    these ratings: BM is trusted no further than it helped; 0 (the rule) where the AUC is undefined."""
+    values = [auc(w * percentiles(bm) + (1 - w) * percentiles(rule), label) for w in BLEND_WEIGHTS]
+    if np.all(np.isnan(values)):
+        return 0.0
+    return float(BLEND_WEIGHTS[int(np.nanargmax(values))])
 
 
 def best_threshold(score: np.ndarray, label: np.ndarray) -> float:
@@ -113,6 +141,12 @@ def distrust_share(events: pa.Table) -> Scorer:
     return score
 
 
+def scored(k: int, scores: np.ndarray, label: np.ndarray, threshold: float) -> dict:
+    """One round's figures for one method: AUC, and MCC at ``threshold`` (chosen without this snapshot)."""
+    return {"k": k + 1, "ratings": len(scores), "auc": auc(scores, label), "mcc": mcc(scores >= threshold, label),
+            "threshold": threshold}
+
+
 def snapshot_clock(events: pa.Table, snapshots: int, slots_per_snapshot: int) -> SlotClock:
     """Slots of equal length from the first event, ``slots_per_snapshot`` to each of ``snapshots`` equal-time
     snapshots spanning the log."""
@@ -124,8 +158,8 @@ def snapshot_clock(events: pa.Table, snapshots: int, slots_per_snapshot: int) ->
 
 def evaluate_snapshots(events: pa.Table, config: BMConfig, train: TrainConfig, snapshots: int = 10,
                        slots_per_snapshot: int = 10, progress: Callable[[str], None] = lambda _: None) -> dict:
-    """Every round's AUC and MCC for BM and the rule, and their means over rounds: {method: {"auc", "mcc",
-    "rounds": [{"k", "auc", "mcc", "threshold", "ratings"}]}}."""
+    """Every round's AUC and MCC for BM, the rule and their blend, and their means over rounds: {method: {"auc",
+    "mcc", "rounds": [{"k", "auc", "mcc", "threshold", "ratings"} (the blend: and its "weight" on BM)]}}."""
     if snapshots < 3:
         raise ValueError(f"--snapshots: need at least 3 (got {snapshots})")
     if "reliability" not in events.column_names or pc.all(pc.is_null(events["reliability"])).as_py():
@@ -133,7 +167,8 @@ def evaluate_snapshots(events: pa.Table, config: BMConfig, train: TrainConfig, s
     clock = snapshot_clock(events, snapshots, slots_per_snapshot)
     snapshot = clock.slot_of(events["event_time_ms"].to_numpy()) // slots_per_snapshot
     config = replace(config, clock=clock)
-    rounds: dict[str, list[dict]] = {"bm": [], "distrust_share": []}
+    rounds: dict[str, list[dict]] = {"bm": [], "distrust_share": [], "bm_blend": []}
+    previous: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the last round's test: bm, rule, labels
     for k in range(2, snapshots):  # train on snapshots 1..k (0..k-1 here), test on k + 1 (k here)
         known = events.filter(pa.array(snapshot < k))
         seen = set(known["owner"].to_pylist()) | set(known["collaborator"].to_pylist())
@@ -146,11 +181,21 @@ def evaluate_snapshots(events: pa.Table, config: BMConfig, train: TrainConfig, s
         scorers = {"bm": (bm_scorer(model, history, k * slots_per_snapshot - 1),
                           bm_scorer(model, history, (k - 1) * slots_per_snapshot - 1)),
                    "distrust_share": (distrust_share(known), distrust_share(earlier))}
+        tested = {}
         for method, (score_test, score_tune) in scorers.items():
             threshold = best_threshold(score_tune(tune), tune.distrust) if len(tune.distrust) else 0.5
-            scores = score_test(test)
-            rounds[method].append({"k": k + 1, "ratings": len(scores), "auc": auc(scores, test.distrust),
-                                   "mcc": mcc(scores >= threshold, test.distrust), "threshold": threshold})
+            tested[method] = score_test(test)
+            rounds[method].append(scored(k, tested[method], test.distrust, threshold))
+        if previous is None:  # no out-of-sample evidence for BM yet: the rule, at its own threshold
+            rounds["bm_blend"].append({**rounds["distrust_share"][-1], "weight": 0.0})
+        else:
+            bm_before, rule_before, label_before = previous
+            weight = blend_weight(bm_before, rule_before, label_before)
+            mixed_before = weight * percentiles(bm_before) + (1 - weight) * percentiles(rule_before)
+            threshold = best_threshold(mixed_before, label_before)
+            mixed = weight * percentiles(tested["bm"]) + (1 - weight) * percentiles(tested["distrust_share"])
+            rounds["bm_blend"].append({**scored(k, mixed, test.distrust, threshold), "weight": weight})
+        previous = (tested["bm"], tested["distrust_share"], test.distrust)
         progress(f"snapshot round {k - 1}/{snapshots - 2} done")
     return {method: {"auc": float(np.nanmean([r["auc"] for r in rows])),
                      "mcc": float(np.mean([r["mcc"] for r in rows])), "rounds": rows}

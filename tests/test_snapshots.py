@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from model.snapshots import auc, best_threshold, mcc
+from model.snapshots import auc, best_threshold, blend_weight, mcc, percentiles
 from trustbeam.cli import main
 
 
@@ -27,6 +27,18 @@ def test_mcc_and_threshold_by_hand() -> None:
     assert mcc(np.zeros(5, bool), label) == 0.0  # undefined: a constant prediction
     score = np.array([0.9, 0.7, 0.6, 0.2, 0.1])
     assert best_threshold(score, label) == 0.7  # distrust at >= 0.7 separates them exactly (MCC 1)
+
+
+def test_percentiles_and_the_blend_weight_by_hand() -> None:
+    # ranks 1, 2.5, 2.5, 4 of 4 -> mid-rank shares (rank - 0.5) / 4
+    np.testing.assert_allclose(percentiles(np.array([0.1, 0.5, 0.5, 9.0])), [0.125, 0.5, 0.5, 0.875])
+    label = np.array([True, True, False, False])
+    separates, reversed_ = np.array([0.9, 0.8, 0.2, 0.1]), np.array([0.1, 0.2, 0.8, 0.9])
+    # BM's shares 7/8, 5/8 | 3/8, 1/8 against the rule's reverse: the mix separates from w = 0.6 on (w = 0.5 is flat)
+    assert blend_weight(separates, reversed_, label) == pytest.approx(0.6)
+    assert blend_weight(reversed_, separates, label) == 0.0  # the rule alone has AUC 1
+    assert blend_weight(separates, separates, label) == 0.0  # ties go to the rule
+    assert blend_weight(separates, reversed_, np.array([True] * 4)) == 0.0  # AUC undefined: the rule
 
 
 def write_log(path, seed: int = 0) -> None:
@@ -57,6 +69,10 @@ def test_the_protocol_end_to_end(tmp_path, capsys) -> None:
         assert all(r["ratings"] > 100 for r in rounds)
         assert report[method]["auc"] == pytest.approx(np.mean([r["auc"] for r in rounds]))
         assert report[method]["auc"] > 0.8 and report[method]["mcc"] > 0.5  # distrust follows the trustee
-    assert "| bm |" in (out / "report.md").read_text()
+    blend, rule = report["bm_blend"]["rounds"], report["distrust_share"]["rounds"]
+    assert blend[0] == {**rule[0], "weight": 0.0}  # no out-of-sample evidence for BM yet: the rule alone
+    assert [r["k"] for r in blend] == [3, 4, 5] and all(0.0 <= r["weight"] <= 1.0 for r in blend)
+    assert report["bm_blend"]["auc"] > 0.8
+    assert "| bm |" in (out / "report.md").read_text() and "| bm_blend |" in (out / "report.md").read_text()
     assert main(["evaluate", "--quick", "--quiet", "--protocol", "snapshots", "--out", str(out)]) == 2
     assert "needs --events" in capsys.readouterr().err
