@@ -106,6 +106,37 @@ class PaperHead(nn.Module):
         return -(soft_labels(targets.t_col, len(self.level_values)) * F.log_softmax(raw, -1)).sum(-1).mean()
 
 
+@dataclass(frozen=True)
+class PhysicsColumns:
+    """What every member reads of a pair's raw physics, computed once per call: the PHYSICS_FEATURES with the
+    distance curve's column (2) at zero, which each member fills with its own P_tr(d) curve."""
+
+    features: torch.Tensor  # (P, 8): distance known, log1p(d) / 6, 0 (the curve), cpu known, log f_i, log f_j,
+    #                          time ratio known, log ratio; zero where unknown
+    distance: torch.Tensor  # (P,) metres, at least 1, REFERENCE_M where unknown
+    known_d: torch.Tensor  # (P,) bool
+    curve_column: torch.Tensor  # (8,) one at the curve's column
+
+    @classmethod
+    def of(cls, physics: torch.Tensor) -> "PhysicsColumns":
+        """physics (P, 4) raw PHYSICS_COLUMNS, NaN unknown."""
+        distance, cpu_i, cpu_j, ratio = physics.unbind(-1)
+        known_d = ~torch.isnan(distance)
+        d = torch.where(known_d, distance, torch.full_like(distance, REFERENCE_M)).clamp(min=1.0)
+        known_cpu = ~(torch.isnan(cpu_i) | torch.isnan(cpu_j))
+        known_ratio = ~torch.isnan(ratio) & (ratio > 0)
+        zero = torch.zeros_like(distance)
+        features = torch.stack([
+            known_d.float(), torch.where(known_d, torch.log1p(d) / 6, zero), zero,
+            known_cpu.float(), torch.where(known_cpu, torch.log(cpu_i.clamp(min=1.0) / 1e9), zero),
+            torch.where(known_cpu, torch.log(cpu_j.clamp(min=1.0) / 1e9), zero),
+            known_ratio.float(), torch.where(known_ratio, torch.log(ratio.clamp(min=1e-6)).clamp(-3, 3), zero),
+        ], dim=-1)
+        column = torch.zeros(PHYSICS_FEATURES, dtype=features.dtype, device=features.device)
+        column[2] = 1.0
+        return cls(features, d, known_d, column)
+
+
 class PairNet(nn.Module):
     """One member of :class:`ContextHead`: what it learns, from (Y_i, Y_j, its network inputs, physics) to
     probabilities (P, 2): q_tr and q_com = sigmoid(behaviour) * sigmoid(on-time) (flags), or the mean and the
@@ -144,24 +175,13 @@ class PairNet(nn.Module):
             h = h + F.linear(y_i, w[:, :d]) + F.linear(y_j, w[:, d: 2 * d])
         return net[1:](h)[:, 0]
 
-    def physics_features(self, physics: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """physics (P, 4) raw PHYSICS_COLUMNS, NaN unknown -> (features (P, 8), P_tr(d) (P,), distance known)."""
-        distance, cpu_i, cpu_j, ratio = physics.unbind(-1)
-        known_d = ~torch.isnan(distance)
-        d = torch.where(known_d, distance, torch.full_like(distance, REFERENCE_M)).clamp(min=1.0)
-        p_curve = torch.exp(-torch.exp(self.log_c) * (d / REFERENCE_M) ** self.alpha)
-        known_cpu = ~(torch.isnan(cpu_i) | torch.isnan(cpu_j))
-        known_ratio = ~torch.isnan(ratio) & (ratio > 0)
-        zero = torch.zeros_like(distance)
-        features = torch.stack([
-            known_d.float(), torch.where(known_d, torch.log1p(d) / 6, zero), torch.where(known_d, p_curve, zero),
-            known_cpu.float(), torch.where(known_cpu, torch.log(cpu_i.clamp(min=1.0) / 1e9), zero),
-            torch.where(known_cpu, torch.log(cpu_j.clamp(min=1.0) / 1e9), zero),
-            known_ratio.float(), torch.where(known_ratio, torch.log(ratio.clamp(min=1e-6)).clamp(-3, 3), zero),
-        ], dim=-1)
-        return features, p_curve, known_d
+    def physics_features(self, physics: PhysicsColumns) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> (features (P, 8) with this member's P_tr(d) curve in, P_tr(d) (P,), distance known (P,))."""
+        p_curve = torch.exp(-torch.exp(self.log_c) * (physics.distance / REFERENCE_M) ** self.alpha)
+        curve = torch.where(physics.known_d, p_curve, torch.zeros_like(p_curve))
+        return physics.features + curve[:, None] * physics.curve_column, p_curve, physics.known_d
 
-    def forward(self, y_i: torch.Tensor, y_j: torch.Tensor, inputs: torch.Tensor, physics: torch.Tensor,
+    def forward(self, y_i: torch.Tensor, y_j: torch.Tensor, inputs: torch.Tensor, physics: PhysicsColumns,
                 level: torch.Tensor) -> torch.Tensor:
         """level (P,): the logit of the population's recent rate, which the behaviour (and median) logits are
         read against: a log that drifts moves every forecast with it."""
@@ -212,7 +232,8 @@ class ContextHead(nn.Module):
         inputs = torch.cat([normalized, logits], dim=-1)
         level = logits[:, self.lams + self.level]  # the population's rate at the level memory
         nets = self.members if member is None else [self.members[member]]
-        own = torch.stack([net(y_i, y_j, inputs, physics, level) for net in nets]).mean(0)
+        columns = PhysicsColumns.of(physics)  # once for every member
+        own = torch.stack([net(y_i, y_j, inputs, columns, level) for net in nets]).mean(0)
         return torch.cat([torch.logit(own.clamp(1e-6, 1 - 1e-6)), self.experts.forecasts(physics, rates)], dim=-1)
 
     @property
