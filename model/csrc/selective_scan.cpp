@@ -23,7 +23,8 @@
 // y[..., dim k : dim (k + 1)]; direction 1 runs over each sequence's valid prefix reversed (a BiMamba
 // layer's backward block), and padding positions (t >= length) are written as zeros: they never reach a
 // valid position of either causal direction.
-#include <torch/extension.h>
+#include <torch/python.h>
+#include <torch/types.h>
 #include <ATen/Parallel.h>
 #include <cmath>
 #include <cstdint>
