@@ -226,8 +226,8 @@ def test_training_is_deterministic_for_a_seed(history: History) -> None:
 
 
 def test_grid_search_picks_the_best_cv_setting_in_any_number_of_processes(history: History) -> None:
-    grid = TrainConfig(epochs=2, patience=1, chunk_slots=4, folds=3, grid={"lr": (1e-1, 1e-3), "dropout": (0.0,)},
-                       head_epochs=10)
+    grid = TrainConfig(epochs=2, patience=1, chunk_slots=4, folds=2, grid={"lr": (1e-1, 1e-3), "dropout": (0.0,)},
+                       head_epochs=4)
     _, _, serial = train_bm(history, SMALL, grid)
     assert [(row["lr"], row["dropout"]) for row in serial.search] == [(1e-1, 0.0), (1e-3, 0.0)]
     best = min(serial.search, key=lambda row: row["cv_loss"])
