@@ -79,14 +79,11 @@ class PublishClosed(beam.DoFn):
         Path(self.out_dir, "published.json").write_text(json.dumps({"published": published, "progress_ms": progress}))
 
 
-class ReadEvidence(beam.DoFn):
-    """shard -> (shard, ("evidence", its part of the snapshot file)): the kept evidence the shards start from."""
-
-    def __init__(self, path: str, shards: int) -> None:
-        self.path, self.shards = path, shards
-
-    def process(self, shard: int) -> Iterator[tuple[int, tuple[str, EvidenceSnapshot]]]:
-        yield shard, ("evidence", EvidenceSnapshot.load(self.path).select(shard, self.shards))
+def kept_evidence(path: str, shards: int) -> Iterator[tuple[int, tuple[str, EvidenceSnapshot]]]:
+    """The snapshot file, read once, as (shard, ("evidence", its part)) for every shard: what the shards start from."""
+    snapshot = EvidenceSnapshot.load(path)
+    for shard in range(shards):
+        yield shard, ("evidence", snapshot.select(shard, shards))
 
 
 class WriteEvidence(beam.DoFn):
@@ -142,8 +139,8 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
             raw[name] = (raw[name], earlier) | f"With{name}" >> beam.Flatten()
     inputs = (raw["Events"], raw["Status"])
     if ledger.evidence_snapshot:  # read by the workers: a snapshot inside the graph is pickled and bz2'd whole
-        inputs += (p | "Shards" >> beam.Create(range(config.shards))
-                   | "KeptEvidence" >> beam.ParDo(ReadEvidence(ledger.evidence_snapshot, config.shards)),)
+        inputs += (p | "EvidenceFile" >> beam.Create([ledger.evidence_snapshot])
+                   | "KeptEvidence" >> beam.FlatMap(kept_evidence, config.shards),)
     scoring = ScoreSlots(replace(config, replay_through=ledger.published_through),
                          known_progress_ms=None if final else ledger.progress_ms)  # score only what is published
     out = inputs | "Score" >> scoring

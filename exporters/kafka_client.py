@@ -60,6 +60,15 @@ class KafkaSettings:
         if not self.delivery_timeout_s >= 1.0:
             raise ValueError(f"KafkaSettings.delivery_timeout_s: must be >= 1 s (got {self.delivery_timeout_s!r})")
 
+    @property
+    def delivery_timeout_ms(self) -> int:
+        return int(self.delivery_timeout_s * 1000)
+
+    @property
+    def request_timeout_ms(self) -> int:
+        """A broker request's own limit: at most 15 s, and half the delivery time, so a record gets a retry."""
+        return min(15_000, self.delivery_timeout_ms // 2)
+
     @classmethod
     def resolve(cls, bootstrap: str | None = None, env: Mapping[str, str] = os.environ) -> "KafkaSettings":
         chosen = bootstrap or env.get("KAFKA_BOOTSTRAP") or LOCAL_BOOTSTRAP
@@ -196,8 +205,7 @@ def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]
     the job's tail reads expect them."""
     return {**settings.librdkafka_config(), "enable.idempotence": True, "acks": "all", "linger.ms": 20,
             "batch.size": 262_144, "max.in.flight.requests.per.connection": 5,
-            "request.timeout.ms": min(15_000, int(settings.delivery_timeout_s * 500)),
-            "message.timeout.ms": int(settings.delivery_timeout_s * 1000), "partitioner": "murmur2_random", **overrides}
+            "request.timeout.ms": settings.request_timeout_ms, "message.timeout.ms": settings.delivery_timeout_ms, "partitioner": "murmur2_random", **overrides}
 
 
 def make_producer(settings: KafkaSettings, **overrides: Any) -> KafkaProducer:
@@ -210,8 +218,8 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> KafkaProducer:
         linger_ms=20,
         batch_size=262_144,
         max_in_flight_requests_per_connection=5,
-        request_timeout_ms=min(15_000, int(settings.delivery_timeout_s * 500)),
-        delivery_timeout_ms=int(settings.delivery_timeout_s * 1000),
+        request_timeout_ms=settings.request_timeout_ms,
+        delivery_timeout_ms=settings.delivery_timeout_ms,
         compression_type=None,
     )
     config.update(overrides)

@@ -75,10 +75,15 @@ def percentiles(score: np.ndarray) -> np.ndarray:
 BLEND_WEIGHTS = np.linspace(0.0, 1.0, 11)  # BM's share in bm_blend's mix
 
 
+def blend(bm: np.ndarray, rule: np.ndarray, weight: float) -> np.ndarray:
+    """bm_blend's score: BM's and the rule's scores as percentiles, ``weight`` on BM's."""
+    return weight * percentiles(bm) + (1 - weight) * percentiles(rule)
+
+
 def blend_weight(bm: np.ndarray, rule: np.ndarray, label: np.ndarray) -> float:
-    """The smallest weight on BM (of :data:`BLEND_WEIGHTS`) whose mix of percentiles has the highest AUC on
-    these ratings: BM is trusted no further than it helped; 0 (the rule) where the AUC is undefined."""
-    values = [auc(w * percentiles(bm) + (1 - w) * percentiles(rule), label) for w in BLEND_WEIGHTS]
+    """The smallest weight on BM (of :data:`BLEND_WEIGHTS`) whose blend has the highest AUC on these ratings:
+    BM is trusted no further than it helped; 0 (the rule) where the AUC is undefined."""
+    values = [auc(blend(bm, rule, w), label) for w in BLEND_WEIGHTS]
     if np.all(np.isnan(values)):
         return 0.0
     return float(BLEND_WEIGHTS[int(np.nanargmax(values))])
@@ -191,9 +196,8 @@ def evaluate_snapshots(events: pa.Table, config: BMConfig, train: TrainConfig, s
         else:
             bm_before, rule_before, label_before = previous
             weight = blend_weight(bm_before, rule_before, label_before)
-            mixed_before = weight * percentiles(bm_before) + (1 - weight) * percentiles(rule_before)
-            threshold = best_threshold(mixed_before, label_before)
-            mixed = weight * percentiles(tested["bm"]) + (1 - weight) * percentiles(tested["distrust_share"])
+            threshold = best_threshold(blend(bm_before, rule_before, weight), label_before)
+            mixed = blend(tested["bm"], tested["distrust_share"], weight)
             rounds["bm_blend"].append({**scored(k, mixed, test.distrust, threshold), "weight": weight})
         previous = (tested["bm"], tested["distrust_share"], test.distrust)
         progress(f"snapshot round {k - 1}/{snapshots - 2} done")
