@@ -28,6 +28,7 @@ from beam_pipeline.pipeline import JOB_HEADER, WriteParquet
 from beam_pipeline.transforms import ScoreSlots, closed_at, outputs
 from exporters.kafka import message
 from exporters.kafka_client import KafkaSettings
+from model.recalibration import OnlineShift
 from model.scoring import EvidenceSnapshot, SlotScores
 
 CLOSED = "closed"  # PublishClosed's side output: the SlotScores it publishes
@@ -97,6 +98,17 @@ class WriteEvidence(beam.DoFn):
             EvidenceSnapshot.merge([snapshot for _, snapshot in shards]).save(self.path)
 
 
+class WriteOnline(beam.DoFn):
+    """The recalibration state after the cycle's last publication (the driver keeps it for the next cycle)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def process(self, states: list[OnlineShift]) -> None:
+        if states:
+            max(states, key=lambda online: online.slot).save(self.path)
+
+
 class WriteTables(beam.DoFn):
     """The cycle's valid events or statuses, as one Parquet file (the driver keeps what the next cycle needs)."""
 
@@ -126,7 +138,8 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
     """One bounded cycle over the new records of ``ranges`` and what the ``ledger`` (``beam_pipeline.run.Ledger``)
     kept: its events and statuses are read as already-seen input, its final evidence seeds the shards.
     Writes to ``work``: ``published.json`` (the slots published and the progress), ``events.parquet`` and
-    ``status.parquet`` (the valid records it read) and ``evidence.npz`` (the shards' final evidence)."""
+    ``status.parquet`` (the valid records it read), ``evidence.npz`` (the shards' final evidence) and ``online.npz``
+    (the recalibration state after its publications)."""
     topics = config.topics
     without_state_cache()
     p = beam.Pipeline(options=options)
@@ -142,7 +155,8 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
         inputs += (p | "EvidenceFile" >> beam.Create([ledger.evidence_snapshot])
                    | "KeptEvidence" >> beam.FlatMap(kept_evidence, config.shards),)
     scoring = ScoreSlots(replace(config, replay_through=ledger.published_through),
-                         known_progress_ms=None if final else ledger.progress_ms)  # score only what is published
+                         known_progress_ms=None if final else ledger.progress_ms,  # score only what is published
+                         kept_online=ledger.online_snapshot)
     out = inputs | "Score" >> scoring
     closed = (out["scores"] | "AllSlots" >> beam.combiners.ToList()
               | "Closed" >> beam.ParDo(PublishClosed(config, ledger, final, partitions, marks, work, job_id),
@@ -157,6 +171,8 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
         file = "events.parquet" if name == "events" else "status.parquet"
         (out[name] | f"Collect{name.title()}" >> beam.combiners.ToList()
          | f"Write{name.title()}" >> beam.ParDo(WriteTables(str(Path(work, file)))))
+    (out["online"] | "Online" >> beam.combiners.ToList()
+     | "WriteOnline" >> beam.ParDo(WriteOnline(str(Path(work, "online.npz")))))
     (out["evidence"] | "LastFold" >> beam.CombinePerKey(lambda kept: max(kept, key=lambda s: s.folded_through))
      | "Evidence" >> beam.combiners.ToList() | "WriteEvidence" >> beam.ParDo(WriteEvidence(str(Path(work, "evidence.npz")))))
     return p

@@ -15,6 +15,7 @@ from model.checkpoint import CheckpointError, load
 from model.candidates import Pieces
 from model.config import RankingConfig, SystemParams
 from model.config import DEVICES
+from model.recalibration import RecalibrationConfig
 from model.stages import Stages, TorchStages, resolve_device
 from exporters.kafka_client import Topics
 
@@ -90,6 +91,13 @@ class TrustbeamOptions(PipelineOptions):
                             help="trust-scores records per owner (its most trusted candidates)")
         parser.add_argument("--default_threshold", type=float, default=RankingConfig.default_threshold,
                             help="theta for owners whose tasks carry none")
+        parser.add_argument("--recalibration_memory", type=float, default=RecalibrationConfig.memory,
+                            help="the online recalibration's memory: the weight of a slot's residuals one slot later "
+                                 "(model.recalibration)")
+        parser.add_argument("--recalibration_guard", type=float, default=RecalibrationConfig.guard,
+                            help="standard errors the recent mean residual must clear before it moves T_beh")
+        parser.add_argument("--no_recalibration", action="store_true",
+                            help="publish the model's T_beh as it is (no online level shift)")
         parser.add_argument("--threshold_floor", type=float, default=None,
                             help="the lowest theta the schedulers ask: rankings are made at min(owner's theta, this) "
                                  "and answer every theta above it (default: the owner's theta)")
@@ -116,6 +124,8 @@ class JobConfig:
     group_id: str | None = None  # the streaming job's consumer group (default trustbeam-<events topic>)
     device: str = "auto"  # auto | cpu | cuda (model.stages.resolve_device)
     replay_through: int | None = None  # a bounded re-run: the last slot an earlier run published (None: streaming)
+    # the online level shift of the published T_beh (model.recalibration); None: the model's T_beh as it is
+    recalibration: RecalibrationConfig | None = field(default_factory=RecalibrationConfig)
 
     def __post_init__(self) -> None:
         if not artifacts.exists(self.checkpoint, CHECKPOINT_FILES[0]):
@@ -157,10 +167,16 @@ class JobConfig:
             pieces = Pieces(o.score_pieces, o.cell_m)
         except ValueError as error:
             raise ValueError(f"--score_pieces/--cell_m: {error}") from None
+        recalibration = None
+        if not o.no_recalibration:
+            try:
+                recalibration = RecalibrationConfig(o.recalibration_memory, o.recalibration_guard)
+            except ValueError as error:
+                raise ValueError(f"--recalibration_memory/--recalibration_guard: {error}") from None
         return cls(o.checkpoint, o.backend, o.onnx_model, o.parquet_out, o.shards, pieces, o.lateness_slots,
                    o.tombstone_slots, ranking, topics=topics, max_future_s=o.max_future_s, max_skew_s=o.max_skew_s,
                    model_sha256=o.model_sha256, group_id=o.group_id, device=o.device,
-                   replay_through=o.replay_through)
+                   replay_through=o.replay_through, recalibration=recalibration)
 
     @property
     def onnx_dir(self) -> str:

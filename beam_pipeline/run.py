@@ -65,7 +65,7 @@ from exporters.kafka_client import KafkaSettings, end_offsets, wait_until_answer
 from model.config import state_dir
 
 log = logging.getLogger(__name__)
-LEDGER_FORMAT = 2
+LEDGER_FORMAT = 3
 TAIL_SCAN = 2000  # records read back from an output partition's end to find this job's last one
 TAIL_READ_S = 60.0  # longest a tail read may take before the cycle fails (retriably)
 IDLE_CYCLE_S = 30.0  # a follower with no new records still runs a cycle this often
@@ -87,6 +87,7 @@ class Ledger:
     status_snapshot: str | None = None  # Parquet: the statuses the next cycle needs from earlier ones
     evidence_snapshot: str | None = None  # .npz: the final evidence of the slots the next cycle does not hold
     evidence_through: int = -1  # the last slot that snapshot holds
+    online_snapshot: str | None = None  # .npz: the online recalibration after the last published slot
     log: dict[str, Any] = field(default_factory=dict)  # the identity of the log read (kafka_io.Plan.identity)
     format: int = LEDGER_FORMAT
 
@@ -118,7 +119,7 @@ class Ledger:
 
     @property
     def snapshots(self) -> tuple[str | None, ...]:
-        return self.events_snapshot, self.status_snapshot, self.evidence_snapshot
+        return self.events_snapshot, self.status_snapshot, self.evidence_snapshot, self.online_snapshot
 
     def job_id(self, group: str) -> str:
         return f"{group}@{self.generation}"
@@ -276,9 +277,10 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     keep_from = min(through + 1 - slots_read_back(window_read(stages), config.ranking), evidence_through + 1)
     events = _keep_events(Path(work, "events.parquet"), int(clock.start_ms(keep_from)), directory)
     statuses = _keep_statuses(Path(work, "status.parquet"), int(clock.start_ms(keep_from)), directory)
+    online = _keep(Path(work, "online.npz"), directory, "online") or ledger.online_snapshot  # none: nothing published
     shutil.rmtree(work, ignore_errors=True)
     next_ledger = Ledger(ledger.generation, {f"{r.topic}/{r.partition}": r.stop for r in reading.ranges}, through,
-                         progress, events, statuses, evidence, evidence_through, reading.identity)
+                         progress, events, statuses, evidence, evidence_through, online, reading.identity)
     report = CycleReport(published, counters.get("published", 0), counters, round(time.perf_counter() - started, 3),
                          progress, lag=lag(settings, reading.ranges),
                          state_bytes=sum(Path(f).stat().st_size for f in next_ledger.snapshots if f))
@@ -325,14 +327,20 @@ def _offsets(which: dict[str, int]) -> dict[tuple[str, int], int]:
     return {(k.rsplit("/", 1)[0], int(k.rsplit("/", 1)[1])): v for k, v in which.items()}
 
 
+def _keep(path: Path, directory: Path, name: str) -> str | None:
+    """A file the cycle wrote, moved to a new file in ``directory`` (None if it wrote none)."""
+    if not path.exists():
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"{name}-{uuid.uuid4().hex}{path.suffix}"
+    shutil.move(str(path), target)
+    return str(target)
+
+
 def _keep_evidence(path: Path, directory: Path) -> tuple[str | None, int]:
     """The cycle's final evidence moved to a new file in ``directory``: (its path, the last slot it holds)."""
-    if not path.exists():
-        return None, -1
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / f"evidence-{uuid.uuid4().hex}.npz"
-    shutil.move(str(path), target)
-    return str(target), EvidenceSnapshot.load(target).folded_through
+    target = _keep(path, directory, "evidence")
+    return (None, -1) if target is None else (target, EvidenceSnapshot.load(target).folded_through)
 
 
 def _keep_events(path: Path, cut_ms: int, directory: Path) -> str | None:

@@ -2,7 +2,8 @@
 
     RawBatch/TableBatch ─ ParseEvents ─► (slot, events table) ─ CloseSlot ─► (shard, slot part) ─┐
     RawBatch ─ ParseStatus ─► (shard, statuses) ──────────────────────────────────────┴─ ShardState
-        ─► ((slot, piece), shard frame) ─ GatherSlot ─► SlotScores (one per piece of the slot)
+        ─► ((slot, piece), shard frame) ─ GatherSlot ─► PairScores ─┐
+    CloseSlot ─► the slot's observed pairs ─────────────────────────┴─ PublishSlots ─► SlotScores (one per piece)
 
 Everything invalid leaves through the ``dead`` output as a dead-letter record (original bytes,
 source topic/partition/offset, reason); counters in the ``trustbeam`` namespace say how many.
@@ -30,8 +31,11 @@ from beam_pipeline.kafka_io import RawBatch, trusted_progress
 from beam_pipeline.parquet_io import TableBatch
 from beam_pipeline.options import JobConfig
 from model.config import SlotClock
-from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, first_occurrences, score_slot, shard_of,
-                           slot_part, slots_read_back, status_arrays, status_horizon, window_read)
+from model.publisher import SlotPublisher
+from model.recalibration import OnlineShift
+from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, first_occurrences, score_pairs,
+                           shard_of, slot_outcomes, slot_part, slots_read_back, status_arrays, status_horizon,
+                           window_read)
 from model.status import StatusLog
 from exporters.kafka import Message, message
 from schemas import CollaborationEvent, DeviceStatus, Record, from_arrow, to_json
@@ -40,6 +44,8 @@ from schemas.batch import decode_batch, validate_table
 DEAD = "dead"
 EVENTS = "events"
 EVIDENCE = "evidence"
+ONLINE = "online"
+OUTCOMES = "outcomes"
 PROGRESS = "progress"
 STATUSES = "statuses"
 
@@ -242,7 +248,8 @@ class CloseSlot(beam.DoFn):
     Each batch of events is appended to the slot's bag as it comes (no per-batch rewrite of a seen
     set); duplicates are dropped at close (the first occurrence of each ``event_id`` counts) and
     counted once. On close every shard gets its devices' part of the slot (embeddings, owner
-    profiles, evidence); the slot's designated shard (slot mod shards) also gets the events' source
+    profiles, evidence), and ``outcomes`` gets the slot's observed pairs for the online recalibration
+    (:class:`PublishSlots`); the slot's designated shard (slot mod shards) also gets the events' source
     pointers, so that a part the shards refuse as late can be dead-lettered with its evidence.
     Events within the allowed lateness re-close the slot as the next version (an update), unless
     they were all duplicates. After the lateness the slot expires: its events are dropped and it
@@ -328,6 +335,7 @@ class CloseSlot(beam.DoFn):
         part = slot_part(self.stages, unique.drop_columns(EXTRA_COLUMNS), slot)
         pointers = (unique["event_id"].to_numpy(zero_copy_only=False), *provenance(unique))
         (self.updates if current.closes else self.closed).inc()
+        yield beam.pvalue.TaggedOutput(OUTCOMES, (0, (OUTCOMES, slot, current.closes, *slot_outcomes(part))))
         for shard in range(self.config.shards):
             mine = pointers if shard == slot % self.config.shards else None
             yield shard, ("part", part.select(shard, self.config.shards), current.closes, mine)
@@ -508,9 +516,10 @@ class ShardState(beam.DoFn):
 
 
 @beam.typehints.with_input_types(Tuple[Tuple[int, int], Any])
+@beam.typehints.with_output_types(Tuple[int, Any])
 class GatherSlot(beam.DoFn):
-    """Keyed by (slot, piece): once every shard's frame of the piece of a version is in, score the piece (an
-    update if version > 0). A slot is scored in ``--score_pieces`` pieces by space (its owners by cell, with
+    """Keyed by (slot, piece): once every shard's frame of the piece of a version is in, score the piece's pairs (an
+    update if version > 0) for :class:`PublishSlots`. A slot is scored in ``--score_pieces`` pieces by space (its owners by cell, with
     the devices within range of them: :class:`model.candidates.Pieces`), so no slot sits on one key.
 
     A shard that refused a slot's part as late answers None instead of a frame: nothing of that part
@@ -524,7 +533,6 @@ class GatherSlot(beam.DoFn):
     def __init__(self, config: JobConfig) -> None:
         self.config = config
         self.scored = _counter("slots_scored")
-        self.pairs = _counter("records_scored")
         self.busy = _counter("scoring_ms")
         self.late = _counter("events_late")
 
@@ -551,12 +559,10 @@ class GatherSlot(beam.DoFn):
         store(frames, ({}, newest, published + 1))
         started = time.perf_counter()
         joined = DeviceFrame.concat([f for _, f, _ in have.values()])
-        result = score_slot(self.stages, joined, slot, self.config.ranking, self.config.params, self.version,
-                            revision=published, piece=piece)
+        pairs = score_pairs(self.stages, joined, slot, self.config.ranking, self.config.params, published, piece)
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         self.scored.inc()
-        self.pairs.inc(len(result.scores) + len(result.rankings))
-        yield result
+        yield 0, ("pairs", pairs)
 
     def dead_late(self, slot: int, pointers: tuple | None) -> Iterator[Any]:
         if pointers is None:
@@ -574,22 +580,104 @@ class GatherSlot(beam.DoFn):
         frames.clear()
 
 
+@beam.typehints.with_input_types(Tuple[int, Any])
+class PublishSlots(beam.DoFn):
+    """On one key: the scored pieces of each slot published in slot order, with the online recalibration
+    (:class:`model.publisher.SlotPublisher`, as ``score_log`` offline): before slot s is published, its observed
+    pairs (from CloseSlot) are set against the raw forecasts of the slot published before it.
+
+    A slot is published when the watermark passes its end, as the shards send its pieces. A piece that comes after
+    (another piece of a published slot, or an update after late events within the allowed lateness) recomputes the
+    shifts from its slot on and publishes again what changed. In a bounded run the recalibration starts from ``kept`` (an earlier run's,
+    :meth:`OnlineShift.save`), and the state after the run leaves through the ``online`` output.
+    """
+
+    PUBLISHER = ReadModifyWriteStateSpec("publisher", BytesCoder())  # SlotPublisher, pickled
+    PENDING = BagStateSpec("pending", BytesCoder())  # pickled ("pairs", PairScores) and ("outcomes", ...) payloads
+    DUE = ReadModifyWriteStateSpec("due", BytesCoder())  # the slots with payloads pending, pickled
+    PUBLISH = TimerSpec("publish", TimeDomain.WATERMARK)  # at the earliest pending slot's end (bounded: the latest's)
+
+    def __init__(self, config: JobConfig, kept: str | None = None) -> None:
+        self.config, self.kept = config, kept
+        self.bounded = config.replay_through is not None
+        self.records = _counter("records_scored")
+
+    def setup(self) -> None:
+        self.stages, self.version = self.config.stages()
+        self.clock = self.stages.config.clock
+
+    def _due(self, slots: set[int]) -> Timestamp:
+        return millis(self.clock.end_ms((max if self.bounded else min)(slots)))
+
+    def process(self, element: tuple[int, tuple], pending=beam.DoFn.StateParam(PENDING),
+                due_state=beam.DoFn.StateParam(DUE), publish=beam.DoFn.TimerParam(PUBLISH)) -> None:
+        _, payload = element
+        pending.add(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+        due = load(due_state, set())  # outcomes too: those after their slot's publication publish it again
+        due.add(payload[1].slot if payload[0] == "pairs" else payload[1])
+        store(due_state, due)
+        publish.set(self._due(due))
+
+    def _publisher(self, state: Any) -> SlotPublisher:
+        publisher = load(state, None)
+        if publisher is None:
+            recalibration = self.config.recalibration
+            online = (OnlineShift.load(self.kept, recalibration) if self.kept and recalibration
+                      else OnlineShift.start(recalibration))
+            publisher = SlotPublisher(online)
+        return publisher
+
+    @on_timer(PUBLISH)
+    def on_publish(self, fired=beam.DoFn.TimestampParam, publisher_state=beam.DoFn.StateParam(PUBLISHER),
+                   pending=beam.DoFn.StateParam(PENDING), due_state=beam.DoFn.StateParam(DUE),
+                   publish=beam.DoFn.TimerParam(PUBLISH)) -> Iterator[Any]:
+        publisher = self._publisher(publisher_state)
+        fired_ms = int(fired.micros // 1000)
+        through = int(self.clock.slot_of(np.array([fired_ms]))[0]) - 1  # the slots that end by the firing
+        later = []
+        for payload in (pickle.loads(b) for b in pending.read()):
+            if payload[0] == "pairs" and payload[1].slot > through:
+                later.append(payload)
+            elif payload[0] == "pairs":
+                publisher.add_pieces([payload[1]])
+            else:
+                publisher.add_outcomes(payload[1], payload[2], payload[3:])
+        pending.clear()
+        for payload in later:
+            pending.add(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+        for result in publisher.publish(through, self.config.ranking, self.version, self.clock,
+                                        keep_slots=self.config.lateness_slots + 2):
+            self.records.inc(len(result.scores) + len(result.rankings))
+            yield result
+        due = {payload[1].slot for payload in later}
+        store(due_state, due)
+        if due:
+            publish.set(self._due(due))
+        store(publisher_state, publisher)
+        if self.bounded and publisher.online is not None:
+            yield beam.pvalue.TaggedOutput(ONLINE, publisher.online)
+
+
 class ScoreSlots(beam.PTransform):
-    """(events batches, status batches[, kept evidence]) -> SlotScores, plus the dead, progress, events, statuses
-    and evidence outputs. Kept evidence: (shard, ("evidence", EvidenceSnapshot)) elements that an earlier run's
-    ``evidence`` output left, so a run that replays only recent events starts from the evidence of all before.
+    """(events batches, status batches[, kept evidence]) -> SlotScores, plus the dead, progress, events, statuses,
+    evidence and online outputs. Kept evidence: (shard, ("evidence", EvidenceSnapshot)) elements that an earlier
+    run's ``evidence`` output left, so a run that replays only recent events starts from the evidence of all before;
+    ``online``: a bounded run's recalibration state after it (:class:`PublishSlots`).
     ``progress``: (partition, ms) per batch in a streaming job; in a bounded run (``config.replay_through``), the
     progress of the input's slowest partition (one element, none without new events)."""
 
-    def __init__(self, config: JobConfig, known_progress_ms: int | None = None) -> None:
+    def __init__(self, config: JobConfig, known_progress_ms: int | None = None, kept_online: str | None = None
+                 ) -> None:
         """A streaming job, or with ``config.replay_through`` a bounded re-run of a log an earlier run scored.
         ``known_progress_ms``: a bounded cycle that publishes only the slots closed at the progress (the larger of
-        this, an earlier cycle's, and the input's) scores only those; None scores every slot whose frames are in."""
-        if known_progress_ms is not None and config.replay_through is None:
-            raise ValueError("ScoreSlots: known_progress_ms is for bounded runs (config.replay_through)")
+        this, an earlier cycle's, and the input's) scores only those; None scores every slot whose frames are in.
+        ``kept_online``: the recalibration state an earlier bounded run left (:meth:`OnlineShift.save`)."""
+        if config.replay_through is None and (known_progress_ms is not None or kept_online is not None):
+            raise ValueError("ScoreSlots: known_progress_ms and kept_online are for bounded runs "
+                             "(config.replay_through)")
         super().__init__()
         self.config = config
-        self.known_progress_ms = known_progress_ms
+        self.known_progress_ms, self.kept_online = known_progress_ms, kept_online
 
     def expand(self, inputs: tuple[beam.PCollection, ...]) -> dict[str, beam.PCollection]:
         raw_events, raw_status, *kept = inputs
@@ -597,7 +685,8 @@ class ScoreSlots(beam.PTransform):
             ParseEvents(self.config)).with_outputs(DEAD, PROGRESS, EVENTS, main="slots")
         status = raw_status | "ParseStatus" >> beam.ParDo(
             ParseStatus(self.config)).with_outputs(DEAD, STATUSES, main="status")
-        closed = (events.slots | "CloseSlot" >> beam.ParDo(CloseSlot(self.config)).with_outputs(DEAD, main="parts"))
+        closed = (events.slots | "CloseSlot" >> beam.ParDo(CloseSlot(self.config))
+                  .with_outputs(DEAD, OUTCOMES, main="parts"))
         shards = ((closed.parts, status.status, *kept) | "ToShards" >> beam.Flatten()
                   | "ShardState" >> beam.ParDo(ShardState(self.config))
                   .with_outputs(EVIDENCE, main="frames"))
@@ -609,10 +698,13 @@ class ScoreSlots(beam.PTransform):
                   beam.ParDo(GatherSlot(self.config), progress_ms=beam.pvalue.AsSingleton(
                       progress | "Known" >> beam.Map(max, self.known_progress_ms),
                       default_value=self.known_progress_ms)))
-        scored = shards.frames | "GatherSlot" >> gather.with_outputs(DEAD, main="scores")
+        scored = shards.frames | "GatherSlot" >> gather.with_outputs(DEAD, main="pairs")
+        published = ((scored.pairs, closed[OUTCOMES]) | "ToPublish" >> beam.Flatten()
+                     | "PublishSlots" >> beam.ParDo(PublishSlots(self.config, self.kept_online))
+                     .with_outputs(ONLINE, main="scores"))
         dead = (events[DEAD], status[DEAD], closed[DEAD], scored[DEAD]) | "Dead" >> beam.Flatten()
-        return {"scores": scored.scores, "dead": dead, "progress": progress, "events": events[EVENTS],
-                "statuses": status[STATUSES], "evidence": shards[EVIDENCE]}
+        return {"scores": published.scores, "dead": dead, "progress": progress, "events": events[EVENTS],
+                "statuses": status[STATUSES], "evidence": shards[EVIDENCE], "online": published[ONLINE]}
 
 
 def outputs(result: Any, topics: Any) -> Iterator[tuple[str, Record]]:

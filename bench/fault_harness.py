@@ -137,12 +137,14 @@ def published_keys(settings, topics) -> tuple[dict, int]:
 
 def offline_keys(checkpoint: Path, topics, events, status) -> dict:
     from beam_pipeline.options import JobConfig
+    from model.recalibration import OnlineShift
     from model.scoring import score_log
 
     config = JobConfig(str(checkpoint), shards=3, topics=topics)
     stages, version = config.stages()
     out = {}
-    for result in score_log(stages, events, status, config.ranking, config.params, version):
+    for result in score_log(stages, events, status, config.ranking, config.params, version,
+                            online=OnlineShift.start(config.recalibration)):
         for kind, records in (("score", result.scores), ("ranking", result.rankings)):
             for r in records:
                 out[(kind, r.slot, r.owner, getattr(r, "collaborator", ""))] = r.to_dict()

@@ -12,11 +12,17 @@ mean residual, shrunk toward zero by how far it stands from noise:
 so a residual within ``guard`` standard errors of zero moves nothing (a log that does not drift keeps its
 forecasts), and a clear one is followed almost whole. Glossary: f the forecast T_beh, y the slot's observed
 T_col, w its tasks, lam ``memory``.
+
+:class:`OnlineShift` is what a publisher keeps between slots (``score_log`` offline, ``PublishSlots`` in the job):
+the level shift, and the raw forecasts of the last slot it published, which the next slot's outcomes are set
+against. ``trustbeam evaluate``'s ``bm_online`` (:func:`replayed_shifts`) runs the same shift over every test
+edge; the publisher sets a slot's outcomes against the pairs it scored (the owners' candidates in range).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -79,3 +85,54 @@ def replayed_shifts(forecast: np.ndarray, outcome: np.ndarray, tasks: np.ndarray
         out[rows] = state.shift
         state.update(forecast[rows], outcome[rows], tasks[rows])
     return out
+
+
+@dataclass
+class OnlineShift:
+    """A publisher's recalibration between slots (slots in order; see the module's docstring).
+
+    For each slot: :meth:`advance` with the slot's outcomes gives the shift its forecasts get, then
+    :meth:`remember` keeps its raw forecasts for the next slot's outcomes."""
+
+    level: LevelShift
+    slot: int = -1  # the last slot published
+    pairs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (m,) its pairs' keys, sorted
+    forecasts: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (m,) their raw T_beh (before the shift)
+
+    @classmethod
+    def start(cls, config: RecalibrationConfig | None) -> "OnlineShift | None":
+        """A fresh state (None without recalibration)."""
+        return None if config is None else cls(LevelShift(config))
+
+    def copy(self) -> "OnlineShift":
+        """An independent state (the arrays are never written in place)."""
+        return OnlineShift(replace(self.level), self.slot, self.pairs, self.forecasts)
+
+    def advance(self, slot: int, pairs: np.ndarray, outcome: np.ndarray, tasks: np.ndarray) -> float:
+        """The shift for ``slot``'s forecasts, after setting its outcomes (pair keys, observed T_col, tasks: (k,)
+        each) against the last published slot's forecasts of the same pairs."""
+        if slot <= self.slot:
+            raise ValueError(f"OnlineShift.advance: slot {slot} is not after the last published slot {self.slot}")
+        at = np.searchsorted(self.pairs, pairs)
+        hit = at < len(self.pairs)
+        hit[hit] = self.pairs[at[hit]] == pairs[hit]
+        if hit.any():  # a slot none of whose pairs was forecast ages nothing (as replayed_shifts)
+            self.level.update(self.forecasts[at[hit]], outcome[hit], tasks[hit])
+        return self.level.shift
+
+    def remember(self, slot: int, pairs: np.ndarray, forecasts: np.ndarray) -> None:
+        """Keep ``slot``'s raw forecasts ((m,) pair keys and T_beh): the next slot's outcomes meet them."""
+        order = np.argsort(pairs)
+        self.slot, self.pairs, self.forecasts = slot, np.asarray(pairs, np.int64)[order], np.asarray(forecasts)[order]
+
+    def save(self, path: str | Path) -> None:
+        level = self.level
+        np.savez(path, sums=np.array([level.weight, level.weight_sq, level.residual, level.residual_sq]),
+                 slot=np.array(self.slot), pairs=self.pairs, forecasts=self.forecasts)
+
+    @classmethod
+    def load(cls, path: str | Path, config: RecalibrationConfig) -> "OnlineShift":
+        """What :meth:`save` wrote, continued under ``config``."""
+        with np.load(path) as saved:
+            return cls(LevelShift(config, *saved["sums"].tolist()), int(saved["slot"]), saved["pairs"],
+                       saved["forecasts"])

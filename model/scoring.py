@@ -15,10 +15,12 @@ moves its T_beh from the cold prior as its tasks accrue. The path, per closed sl
    and its evidence as collaborator and owner, plus the evidence of the pairs its recent owners
    formed. A slot's evidence stays pending until the slot is final (:meth:`DeviceHistory.fold`),
    so an update of a slot within the allowed lateness replaces it instead of adding it twice.
-3. :func:`score_slot`: frames of all devices -> for each recent owner i and candidate j, the pair's
+3. :func:`score_pairs`: frames of all devices -> for each recent owner i and candidate j, the pair's
    physics (:mod:`model.context`) and evidence (candidates within range by a k-d tree,
-   :mod:`model.candidates`: owners x neighbours, never owners x fleet) -> T_beh -> T = T_beh * T_res -> trust scores and
-   rankings (T >= theta, then the highest VoC for the owner's task), as the wire records of :mod:`schemas`.
+   :mod:`model.candidates`: owners x neighbours, never owners x fleet) -> T_beh, T_res, VoC.
+4. :meth:`PairScores.publish` (through :class:`model.publisher.SlotPublisher`, slots in order): T_beh moved by the
+   online recalibration -> T = T_beh * T_res -> trust scores and rankings (T >= theta, then the highest VoC for
+   the owner's task), as the wire records of :mod:`schemas`.
 
 Glossary: Y the long-term embedding, T_beh/T_res/T the paper's trusts, theta the task's trust
 threshold, V (``voc``) the value of task completion (eqs. 2-9, :mod:`model.physics`).
@@ -40,9 +42,11 @@ import pyarrow.compute as pc
 from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
-from model.evidence import (CHANNELS, POPULATION, ROLES, EvidenceBlocks, EvidenceConfig, EvidenceState, decay,
+from model.evidence import (CHANNELS, N, POPULATION, ROLES, W, EvidenceBlocks, EvidenceConfig, EvidenceState, decay,
                             role_increments, with_load)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
+from model.publisher import SlotPublisher
+from model.recalibration import OnlineShift
 from model.stages import Stages, chunks
 from model.status import COMM_OK, COMP_OK, LOAD, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
 from model.trust import resource_trust
@@ -462,16 +466,70 @@ def _pair_rows(frame: DeviceFrame, keys: np.ndarray) -> tuple[np.ndarray, np.nda
     return table, rows
 
 
-def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,
-               model_version: str, revision: int = 0, piece: int = 0) -> SlotScores:
-    """Score each recent owner against its candidates and rank them by the paper's rule: one ranking per recent
-    owner, with no candidates where none is in range; ``revision`` numbers the slot's publications (0: the
-    first; an update after late events has a higher one); ``piece`` names the piece of the slot ``frame`` is
-    (:meth:`DeviceFrame.pieces`)."""
-    is_update = revision > 0
-    config = stages.config
-    clock = config.clock
-    start_ms, end_ms = int(clock.start_ms(slot)), int(clock.end_ms(slot))
+@dataclass
+class PairScores:
+    """One piece of a slot scored and not yet published: every recent owner's candidates with their raw T_beh (before
+    the online recalibration, :mod:`model.recalibration`), T_res and VoC. :meth:`publish` ranks them into the
+    slot's records; :meth:`forecasts` is what the next slot's outcomes are set against."""
+
+    slot: int
+    piece: int
+    version: int  # the scorer's count of this piece's scorings (newer frames after late events score it again)
+    keys: np.ndarray  # (n,) the frame's device keys
+    ids: np.ndarray  # (n,) their ids
+    owners: np.ndarray  # (o,) frame rows of the recent owners
+    thresholds: np.ndarray  # (n,) theta per frame row (owners' tasks, else the default)
+    src: np.ndarray  # (P,) frame rows of each pair's owner, grouped by owner
+    dst: np.ndarray  # (P,) frame rows of its candidate
+    t_beh: np.ndarray  # (P,) raw T_beh
+    t_res: np.ndarray  # (P,)
+    voc: np.ndarray  # (P,)
+
+    def forecasts(self) -> tuple[np.ndarray, np.ndarray]:
+        """((P,) pair keys, (P,) raw T_beh)."""
+        return pair_keys(self.keys[self.src], self.keys[self.dst]), self.t_beh
+
+    def publish(self, ranking: RankingConfig, model_version: str, clock: SlotClock, shift: float = 0.0,
+                revision: int = 0) -> SlotScores:
+        """The piece's trust scores and rankings with T_beh moved by ``shift`` (clipped to [0, 1]): one ranking per
+        recent owner, by the paper's rule, with no candidates where none is in range. ``revision`` numbers the
+        piece's publications (0: the first; an update after late events has a higher one)."""
+        slot, ids, src, dst, thresholds = self.slot, self.ids, self.src, self.dst, self.thresholds
+        t_beh = np.clip(self.t_beh + shift, 0.0, 1.0) if shift else self.t_beh
+        trust = np.clip(t_beh * self.t_res, 0.0, 1.0)
+        bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1]]) if len(src) else np.zeros(0, np.int64)
+        spans = {int(src[begin]): np.arange(begin, end) for begin, end in zip(bounds, np.r_[bounds[1:], len(src)])}
+        nothing = np.zeros(0, np.int64)
+        scored, listed = [], []  # per owner: the pairs whose trust scores it publishes, its ranking's pairs
+        for row in self.owners:
+            part = spans.get(int(row))
+            if part is None:  # nothing in range: an empty ranking, so the owner's scheduler knows
+                scored.append(nothing)
+                listed.append(nothing)
+                continue
+            scored.append(part[np.lexsort((self.keys[dst[part]], -trust[part]))][: ranking.scores_per_owner])
+            eligible = part[trust[part] >= thresholds[row]]
+            listed.append(eligible[ranked(trust[eligible], self.voc[eligible], self.keys[dst[eligible]],
+                                          ranking.top_k)])
+        window = {"slot": slot, "slot_start_ms": int(clock.start_ms(slot)), "slot_end_ms": int(clock.end_ms(slot)),
+                  "model_version": model_version, "is_update": revision > 0, "revision": revision}
+        p = np.concatenate([nothing, *scored])
+        scores = TrustScore.from_columns(len(p), owner=ids[src[p]], collaborator=ids[dst[p]], t_beh=t_beh[p],
+                                         t_res=self.t_res[p], trust=trust[p], **window)
+        c = np.concatenate([nothing, *listed])
+        entries = RankedCandidate.from_columns(len(c), collaborator=ids[dst[c]], trust=trust[c], voc=self.voc[c])
+        ends = np.cumsum([len(chosen) for chosen in listed])
+        candidates = [tuple(entries[end - len(chosen): end]) for chosen, end in zip(listed, ends)]
+        rankings = CollaboratorRanking.from_columns(len(self.owners), owner=ids[self.owners],
+                                                    threshold=thresholds[self.owners], candidates=candidates, **window)
+        return SlotScores(slot, scores, rankings, self.piece)
+
+
+def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,
+                version: int = 0, piece: int = 0) -> PairScores:
+    """Score each recent owner against its candidates (within range): T_beh, T_res and VoC of every pair.
+    ``version`` numbers the piece's scorings (:attr:`PairScores.version`); ``piece`` names the piece of the slot
+    ``frame`` is (:meth:`DeviceFrame.pieces`)."""
     owners = np.flatnonzero(frame.recent_owner)
     known = np.flatnonzero(~np.isnan(frame.status[:, X]))
     src, dst, _ = candidate_pairs(frame.status[:, [X, Y]], owners, known, ranking.range_m)  # (P,) frame rows
@@ -479,53 +537,35 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
     thresholds = np.where(np.isnan(thresholds), ranking.default_threshold, thresholds)
     if ranking.threshold_floor is not None:
         thresholds = np.minimum(thresholds, ranking.threshold_floor)
+    t_beh, t_res, voc = np.zeros(len(src)), np.zeros(len(src)), np.zeros(len(src))
+    if len(src):
+        physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
+        pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
+        blocks = EvidenceBlocks.of(frame.collaborator, frame.owner, pair_table, frame.since, stages.config.evidence,
+                                   frame.population, frame.status[:, LOAD])
+        features = physics.features()
+        for part in chunks(len(src), PAIRS_PER_CHUNK):  # chunk by chunk: never all a slot's features at once
+            s, d = src[part], dst[part]
+            t_beh[part] = stages.t_beh(frame.y[s], frame.y[d], features[part], blocks.features(s, d, pair_at[part]))
+        status_j = frame.status[dst]
+        t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])
+        voc = physics.value(params)
+    return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc)
 
-    def ranking_of(owner: int, candidates: tuple[RankedCandidate, ...] = ()) -> CollaboratorRanking:
-        return CollaboratorRanking(owner=frame.ids[owner], slot=slot, slot_start_ms=start_ms, slot_end_ms=end_ms,
-                                   threshold=float(thresholds[owner]), model_version=model_version,
-                                   is_update=is_update, revision=revision, candidates=candidates)
 
-    if not len(src):  # no owner has a candidate in range (or the piece holds no owner)
-        return SlotScores(slot, [], [ranking_of(o) for o in owners], piece)
-    physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
-    pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
-    blocks = EvidenceBlocks.of(frame.collaborator, frame.owner, pair_table, frame.since, config.evidence,
-                               frame.population, frame.status[:, LOAD])
-    features = physics.features()
-    t_beh = np.empty(len(src))
-    for part in chunks(len(src), PAIRS_PER_CHUNK):  # chunk by chunk: a slot's features never all in memory at once
-        s, d = src[part], dst[part]
-        t_beh[part] = stages.t_beh(frame.y[s], frame.y[d], features[part], blocks.features(s, d, pair_at[part]))
-    status_j = frame.status[dst]
-    t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])
-    trust = np.clip(t_beh * t_res, 0.0, 1.0)
-    voc = physics.value(params)
-    ids = frame.ids
-    bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1]])
-    spans = {int(src[begin]): np.arange(begin, end) for begin, end in zip(bounds, np.r_[bounds[1:], len(src)])}
-    nothing = np.zeros(0, np.int64)
-    scored, listed = [], []  # per owner: the pairs whose trust scores it publishes, its ranking's pairs
-    for row in owners:
-        part = spans.get(int(row))
-        if part is None:  # nothing in range: an empty ranking, so the owner's scheduler knows
-            scored.append(nothing)
-            listed.append(nothing)
-            continue
-        scored.append(part[np.lexsort((frame.keys[dst[part]], -trust[part]))][: ranking.scores_per_owner])
-        eligible = part[trust[part] >= thresholds[row]]
-        listed.append(eligible[ranked(trust[eligible], voc[eligible], frame.keys[dst[eligible]], ranking.top_k)])
-    window = {"slot": slot, "slot_start_ms": start_ms, "slot_end_ms": end_ms, "model_version": model_version,
-              "is_update": is_update, "revision": revision}
-    p = np.concatenate(scored)
-    scores = TrustScore.from_columns(len(p), owner=ids[src[p]], collaborator=ids[dst[p]], t_beh=t_beh[p],
-                                     t_res=t_res[p], trust=trust[p], **window)
-    c = np.concatenate(listed)
-    entries = RankedCandidate.from_columns(len(c), collaborator=ids[dst[c]], trust=trust[c], voc=voc[c])
-    ends = np.cumsum([len(chosen) for chosen in listed])
-    candidates = [tuple(entries[end - len(chosen): end]) for chosen, end in zip(listed, ends)]
-    rankings = CollaboratorRanking.from_columns(len(owners), owner=ids[owners], threshold=thresholds[owners],
-                                                candidates=candidates, **window)
-    return SlotScores(slot, scores, rankings, piece)
+def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,
+               model_version: str, revision: int = 0, piece: int = 0) -> SlotScores:
+    """:func:`score_pairs` published as they are (no recalibration)."""
+    return score_pairs(stages, frame, slot, ranking, params, revision, piece).publish(
+        ranking, model_version, stages.config.clock, revision=revision)
+
+
+def slot_outcomes(part: SlotPart) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A slot's observed pairs ((k,) pair keys, their T_col, their tasks) from its evidence: what the online
+    recalibration sets against the forecasts published before it."""
+    keys, increments = part.evidence["pair"]
+    tasks = increments[:, N]
+    return keys, increments[:, W] / np.maximum(tasks, 1e-12), tasks
 
 
 def ranked(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, top_k: int) -> np.ndarray:
@@ -545,11 +585,13 @@ def ranked(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, top_k: int) -> 
 
 
 def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking: RankingConfig,
-              params: SystemParams, model_version: str, seconds: dict[str, float] | None = None
-              ) -> Iterator[SlotScores]:
+              params: SystemParams, model_version: str, seconds: dict[str, float] | None = None,
+              online: OnlineShift | None = None) -> Iterator[SlotScores]:
     """The offline scorer: every slot with events, in order, from one :class:`DeviceHistory` of all devices.
 
-    ``seconds``, when given, accumulates the time per stage: ``status``, ``slot_part`` (T_col, slot graph,
+    ``online``: each slot's T_beh moved by the online level shift, as the job's ``PublishSlots`` does (the state is
+    advanced in place: a later run over the next slots continues from it); None publishes the model's T_beh as it
+    is. ``seconds``, when given, accumulates the time per stage: ``status``, ``slot_part`` (T_col, slot graph,
     GNN), ``frame`` (BiMamba, evidence, latest statuses), ``pairs`` (candidates, head, ranking).
     """
     seconds = {} if seconds is None else seconds
@@ -557,6 +599,7 @@ def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking
     config = stages.config
     clock = config.clock
     history = DeviceHistory(config.evidence, clock)
+    publisher = SlotPublisher(online)
     if status is not None:
         with clocked("status"):
             history.add_status(*status_arrays(status))
@@ -567,12 +610,15 @@ def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking
     slots, starts = np.unique(slot_of[order], return_index=True)
     for slot, rows in zip(slots.tolist(), np.split(order, starts[1:])):
         with clocked("slot_part"):
-            history.add_part(slot_part(stages, events.take(rows), slot))
+            part = slot_part(stages, events.take(rows), slot)
+            history.add_part(part)
             history.fold(slot)  # offline, a slot is final once read
         with clocked("frame"):
             frame = history.frame(stages, slot, ranking)
         with clocked("pairs"):
-            scores = score_slot(stages, frame, slot, ranking, params, model_version)
+            publisher.add_outcomes(slot, 0, slot_outcomes(part))
+            publisher.add_pieces([score_pairs(stages, frame, slot, ranking, params)])
+            (scores,) = publisher.publish(slot, ranking, model_version, clock, keep_slots=0)
         yield scores
         window = window_read(stages)
         history.prune(slot - slots_read_back(window, ranking) + 1, status_horizon(clock, slot, window))

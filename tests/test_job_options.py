@@ -12,6 +12,7 @@ from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.options import JobConfig
+from model.recalibration import RecalibrationConfig
 from schemas import CollaboratorRanking, TrustScore, from_json
 from tests.pipeline_fixtures import run_tables, write_checkpoint
 from trustbeam.cli import main
@@ -29,6 +30,8 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory):
     (["--lateness_slots", "-1"], "--lateness_slots: must be >= 0"),
     (["--top_k", "0"], "RankingConfig.top_k: must be >= 1"),
     (["--replay_through", "-2"], "--replay_through: must be a slot >= -1"),
+    (["--recalibration_memory", "1"], r"--recalibration_memory/--recalibration_guard: .*memory: must be in \[0, 1\)"),
+    (["--recalibration_guard", "-1"], "--recalibration_memory/--recalibration_guard: .*guard: must be >= 0"),
 ])
 def test_bad_options_are_refused_by_name(checkpoint, args, message) -> None:
     if args[:1] != ["--checkpoint"] and args:
@@ -42,6 +45,16 @@ def test_options_reach_the_config(checkpoint) -> None:
                                                      "--range_m", "0", "--top_k", "3", "--replay_through", "12"]))
     assert (config.shards, config.ranking.range_m, config.ranking.top_k, config.replay_through) == (7, None, 3, 12)
     assert JobConfig.from_options(PipelineOptions(["--checkpoint", str(checkpoint)])).replay_through is None
+
+
+def test_recalibration_options_reach_the_config(checkpoint) -> None:
+    def config(*args: str) -> JobConfig:
+        return JobConfig.from_options(PipelineOptions(["--checkpoint", str(checkpoint), *args]))
+
+    assert config().recalibration == RecalibrationConfig()  # on by default
+    assert config("--recalibration_memory", "0.5", "--recalibration_guard", "3").recalibration == \
+        RecalibrationConfig(0.5, 3.0)
+    assert config("--no_recalibration").recalibration is None
 
 
 @pytest.mark.parametrize("argv, hint", [

@@ -22,6 +22,7 @@ from beam_pipeline.run import Ledger, run, run_cycle, unread
 from deploy.local.broker import LocalBroker
 from exporters.onnx import export_onnx
 from exporters.parquet import read_results
+from model.recalibration import OnlineShift
 from model.scoring import score_log
 from schemas import CollaborationEvent, CollaboratorRanking, TrustScore, from_arrow, from_json, to_arrow, to_json
 from simulator.publish import KafkaPublisher
@@ -69,7 +70,8 @@ def offline(checkpoint: Path, events: pa.Table, status: pa.Table, slots: set[int
     config = job(checkpoint)
     stages, version = config.stages()
     scores, rankings = [], []
-    for result in score_log(stages, events, status, config.ranking, config.params, version):
+    for result in score_log(stages, events, status, config.ranking, config.params, version,
+                            online=OnlineShift.start(config.recalibration)):
         if slots is None or result.slot in slots:
             scores += result.scores
             rankings += result.rankings

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from model.recalibration import LevelShift, RecalibrationConfig, replayed_shifts
+from model.recalibration import LevelShift, OnlineShift, RecalibrationConfig, replayed_shifts
 
 
 def test_level_shift_by_hand() -> None:
@@ -60,3 +60,35 @@ def test_replayed_shifts_see_only_earlier_slots() -> None:
 def test_config_refuses_bad_values_by_name(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
         RecalibrationConfig(**kwargs)
+
+
+def test_online_shift_sets_outcomes_against_the_last_published_forecasts_by_hand(tmp_path) -> None:
+    online = OnlineShift.start(RecalibrationConfig(memory=0.5, guard=0.0))
+    assert online.advance(0, np.array([7]), np.array([0.9]), np.array([1.0])) == 0.0  # nothing forecast yet
+    online.remember(0, np.array([9, 5, 7]), np.array([0.1, 0.5, 0.6]))
+    # pairs 5 and 7 were forecast (0.5, 0.6); pair 4 was not and moves nothing: (1 * 0.2 + 3 * 0.1) / 4
+    shift = online.advance(1, np.array([5, 4, 7]), np.array([0.7, 0.0, 0.7]), np.array([1.0, 5.0, 3.0]))
+    assert shift == pytest.approx(0.125)
+    with pytest.raises(ValueError, match="slot 1 is not after the last published slot 1"):
+        online.remember(1, np.array([5]), np.array([0.5]))
+        online.advance(1, np.array([5]), np.array([0.5]), np.array([1.0]))
+    online.save(tmp_path / "online.npz")
+    back = OnlineShift.load(tmp_path / "online.npz", RecalibrationConfig(memory=0.5, guard=0.0))
+    assert (back.slot, back.level, back.pairs.tolist(), back.forecasts.tolist()) == \
+        (online.slot, online.level, online.pairs.tolist(), online.forecasts.tolist())
+    assert OnlineShift.start(None) is None  # recalibration off
+
+
+def test_online_shift_replays_like_evaluate_when_every_edge_was_forecast() -> None:
+    rng = np.random.default_rng(1)
+    slot = np.repeat(np.arange(6), 40)
+    pairs = np.tile(np.arange(40), 6)  # the same pairs every slot, each forecast the slot before
+    forecast, outcome, tasks = rng.uniform(0, 1, 240), rng.uniform(0, 1, 240) + 0.2, rng.integers(1, 4, 240)
+    config = RecalibrationConfig(guard=0.5)
+    online, shifts = OnlineShift.start(config), []
+    for s in range(6):  # slot s's forecasts are published at s - 1: remembered before s's outcomes come
+        if s:
+            shifts.append(online.advance(s - 1, pairs[slot == s - 1], outcome[slot == s - 1], tasks[slot == s - 1]))
+        online.remember(s - 1, pairs[slot == s], forecast[slot == s])
+    replayed = replayed_shifts(forecast, outcome, tasks, slot, config)
+    assert shifts == pytest.approx([replayed[slot == s][0] for s in range(1, 6)])

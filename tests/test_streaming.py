@@ -21,6 +21,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.testing.test_stream import TestStream as Stream
 
 from beam_pipeline.pipeline import JOB_HEADER, streaming_pipeline
+from model.recalibration import OnlineShift
 from model.scoring import score_log
 from schemas import CollaborationEvent, CollaboratorRanking, DeviceStatus, TrustScore, from_json
 from tests.pipeline_fixtures import SIM, Keep, at, job, kept, run_tables, write_checkpoint
@@ -88,20 +89,24 @@ def run_stream(root: Path, lateness: int, extra: list | None = None, tombstone_s
     options.view_as(StandardOptions).streaming = True
     streaming_pipeline(options, KafkaSettings("unused:1"), config, source, sink).run().wait_until_finish()
     stages, version = config.stages()
-    twin = {r.slot: r for r in score_log(stages, events, status, config.ranking, config.params, version)}
+    twin = {r.slot: r for r in score_log(stages, events, status, config.ranking, config.params, version,
+                                         online=OnlineShift.start(config.recalibration))}
     return {"config": config, "events": events, "twin": twin, **{k: kept(v) for k, v in sinks.items()}}
 
 
 def final(messages: list, cls) -> dict:
-    """The last revision of each (slot, owner, collaborator) record; asserts the revisions grow one by one."""
-    out: dict = {}
+    """What a consumer holds at the end: per (slot, owner) the records of its newest revision (a revision replaces
+    the owner's earlier records of the slot), keyed by (slot, owner, collaborator)."""
+    newest: dict = {}
     for _, _, value, headers in messages:
         record = from_json(cls, value)
-        key = (record.slot, record.owner, getattr(record, "collaborator", ""))
         assert dict(headers)[JOB_HEADER]
-        if key not in out or record.revision > out[key].revision:
-            out[key] = record
-    return out
+        revision, held = newest.get((record.slot, record.owner), (-1, []))
+        if record.revision > revision:
+            newest[(record.slot, record.owner)] = (record.revision, [record])
+        elif record.revision == revision:
+            held.append(record)
+    return {(r.slot, r.owner, getattr(r, "collaborator", "")): r for _, records in newest.values() for r in records}
 
 
 @pytest.mark.parametrize("lateness", [1, 2, 3])

@@ -20,6 +20,7 @@ from apache_beam.testing.test_stream import TestStream as Stream
 
 from beam_pipeline.kafka_io import RawBatch
 from beam_pipeline.transforms import ScoreSlots
+from model.recalibration import OnlineShift
 from model.scoring import score_log
 from schemas import CollaborationEvent, DeviceStatus, from_json, to_json
 from tests.pipeline_fixtures import SIM, Keep, at, job, kept, run_tables, whole_slots, write_checkpoint
@@ -80,7 +81,8 @@ def scenario(tmp_path_factory: pytest.TempPathFactory):
 
 def offline(config, events: pa.Table, status: pa.Table) -> dict:
     stages, version = config.stages()
-    return {r.slot: r for r in score_log(stages, events, status, config.ranking, config.params, version)}
+    return {r.slot: r for r in score_log(stages, events, status, config.ranking, config.params, version,
+                                         online=OnlineShift.start(config.recalibration))}
 
 
 def same_scores(got, want) -> None:
@@ -115,12 +117,17 @@ def test_events_past_the_lateness_are_dead_lettered_with_the_reason(scenario) ->
 
 def test_a_bounded_re_run_rebuilds_published_slots_without_publishing_them(tmp_path) -> None:
     """--replay_through 1 over slots 0-2 (Create, batch): slots 0-1 rebuild state only, slot 2 is scored with
-    their history (as the offline scorer does), and a new event for slot 0 is dead-lettered as late."""
+    their history and the recalibration the run that published them left (as the offline scorer does), and a new
+    event for slot 0 is dead-lettered as late."""
     config = job(write_checkpoint(tmp_path / "model"), replay_through=1)
     events, status = run_tables()
     events = events.filter(pc.less(events["slot"], 3))
     status = status.filter(pc.less(status["time_ms"], SIM.clock.end_ms(2)))
     earlier = events.filter(pc.less(events["slot"], 2))
+    stages, version = config.stages()
+    online = OnlineShift.start(config.recalibration)  # what the run that published slots 0-1 left
+    list(score_log(stages, earlier, status, config.ranking, config.params, version, online=online))
+    online.save(tmp_path / "online.npz")
     t = config.topics
     replayed = replace(raw(CollaborationEvent, earlier, t.events), new_from=earlier.num_rows)
     new = raw(CollaborationEvent, pa.concat_tables([events.filter(pc.equal(events["slot"], 2)), earlier.slice(0, 1)]),
@@ -130,7 +137,7 @@ def test_a_bounded_re_run_rebuilds_published_slots_without_publishing_them(tmp_p
     dead.mkdir()
     with beam.Pipeline(options=PipelineOptions(runner="FnApiRunner")) as p:
         result = (p | "Events" >> beam.Create([replayed, new]), p | "Status" >> beam.Create(
-            [raw(DeviceStatus, status, t.status)])) | ScoreSlots(config)
+            [raw(DeviceStatus, status, t.status)])) | ScoreSlots(config, kept_online=str(tmp_path / "online.npz"))
         result["scores"] | "KeepScores" >> beam.ParDo(Keep(str(out)))
         result["dead"] | "KeepDead" >> beam.ParDo(Keep(str(dead)))
     (slot_2,) = whole_slots(kept(out))

@@ -300,6 +300,7 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     import pyarrow.parquet as pq
 
     from exporters.parquet import ParquetResults
+    from model.recalibration import OnlineShift
     from model.scoring import score_log
     from schemas import to_json
 
@@ -318,7 +319,8 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     with open(out / "trust-scores.jsonl", "wb") as scores, open(out / "collaborator-rankings.jsonl", "wb") as ranks, \
             phase("score"):
         seconds: dict[str, float] = {}
-        for result in bar(score_log(stages, events, status, config.ranking, config.params, version, seconds), slots,
+        for result in bar(score_log(stages, events, status, config.ranking, config.params, version, seconds,
+                                    OnlineShift.start(config.recalibration)), slots,
                           "slot", args.progress or None):
             scores.writelines(to_json(r) + b"\n" for r in result.scores)
             ranks.writelines(to_json(r) + b"\n" for r in result.rankings)
