@@ -105,6 +105,8 @@ class Ledger:
         if not path.exists():
             return cls()
         body = json.loads(path.read_text())
+        if body.get("format") == 2:  # before the online recalibration: it starts afresh at the next slot
+            body["format"] = LEDGER_FORMAT
         if body.get("format") != LEDGER_FORMAT:
             raise LedgerError(f"{path}: a ledger of format {body.get('format', 1)!r}, written by an earlier "
                               f"trustbeam (this one writes {LEDGER_FORMAT}); move it away to start over")

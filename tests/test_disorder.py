@@ -218,3 +218,16 @@ def test_sigint_stops_a_follower_after_its_cycle_with_the_ledger_saved(broker, c
     assert follower.returncode == 0 and "SIGINT: stopping after the cycle in flight" in err
     assert first["published_slots"] and "Traceback" not in err
     assert Ledger.load("graceful").published_through == max(first["published_slots"])  # saved: a restart resumes
+
+
+def test_a_ledger_from_before_the_recalibration_continues_and_an_older_one_is_refused(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TRUSTBEAM_STATE_DIR", str(tmp_path))
+    Ledger(published_through=7).save("old")
+    body = json.loads(Ledger.path("old").read_text())
+    del body["online_snapshot"]
+    Ledger.path("old").write_text(json.dumps({**body, "format": 2}))
+    ledger = Ledger.load("old")  # the recalibration starts afresh at the next slot
+    assert (ledger.published_through, ledger.online_snapshot, ledger.format) == (7, None, 3)
+    Ledger.path("old").write_text(json.dumps({**body, "format": 1}))
+    with pytest.raises(LedgerError, match="a ledger of format 1, written by an earlier trustbeam"):
+        Ledger.load("old")
