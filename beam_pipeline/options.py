@@ -96,8 +96,9 @@ class TrustbeamOptions(PipelineOptions):
                                  "(model.recalibration)")
         parser.add_argument("--recalibration_guard", type=float, default=RecalibrationConfig.guard,
                             help="standard errors the recent mean residual must clear before it moves T_beh")
-        parser.add_argument("--no_recalibration", action="store_true",
-                            help="publish the model's T_beh as it is (no online level shift)")
+        parser.add_argument("--recalibration", choices=("level", "off"), default="level",
+                            help="level: publish T_beh moved by the online level shift of the recent outcomes "
+                                 "(model.recalibration); off: the model's T_beh as it is")
         parser.add_argument("--threshold_floor", type=float, default=None,
                             help="the lowest theta the schedulers ask: rankings are made at min(owner's theta, this) "
                                  "and answer every theta above it (default: the owner's theta)")
@@ -168,7 +169,7 @@ class JobConfig:
         except ValueError as error:
             raise ValueError(f"--score_pieces/--cell_m: {error}") from None
         recalibration = None
-        if not o.no_recalibration:
+        if o.recalibration == "level":
             try:
                 recalibration = RecalibrationConfig(o.recalibration_memory, o.recalibration_guard)
             except ValueError as error:

@@ -54,7 +54,7 @@ def test_recalibration_options_reach_the_config(checkpoint) -> None:
     assert config().recalibration == RecalibrationConfig()  # on by default
     assert config("--recalibration_memory", "0.5", "--recalibration_guard", "3").recalibration == \
         RecalibrationConfig(0.5, 3.0)
-    assert config("--no_recalibration").recalibration is None
+    assert config("--recalibration", "off").recalibration is None
 
 
 @pytest.mark.parametrize("argv, hint", [
