@@ -46,6 +46,7 @@ EVENTS = "events"
 EVIDENCE = "evidence"
 ONLINE = "online"
 OUTCOMES = "outcomes"
+PAIRS = "pairs"
 PROGRESS = "progress"
 STATUSES = "statuses"
 
@@ -519,8 +520,9 @@ class ShardState(beam.DoFn):
 @beam.typehints.with_output_types(Tuple[int, Any])
 class GatherSlot(beam.DoFn):
     """Keyed by (slot, piece): once every shard's frame of the piece of a version is in, score the piece's pairs (an
-    update if version > 0) for :class:`PublishSlots`. A slot is scored in ``--score_pieces`` pieces by space (its owners by cell, with
-    the devices within range of them: :class:`model.candidates.Pieces`), so no slot sits on one key.
+    update if version > 0) for :class:`PublishSlots`. A slot is scored in ``--score_pieces`` pieces by space (its
+    owners by cell, with the devices within range of them: :class:`model.candidates.Pieces`), so no slot sits on
+    one key.
 
     A shard that refused a slot's part as late answers None instead of a frame: nothing of that part
     is scored, and the designated shard's refusal, which carries the events' pointers, sends them to
@@ -562,7 +564,7 @@ class GatherSlot(beam.DoFn):
         pairs = score_pairs(self.stages, joined, slot, self.config.ranking, self.config.params, published, piece)
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         self.scored.inc()
-        yield 0, ("pairs", pairs)
+        yield 0, (PAIRS, pairs)
 
     def dead_late(self, slot: int, pointers: tuple | None) -> Iterator[Any]:
         if pointers is None:
@@ -588,12 +590,13 @@ class PublishSlots(beam.DoFn):
 
     A slot is published when the watermark passes its end, as the shards send its pieces. A piece that comes after
     (another piece of a published slot, or an update after late events within the allowed lateness) recomputes the
-    shifts from its slot on and publishes again what changed. In a bounded run the recalibration starts from ``kept`` (an earlier run's,
-    :meth:`OnlineShift.save`), and the state after the run leaves through the ``online`` output.
+    shifts from its slot on and publishes again what changed. In a bounded run the recalibration starts from
+    ``kept`` (an earlier run's, :meth:`OnlineShift.save`), and the state after the run leaves through the ``online``
+    output.
     """
 
     PUBLISHER = ReadModifyWriteStateSpec("publisher", BytesCoder())  # SlotPublisher, pickled
-    PENDING = BagStateSpec("pending", BytesCoder())  # pickled ("pairs", PairScores) and ("outcomes", ...) payloads
+    PENDING = BagStateSpec("pending", BytesCoder())  # pickled (PAIRS, PairScores) and (OUTCOMES, ...) payloads
     DUE = ReadModifyWriteStateSpec("due", BytesCoder())  # the slots with payloads pending, pickled
     PUBLISH = TimerSpec("publish", TimeDomain.WATERMARK)  # at the earliest pending slot's end (bounded: the latest's)
 
@@ -614,7 +617,7 @@ class PublishSlots(beam.DoFn):
         _, payload = element
         pending.add(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
         due = load(due_state, set())  # outcomes too: those after their slot's publication publish it again
-        due.add(payload[1].slot if payload[0] == "pairs" else payload[1])
+        due.add(payload[1].slot if payload[0] == PAIRS else payload[1])
         store(due_state, due)
         publish.set(self._due(due))
 
@@ -634,22 +637,23 @@ class PublishSlots(beam.DoFn):
         publisher = self._publisher(publisher_state)
         fired_ms = int(fired.micros // 1000)
         through = int(self.clock.slot_of(np.array([fired_ms]))[0]) - 1  # the slots that end by the firing
-        later = []
-        for payload in (pickle.loads(b) for b in pending.read()):
-            if payload[0] == "pairs" and payload[1].slot > through:
-                later.append(payload)
-            elif payload[0] == "pairs":
+        later: dict[int, list[bytes]] = {}  # slot -> its pieces not due yet, kept as they were pickled
+        for blob in pending.read():
+            payload = pickle.loads(blob)
+            if payload[0] == PAIRS and payload[1].slot > through:
+                later.setdefault(payload[1].slot, []).append(blob)
+            elif payload[0] == PAIRS:
                 publisher.add_pieces([payload[1]])
             else:
                 publisher.add_outcomes(payload[1], payload[2], payload[3:])
         pending.clear()
-        for payload in later:
-            pending.add(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+        for blob in (b for blobs in later.values() for b in blobs):
+            pending.add(blob)
         for result in publisher.publish(through, self.config.ranking, self.version, self.clock,
                                         keep_slots=self.config.lateness_slots + 2):
             self.records.inc(len(result.scores) + len(result.rankings))
             yield result
-        due = {payload[1].slot for payload in later}
+        due = set(later)
         store(due_state, due)
         if due:
             publish.set(self._due(due))

@@ -84,9 +84,9 @@ class SlotPublisher:
             if state is not None:
                 recent.before = state.copy()
                 shift = state.advance(slot, *(recent.outcomes[1] if recent.outcomes else NO_OUTCOMES))
-                newest = list(recent.pieces.values())
-                state.remember(slot, np.concatenate([p.forecasts()[0] for p in newest]),
-                               np.concatenate([p.forecasts()[1] for p in newest]))
+                forecasts = [piece.forecasts() for piece in recent.pieces.values()]
+                state.remember(slot, np.concatenate([keys for keys, _ in forecasts]),
+                               np.concatenate([t_beh for _, t_beh in forecasts]))
             again = set(recent.pieces) if shift != recent.shift else recent.changed
             for number in sorted(again):
                 revision = recent.revisions.get(number, 0)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from model.evidence import find
+
 
 @dataclass(frozen=True)
 class RecalibrationConfig:
@@ -113,9 +115,7 @@ class OnlineShift:
         each) against the last published slot's forecasts of the same pairs."""
         if slot <= self.slot:
             raise ValueError(f"OnlineShift.advance: slot {slot} is not after the last published slot {self.slot}")
-        at = np.searchsorted(self.pairs, pairs)
-        hit = at < len(self.pairs)
-        hit[hit] = self.pairs[at[hit]] == pairs[hit]
+        at, hit = find(self.pairs, pairs)
         if hit.any():  # a slot none of whose pairs was forecast ages nothing (as replayed_shifts)
             self.level.update(self.forecasts[at[hit]], outcome[hit], tasks[hit])
         return self.level.shift
