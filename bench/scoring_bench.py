@@ -12,10 +12,14 @@ simulator) with BM's default widths (S = 32):
 * ``scoring, head``: the same with the model training keeps on this setting (epoch -1: the head reads no Y, so
   no slot GNN and no encoder run).
 
-Each row gives device-slots per second for the process and per core (``torch.get_num_threads()``). The
-floor: the encoder's multiply-adds per device (in_proj, conv, x and dt projections, the scan's state update
+Each case runs twice: on every core the process has (torch's default threads; per core = the rate divided by
+them), and on one core (the process pinned to one CPU, one torch thread): what a deployment that runs one
+single-threaded worker per core gets from each (Beam's portable workers and Flink's task slots scale so). The
+small per-slot operations of scoring gain little from a second thread, so the two per-core figures differ.
+The floor: the encoder's multiply-adds per device (in_proj, conv, x and dt projections, the scan's state update
 with its exp counted as one operation, gating, the folded out_proj + mix), at the rate this machine's float32
-GEMM reaches (measured in the same run), as seconds per device: no implementation on these cores goes faster.
+GEMM reaches (measured in the same run, on all cores and on one), as seconds per device: no implementation on
+these cores goes faster.
 
 Run: ``python -m bench.scoring_bench [--slots 100] [--devices 500]``.
 """
@@ -23,9 +27,12 @@ Run: ``python -m bench.scoring_bench [--slots 100] [--devices 500]``.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -62,6 +69,23 @@ def gemm_flops_per_s(size: int = 1024, repeats: int = 5) -> float:
     return 2 * size**3 / best
 
 
+@contextmanager
+def on_cores(one: bool) -> Iterator[int]:
+    """Run the block on every core the process has (``one`` False) or pinned to one CPU with one torch thread;
+    yields the cores the block's per-core figures divide by."""
+    if not one:
+        yield torch.get_num_threads()
+        return
+    cpus, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    os.sched_setaffinity(0, {min(cpus)})
+    torch.set_num_threads(1)
+    try:
+        yield 1
+    finally:
+        torch.set_num_threads(threads)
+        os.sched_setaffinity(0, cpus)
+
+
 def _seconds(work) -> float:
     started = time.perf_counter()
     work()
@@ -92,9 +116,8 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=500)
     parser.add_argument("--slots", type=int, default=100)
     args = parser.parse_args()
-    cores = torch.get_num_threads()
     sim = SimConfig(devices=args.devices, slots=args.slots, tasks=20 * args.slots * args.devices // 100)
-    rows = []
+    rows, rates = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         Simulator(sim).run([ParquetSink(work / "log")])
@@ -103,22 +126,25 @@ def main() -> None:
             model, index, _ = load(untrained_checkpoint(work / kind, sim, window=32, small=False,
                                                         reads_y=kind == "encoder"))
             stages = TorchStages(model, index)
-            if kind == "encoder":
-                seconds = encoder_alone(stages, ENCODER_DEVICES)
-                rows.append(_row("encoder alone (full windows)", ENCODER_DEVICES, seconds, cores))
-            total, stage_seconds, slots = scoring(stages, events, status, kind)
-            rows.append({**_row(f"scoring, {kind}", args.devices * slots, total, cores),
-                         **{f"{k}_s": round(v, 2) for k, v in stage_seconds.items()}})
+            for one in (False, True):
+                with on_cores(one) as cores:
+                    where = "one core" if one else f"{cores} threads"
+                    if kind == "encoder":
+                        seconds = encoder_alone(stages, ENCODER_DEVICES)
+                        rows.append(_row(f"encoder alone (full windows), {where}", ENCODER_DEVICES, seconds, cores))
+                        rates[where] = (gemm_flops_per_s(), cores)
+                    total, stage_seconds, slots = scoring(stages, events, status, kind)
+                    rows.append({**_row(f"scoring, {kind}, {where}", args.devices * slots, total, cores),
+                                 **{f"{k}_s": round(v, 2) for k, v in stage_seconds.items()}})
         config = model.config
     flops = encoder_flops(config.mamba, config.window)
-    rate = gemm_flops_per_s()
-    floor_s = flops / rate
-    rows.append({"case": "floor: encoder FLOPs at this machine's GEMM rate", "device_slots": 1,
-                 "seconds": floor_s, "device_slots_per_s": round(1 / floor_s),
-                 "per_core": round(1 / floor_s / cores)})
-    emit("scoring_bench", rows, {"cores": cores, "devices": args.devices, "slots": args.slots, "window": config.window,
-                                 "encoder_mflop_per_device": round(flops / 1e6, 2),
-                                 "gemm_gflop_per_s": round(rate / 1e9, 1)})
+    for where, (rate, cores) in rates.items():
+        floor_s = flops / rate
+        rows.append({"case": f"floor: encoder FLOPs at this machine's GEMM rate, {where}", "device_slots": 1,
+                     "seconds": floor_s, "device_slots_per_s": round(1 / floor_s),
+                     "per_core": round(1 / floor_s / cores), "gemm_gflop_per_s": round(rate / 1e9, 1)})
+    emit("scoring_bench", rows, {"threads": torch.get_num_threads(), "devices": args.devices, "slots": args.slots,
+                                 "window": config.window, "encoder_mflop_per_device": round(flops / 1e6, 2)})
 
 
 def _row(case: str, device_slots: int, seconds: float, cores: int) -> dict:

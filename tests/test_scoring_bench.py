@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+
+import torch
 
 from bench.scoring_bench import encoder_flops, main
 from model.bimamba import MambaConfig
@@ -21,10 +24,18 @@ def test_encoder_flops_by_hand() -> None:
 
 def test_the_benchmark_prints_every_case_at_toy_size(monkeypatch, capsys) -> None:
     monkeypatch.setattr(sys, "argv", ["scoring_bench", "--devices", "20", "--slots", "3"])
+    cpus, threads = os.sched_getaffinity(0), torch.get_num_threads()
     main()
+    assert os.sched_getaffinity(0) == cpus and torch.get_num_threads() == threads  # the one-core runs gave them back
     report = json.loads(capsys.readouterr().out.split("\n\n")[0])
     cases = {row["case"]: row for row in report["rows"]}
-    assert [c for c in cases if c.startswith("scoring")] == ["scoring, encoder", "scoring, head"]
+    threads = report["threads"]
+    scoring = [f"scoring, {kind}, {where}" for kind in ("encoder", "head") for where in (f"{threads} threads", "one core")]
+    assert [c for c in cases if c.startswith("scoring")] == scoring
     assert all(row["device_slots"] == 60 and row["per_core"] > 0 for c, row in cases.items() if c.startswith("scoring"))
-    assert cases["scoring, head"]["frame_s"] < cases["scoring, encoder"]["frame_s"]  # no encoder runs
-    assert report["encoder_mflop_per_device"] > 1 and report["gemm_gflop_per_s"] > 0
+    one = cases["scoring, head, one core"]
+    assert one["per_core"] == one["device_slots_per_s"]  # pinned: the process's rate is the core's
+    assert one["frame_s"] < cases["scoring, encoder, one core"]["frame_s"]  # no encoder runs
+    floors = [row for c, row in cases.items() if c.startswith("floor")]
+    assert len(floors) == 2 and all(row["gemm_gflop_per_s"] > 0 for row in floors)
+    assert report["encoder_mflop_per_device"] > 1
