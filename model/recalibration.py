@@ -76,16 +76,21 @@ class LevelShift:
 
 
 def replayed_shifts(forecast: np.ndarray, outcome: np.ndarray, tasks: np.ndarray, slot: np.ndarray,
-                    config: RecalibrationConfig) -> np.ndarray:
+                    config: RecalibrationConfig, fitted: np.ndarray | None = None) -> np.ndarray:
     """(n,) the shift each edge's forecast gets when its slots are published in order and each slot's outcomes
     refit the shift before the next: an edge of slot s sees only the outcomes of slots before s (the state
-    starts empty at the first slot). All arguments (n,), ``slot`` the edges' slots."""
+    starts empty at the first slot). All arguments (n,), ``slot`` the edges' slots. ``fitted`` (n,) bool: the
+    edges whose outcomes refit the shift (None: all); a slot with none ages nothing, as :meth:`OnlineShift.advance`
+    (the job's publisher meets only the outcomes of the pairs it forecast: :mod:`bench.recalibration_bench`)."""
     state = LevelShift(config)
+    fitted = np.ones(len(slot), bool) if fitted is None else np.asarray(fitted, bool)
     out = np.zeros(len(slot))
     for s in np.unique(slot):
         rows = slot == s
         out[rows] = state.shift
-        state.update(forecast[rows], outcome[rows], tasks[rows])
+        used = rows & fitted
+        if used.any():
+            state.update(forecast[used], outcome[used], tasks[used])
     return out
 
 

@@ -92,3 +92,23 @@ def test_online_shift_replays_like_evaluate_when_every_edge_was_forecast() -> No
         online.remember(s - 1, pairs[slot == s], forecast[slot == s])
     replayed = replayed_shifts(forecast, outcome, tasks, slot, config)
     assert shifts == pytest.approx([replayed[slot == s][0] for s in range(1, 6)])
+
+
+def test_replayed_shifts_fitted_on_the_forecast_pairs_equal_the_publishers() -> None:
+    """The publisher forecasts some pairs only (the recent owners'): a replay fitted on those edges alone gives
+    its shifts, and a slot none of whose edges was forecast ages nothing."""
+    rng = np.random.default_rng(2)
+    slot = np.repeat(np.arange(7), 40)
+    pairs = np.tile(np.arange(40), 7)
+    forecast, outcome, tasks = rng.uniform(0, 1, 280), rng.uniform(0, 1, 280) + 0.2, rng.integers(1, 4, 280)
+    published = (pairs % 3 == 0) & (slot != 4)  # a third of the pairs, and none in slot 4
+    config = RecalibrationConfig(memory=0.8, guard=0.5)
+    online, shifts = OnlineShift.start(config), []
+    for s in range(7):
+        if s:
+            shifts.append(online.advance(s - 1, pairs[slot == s - 1], outcome[slot == s - 1], tasks[slot == s - 1]))
+        online.remember(s - 1, pairs[(slot == s) & published], forecast[(slot == s) & published])
+    replayed = replayed_shifts(forecast, outcome, tasks, slot, config, fitted=published)
+    assert shifts == pytest.approx([replayed[slot == s][0] for s in range(1, 7)])
+    assert replayed[slot == 5][0] == replayed[slot == 4][0]  # slot 4 refit nothing and aged nothing
+    assert not np.allclose(replayed, replayed_shifts(forecast, outcome, tasks, slot, config))  # fewer edges: other shifts
