@@ -123,3 +123,29 @@ def test_a_restarted_client_resumes_from_its_snapshot_and_committed_offsets(brok
     cold = TrustClient(broker.settings, topics, group=group)  # no snapshot: rebuilt from the beginning
     assert cold.catch_up() == len(first) + len(later) and cold.best("q").collaborator == "r"
     cold.close()
+
+
+def test_the_demo_shows_its_own_jobs_newest_slot_one_ranking_per_owner(broker) -> None:
+    from beam_pipeline.pipeline import JOB_HEADER
+    from trustbeam.demo import latest_rankings
+
+    topics = fresh_topics(broker)
+    sink = KafkaSink(broker.settings)
+    published = [("demo@1", slot_records("a", 3, {"b": (0.9, 0.2)})),
+                 ("demo@1", slot_records("a", 3, {"c": (0.8, 0.5)}, is_update=True, revision=2)),
+                 ("demo@1", slot_records("a", 3, {"d": (0.7, 0.5)}, is_update=True, revision=1)),  # older, read later
+                 ("demo@1", slot_records("e", 3, {"f": (0.6, 0.4)})),
+                 ("demo@1", slot_records("g", 3, {"h": (0.1, 0.4)})),  # nothing reaches theta: not shown
+                 ("demo@1", slot_records("a", 2, {"b": (0.9, 0.9)})),
+                 ("other@7", slot_records("a", 3, {"x": (0.99, 0.99)})),  # another job on the broker
+                 ("other@7", slot_records("a", 4, {"x": (0.99, 0.99)}))]
+    for job, items in published:
+        for kind, record in items:
+            if kind == "rankings":
+                topic, key, value, headers = message(topics.rankings, record)
+                sink.send((topic, key, value, [*headers, (JOB_HEADER, job.encode())]))
+    sink.close()
+    shown = latest_rankings(broker.settings, topics.rankings, "demo@1")
+    assert [(r.owner, r.slot, r.revision, [c.collaborator for c in r.candidates]) for r in shown] == \
+        [("a", 3, 2, ["c"]), ("e", 3, None, ["f"])]
+    assert latest_rankings(broker.settings, topics.rankings, "nobody@0") == []

@@ -69,15 +69,27 @@ def cached_checkpoint(sim: SimConfig, epochs: int, root: Path) -> Path:
     return directory
 
 
-def latest_rankings(settings: Any, topic: str) -> list[Any]:
-    from schemas import CollaboratorRanking, from_json
+def latest_rankings(settings: Any, topic: str, job: str) -> list[Any]:
+    """The rankings ``job`` published for its newest slot, one per owner with candidates: an owner's record of the
+    highest revision (an update replaces the earlier ones; the one read last among equals). Records of other jobs
+    on the same broker (another state directory's demo, a ``trustbeam run``) are left out."""
+    from beam_pipeline.pipeline import JOB_HEADER
+    from exporters.client import revision
     from exporters.kafka_client import read_to_end
+    from schemas import CollaboratorRanking, from_json
 
-    rankings = [from_json(CollaboratorRanking, r.value) for r in read_to_end(settings, topic)]
-    if not rankings:
+    newest: dict[tuple[int, str], Any] = {}
+    for message in read_to_end(settings, topic):
+        if dict(message.headers or []).get(JOB_HEADER) != job.encode():
+            continue
+        ranking = from_json(CollaboratorRanking, message.value)
+        held = newest.get((ranking.slot, ranking.owner))
+        if held is None or revision(ranking) >= revision(held):
+            newest[(ranking.slot, ranking.owner)] = ranking
+    if not newest:
         return []
-    newest = max(r.slot for r in rankings)
-    return sorted((r for r in rankings if r.slot == newest and r.candidates), key=lambda r: r.owner)
+    last = max(slot for slot, _ in newest)
+    return sorted((r for (slot, _), r in newest.items() if slot == last and r.candidates), key=lambda r: r.owner)
 
 
 def run_demo(sim: SimConfig, bootstrap: str | None, out: str, epochs: int, owners: int = 5) -> int:
@@ -119,7 +131,7 @@ def run_demo(sim: SimConfig, bootstrap: str | None, out: str, epochs: int, owner
     (report,) = run(settings, config, group=DEMO_GROUP, follow=False)
     timings["pipeline_s"] = time.perf_counter() - started
 
-    rankings = latest_rankings(settings, topics.rankings)
+    rankings = latest_rankings(settings, topics.rankings, Ledger.load(DEMO_GROUP).job_id(DEMO_GROUP))
     if rankings:
         print(f"\nTop collaborators after slot {rankings[0].slot} (T >= the task's theta, best VoC first):")
     for ranking in rankings[:owners]:
