@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+import torch
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline import artifacts
@@ -44,6 +45,12 @@ class TrustbeamOptions(PipelineOptions):
                                  "or onnx (onnxruntime on the graphs of `trustbeam export-onnx`)")
         parser.add_argument("--device", choices=DEVICES, default="auto",
                             help="where the model runs: auto = the GPU when one is visible, else the CPU")
+        parser.add_argument("--model_threads", type=int, default=0,
+                            help="CPU threads the model uses in each worker process (PyTorch's intra-op threads, "
+                                 "onnxruntime's intra_op_num_threads); 0 (default): the runtime's default, every "
+                                 "core, which suits the local runner's one process on an idle machine. 1 fits "
+                                 "runners with a worker per core (Flink task slots, Dataflow's SDK processes), and a "
+                                 "machine other work keeps busy (bench/pipeline_bench.py)")
         parser.add_argument("--onnx_model", help="`trustbeam export-onnx` output, a directory or URI "
                                                  "(default CHECKPOINT/onnx); ONNX loads from here only")
         parser.add_argument("--parquet_out", help="also write scores and rankings to Parquet under this path or URI, "
@@ -124,6 +131,7 @@ class JobConfig:
     model_sha256: str | None = None  # pinned when the config is built: workers refuse any other model at the URI
     group_id: str | None = None  # the streaming job's consumer group (default trustbeam-<events topic>)
     device: str = "auto"  # auto | cpu | cuda (model.stages.resolve_device)
+    model_threads: int = 0  # CPU threads of the model per worker process; 0: the runtime's default (every core)
     replay_through: int | None = None  # a bounded re-run: the last slot an earlier run published (None: streaming)
     # the online level shift of the published T_beh (model.recalibration); None: the model's T_beh as it is
     recalibration: RecalibrationConfig | None = field(default_factory=RecalibrationConfig)
@@ -137,6 +145,8 @@ class JobConfig:
             object.__setattr__(self, "group_id", f"trustbeam-{self.topics.events}")
         if self.device not in DEVICES:  # a missing GPU is the workers' to report (the launcher may have none)
             raise ValueError(f"--device: must be one of {', '.join(DEVICES)} (got {self.device!r})")
+        if self.model_threads < 0:
+            raise ValueError(f"--model_threads: must be >= 0 (got {self.model_threads!r})")
         if self.backend not in BACKENDS:
             raise ValueError(f"--backend: must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
         if self.backend == "onnx" and not artifacts.exists(self.onnx_dir, ONNX_FILES[0]):
@@ -177,7 +187,7 @@ class JobConfig:
         return cls(o.checkpoint, o.backend, o.onnx_model, o.parquet_out, o.shards, pieces, o.lateness_slots,
                    o.tombstone_slots, ranking, topics=topics, max_future_s=o.max_future_s, max_skew_s=o.max_skew_s,
                    model_sha256=o.model_sha256, group_id=o.group_id, device=o.device,
-                   replay_through=o.replay_through, recalibration=recalibration)
+                   model_threads=o.model_threads, replay_through=o.replay_through, recalibration=recalibration)
 
     @property
     def onnx_dir(self) -> str:
@@ -185,9 +195,12 @@ class JobConfig:
 
     def stages(self) -> tuple[Stages, str]:
         """The model's stages on the chosen backend and the model version (loaded once per process, copied
-        first when remote). The ONNX export must come from this checkpoint."""
+        first when remote), running on ``model_threads`` CPU threads (PyTorch's are the process's: set here). The
+        ONNX export must come from this checkpoint."""
+        if self.backend == "torch" and self.model_threads:
+            torch.set_num_threads(self.model_threads)
         return _load(_absolute(self.checkpoint), _absolute(self.onnx_dir) if self.backend == "onnx" else None,
-                     self.model_sha256, self.device)
+                     self.model_sha256, self.device, self.model_threads)
 
 
 def _absolute(uri: str) -> str:
@@ -195,7 +208,8 @@ def _absolute(uri: str) -> str:
 
 
 @lru_cache(maxsize=4)
-def _load(checkpoint: str, onnx_dir: str | None, content_hash: str, device: str) -> tuple[Stages, str]:
+def _load(checkpoint: str, onnx_dir: str | None, content_hash: str, device: str, threads: int
+          ) -> tuple[Stages, str]:
     model, index, manifest = load(artifacts.localize(checkpoint, CHECKPOINT_FILES))
     if manifest["content_hash"] != content_hash:
         raise CheckpointError(f"--checkpoint: the model at {checkpoint!r} is {manifest['model_version']!r}, not the "
@@ -206,7 +220,7 @@ def _load(checkpoint: str, onnx_dir: str | None, content_hash: str, device: str)
     from exporters.onnx import OnnxStages
 
     return (OnnxStages(artifacts.localize(onnx_dir, ONNX_FILES), expect_content_hash=manifest["content_hash"],
-                       device=device),
+                       device=device, threads=threads),
             manifest["model_version"])
 
 

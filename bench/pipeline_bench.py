@@ -9,7 +9,10 @@ Side by side in one run, each case in its own process (its own peak RSS):
   5,000 or of one record (FnApiRunner).
 * ``parquet ingest batched`` / ``parquet ingest per-event``: the same path fed from the Parquet file.
 * ``kafka end to end``: one ``trustbeam run --until-end`` cycle: the above plus statuses, shard
-  state, BiMamba, pair head, ranking and publishing to the output topics.
+  state, BiMamba, pair head, ranking and publishing to the output topics, the model on PyTorch's default
+  threads (every core; ``--model_threads 0``, the default); ``kafka end to end, model threads 1`` the same with
+  the model on one thread, as deployments with a worker per core run it. With ``--busy``, both again while
+  another process keeps every core busy (PyTorch GEMMs on its default threads: a training run, say).
 * ``follow latency``: ``--follow`` cycles while a publisher sends slot after slot; the time from
   the event that closes a slot (the first one past its end + the allowed lateness) being sent to
   the slot's rankings being on the topic.
@@ -120,9 +123,10 @@ def case(kind: str, work: Path, bootstrap: str, tag: str) -> dict:
     from beam_pipeline.run import Ledger, run_cycle
 
     started, import_s = time.perf_counter(), time.perf_counter() - imported
-    config = JobConfig(str(work / "model"), topics=topics)
-    if kind == "kafka end to end":
-        _, report = run_cycle(settings, config, Ledger(), final=True, snapshot_dir=work / f"snap-{tag}")
+    config = JobConfig(str(work / "model"), topics=topics, model_threads=1 if "threads 1" in kind else 0)
+    if kind.startswith("kafka end to end"):
+        _, report = run_cycle(settings, config, Ledger(), final=True,
+                              snapshot_dir=work / f"snap-{tag}-{config.model_threads}")
         c = report.counters
         return {"events": c.get("events_read", 0), "seconds": time.perf_counter() - started, "import_s": import_s,
                 "scoring_s": (c.get("scoring_ms", 0) + c.get("sequence_ms", 0)) / 1000,
@@ -256,10 +260,20 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(figures))
 
 
+BUSY = "import torch\na = torch.randn(1024, 1024)\nwhile True:\n    a @ a"  # every core, until killed
+
+
 def spawn(kind: str, work: Path, bootstrap: str, tag: str) -> dict:
+    """Run one case in a child process (beside a process that keeps every core busy, for a "busy machine" case)."""
     command = [sys.executable, "-m", "bench.pipeline_bench", "--child", kind, "--work", str(work),
                "--bootstrap", bootstrap, "--tag", tag]
-    out = subprocess.run(command, capture_output=True, text=True)
+    load = subprocess.Popen([sys.executable, "-c", BUSY]) if kind.endswith("busy machine") else None
+    try:
+        out = subprocess.run(command, capture_output=True, text=True)
+    finally:
+        if load is not None:
+            load.kill()
+            load.wait()
     if out.returncode != 0:
         raise RuntimeError(f"case {kind!r} exited {out.returncode}: {out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -269,6 +283,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--per-event", type=int, default=10_000, help="events for the per-event cases")
+    parser.add_argument("--busy", action="store_true",
+                        help="also the end-to-end cases while another process keeps every core busy")
     parser.add_argument("--latency-only", action="store_true",
                         help="only the follow-latency case (the data of the first size is still prepared)")
     parser.add_argument("--child", default=None)
@@ -307,7 +323,11 @@ def main() -> None:
                                                                 ("kafka ingest batched", f"full{size}"),
                                   ("kafka ingest per-event", f"prefix{size}"),
                                   ("parquet ingest batched", f"full{size}"),
-                                  ("parquet ingest per-event", f"prefix{size}"), ("kafka end to end", f"full{size}")):
+                                  ("parquet ingest per-event", f"prefix{size}"), ("kafka end to end", f"full{size}"),
+                                  ("kafka end to end, model threads 1", f"full{size}"),
+                                  *((("kafka end to end, busy machine", f"full{size}"),
+                                     ("kafka end to end, model threads 1, busy machine", f"full{size}"))
+                                    if args.busy else ())):
                     figures = spawn(kind, work, broker.bootstrap, tag)
                     rate = figures["events"] / figures["seconds"]
                     raw = rate if kind == "raw consume" else raw

@@ -32,6 +32,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory):
     (["--replay_through", "-2"], "--replay_through: must be a slot >= -1"),
     (["--recalibration_memory", "1"], r"--recalibration_memory/--recalibration_guard: .*memory: must be in \[0, 1\)"),
     (["--recalibration_guard", "-1"], "--recalibration_memory/--recalibration_guard: .*guard: must be >= 0"),
+    (["--model_threads", "-1"], "--model_threads: must be >= 0"),
 ])
 def test_bad_options_are_refused_by_name(checkpoint, args, message) -> None:
     if args[:1] != ["--checkpoint"] and args:
@@ -55,6 +56,25 @@ def test_recalibration_options_reach_the_config(checkpoint) -> None:
     assert config("--recalibration_memory", "0.5", "--recalibration_guard", "3").recalibration == \
         RecalibrationConfig(0.5, 3.0)
     assert config("--recalibration", "off").recalibration is None
+
+
+def test_the_model_runs_on_the_threads_the_option_gives(checkpoint, tmp_path) -> None:
+    import torch
+
+    from exporters.onnx import export_onnx
+
+    def config(*args: str) -> JobConfig:
+        return JobConfig.from_options(PipelineOptions(["--checkpoint", str(checkpoint), *args]))
+
+    assert config().model_threads == 0  # the runtime's default: nothing set
+    default = torch.get_num_threads()
+    config().stages()
+    assert torch.get_num_threads() == default
+    config("--model_threads", "1").stages()
+    assert torch.get_num_threads() == 1
+    export_onnx(str(checkpoint), tmp_path / "onnx")
+    stages, _ = config("--backend", "onnx", "--onnx_model", str(tmp_path / "onnx"), "--model_threads", "2").stages()
+    assert {s.get_session_options().intra_op_num_threads for s in stages.sessions.values()} == {2}
 
 
 @pytest.mark.parametrize("argv, hint", [

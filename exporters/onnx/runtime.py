@@ -55,7 +55,9 @@ class OnnxStages:
     """BM's stages on onnxruntime sessions (see :mod:`exporters.onnx.export` for the graphs)."""
 
     def __init__(self, directory: str | os.PathLike[str], expect_content_hash: str | None = None,
-                 devices_per_call: int = 1024, pairs_per_call: int = 65536, device: str = "auto") -> None:
+                 devices_per_call: int = 1024, pairs_per_call: int = 65536, device: str = "auto",
+                 threads: int = 0) -> None:
+        """``threads``: each session's intra-op CPU threads (0: onnxruntime's default, every core)."""
         from exporters.onnx.export import FORMAT, stage_files
 
         root = Path(directory)
@@ -80,6 +82,7 @@ class OnnxStages:
         self.providers = providers(device)
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only: the GPU packages warn on every CPU fallback
+        options.intra_op_num_threads = threads
         self.sessions = {name: ort.InferenceSession(str(root / name), options, providers=self.providers)
                          for name in files}
         self.devices_per_call, self.pairs_per_call = devices_per_call, pairs_per_call
