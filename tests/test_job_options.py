@@ -115,6 +115,18 @@ def test_trustbeam_score_writes_valid_wire_records(checkpoint, tmp_path, capsys)
         trust = [c.trust for c in r.candidates]
         assert all(t > max(trust[:i]) for i, t in enumerate(trust) if i >= 2)
     assert main(["score", "--events", "x", "--out", "y"]) == 2  # no checkpoint: a clear error, not a traceback
+    assert "no --status" not in captured.err
+
+
+def test_trustbeam_score_without_status_says_why_its_rankings_are_empty(checkpoint, tmp_path, capsys) -> None:
+    events, _ = run_tables()
+    pq.write_table(events, tmp_path / "events.parquet")
+    assert main(["score", "--events", str(tmp_path / "events.parquet"), "--out", str(tmp_path / "out"),
+                 "--checkpoint", str(checkpoint)]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["trust_scores"] == 0 and summary["rankings"] > 0  # every owner's ranking, each empty
+    assert "no --status: no device has a known status, so no owner has candidates" in captured.err
 
 
 class TbTestFileSystem(LocalFileSystem):

@@ -311,6 +311,10 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     with phase("read"):
         events = pq.read_table(args.events)
         status = pq.read_table(args.status) if args.status else None
+    if status is None:  # said, not found out from empty files: candidates are devices with a known status
+        print("trustbeam score: no --status: no device has a known status, so no owner has candidates; the "
+              "rankings will be empty and no trust score published (pass --status STATUS, e.g. simulate's "
+              "status.parquet)", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     counts = {"slots": 0, "trust_scores": 0, "rankings": 0}
