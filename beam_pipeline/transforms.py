@@ -637,23 +637,23 @@ class PublishSlots(beam.DoFn):
         publisher = self._publisher(publisher_state)
         fired_ms = int(fired.micros // 1000)
         through = int(self.clock.slot_of(np.array([fired_ms]))[0]) - 1  # the slots that end by the firing
-        later: dict[int, list[bytes]] = {}  # slot -> its pieces not due yet, kept as they were pickled
+        later, due = [], set()  # the pieces not due yet, kept as they were pickled, and their slots
         for blob in pending.read():
             payload = pickle.loads(blob)
             if payload[0] == PAIRS and payload[1].slot > through:
-                later.setdefault(payload[1].slot, []).append(blob)
+                later.append(blob)
+                due.add(payload[1].slot)
             elif payload[0] == PAIRS:
                 publisher.add_pieces([payload[1]])
             else:
                 publisher.add_outcomes(payload[1], payload[2], payload[3:])
         pending.clear()
-        for blob in (b for blobs in later.values() for b in blobs):
+        for blob in later:
             pending.add(blob)
         for result in publisher.publish(through, self.config.ranking, self.version, self.clock,
                                         keep_slots=self.config.lateness_slots + 2):
             self.records.inc(len(result.scores) + len(result.rankings))
             yield result
-        due = set(later)
         store(due_state, due)
         if due:
             publish.set(self._due(due))

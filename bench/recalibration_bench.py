@@ -63,7 +63,6 @@ def main() -> None:
     fraction = args.test_fraction if args.test_fraction is not None else \
         manifest.get("metadata", {}).get("train", {}).get("test_fraction", TrainConfig().test_fraction)
     train_slots, test_slots = time_split(history, fraction)
-    test_slots = [t for t in test_slots if history.graphs[t] is not None]
     batch = targets(history, test_slots)
     edge_slot = batch.query.end + 1
     bm, observed = predict(model, history, test_slots)
@@ -72,9 +71,9 @@ def main() -> None:
     forecasts = {name: predict_edges(RULES[name](history, train_slots), history, test_slots)
                  for name in ("mean", "channel_beta")}
     forecasts["bm"] = bm
-    forecasts["bm_online"] = np.clip(bm + replayed_shifts(bm, observed, batch.tasks, edge_slot, recalibration), 0, 1)
-    forecasts["bm_job"] = np.clip(bm + replayed_shifts(bm, observed, batch.tasks, edge_slot, recalibration,
-                                                       fitted=published), 0, 1)
+    for name, fitted in (("bm_online", None), ("bm_job", published)):
+        shift = replayed_shifts(bm, observed, batch.tasks, edge_slot, recalibration, fitted)
+        forecasts[name] = np.clip(bm + shift, 0.0, 1.0)
     rows = []
     for name, forecast in forecasts.items():
         row = {"method": name}
@@ -86,7 +85,8 @@ def main() -> None:
     emit("recalibration_bench", rows, {"events": args.events, "checkpoint": args.checkpoint,
                                        "model_version": manifest["model_version"],
                                        "train_slots": len(train_slots), "test_slots": len(test_slots),
-                                       "test_fraction": fraction, "test_edges": len(bm), "published_edges": int(published.sum()),
+                                       "test_fraction": fraction, "test_edges": len(bm),
+                                       "published_edges": int(published.sum()),
                                        "owner_slots": args.owner_slots, "guard": args.guard})
 
 

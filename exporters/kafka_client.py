@@ -205,7 +205,8 @@ def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]
     the job's tail reads expect them."""
     return {**settings.librdkafka_config(), "enable.idempotence": True, "acks": "all", "linger.ms": 20,
             "batch.size": 262_144, "max.in.flight.requests.per.connection": 5,
-            "request.timeout.ms": settings.request_timeout_ms, "message.timeout.ms": settings.delivery_timeout_ms, "partitioner": "murmur2_random", **overrides}
+            "request.timeout.ms": settings.request_timeout_ms, "message.timeout.ms": settings.delivery_timeout_ms,
+            "partitioner": "murmur2_random", **overrides}
 
 
 def make_producer(settings: KafkaSettings, **overrides: Any) -> KafkaProducer:

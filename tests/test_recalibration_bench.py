@@ -1,4 +1,4 @@
-"""bench/recalibration_bench.py: which edges the job publishes a forecast for, by hand, and the benchmark at toy size."""
+"""bench/recalibration_bench.py: which edges the job publishes a forecast for, by hand; the benchmark at toy size."""
 
 from __future__ import annotations
 

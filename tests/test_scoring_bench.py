@@ -30,7 +30,8 @@ def test_the_benchmark_prints_every_case_at_toy_size(monkeypatch, capsys) -> Non
     report = json.loads(capsys.readouterr().out.split("\n\n")[0])
     cases = {row["case"]: row for row in report["rows"]}
     threads = report["threads"]
-    scoring = [f"scoring, {kind}, {where}" for kind in ("encoder", "head") for where in (f"{threads} threads", "one core")]
+    scoring = [f"scoring, {kind}, {where}" for kind in ("encoder", "head")
+               for where in (f"{threads} threads", "one core")]
     assert [c for c in cases if c.startswith("scoring")] == scoring
     assert all(row["device_slots"] == 60 and row["per_core"] > 0 for c, row in cases.items() if c.startswith("scoring"))
     one = cases["scoring, head, one core"]
