@@ -26,10 +26,11 @@ from beam_pipeline.options import JobConfig
 from beam_pipeline.parquet_io import ReadParquet
 from beam_pipeline.pipeline import JOB_HEADER, WriteParquet
 from beam_pipeline.transforms import ScoreSlots, closed_at, outputs
-from exporters.kafka import message
+from exporters.kafka import Message, messages
 from exporters.kafka_client import KafkaSettings
 from model.recalibration import OnlineShift
 from model.scoring import EvidenceSnapshot, SlotScores
+from schemas import Columns
 
 CLOSED = "closed"  # PublishClosed's side output: the SlotScores it publishes
 
@@ -69,15 +70,25 @@ class PublishClosed(beam.DoFn):
             published.append(slot)
             result = SlotScores.join(by_slot[slot])
             yield beam.pvalue.TaggedOutput(CLOSED, result)
-            # identity order within each partition, so that a partition's tail marks a prefix of the slot
-            for topic, record in sorted(outputs(result, self.config.topics), key=lambda o: identity(vars(o[1]))):
-                partition = (murmur2(record.owner.encode()) & 0x7FFFFFFF) % self.partitions[topic]
-                mark = self.marks.get((topic, partition))
-                if mark is not None and identity(vars(record)) <= mark:
-                    continue
-                topic, key, value, headers = message(topic, record)
-                yield topic, key, value, [*headers, (JOB_HEADER, self.job_id.encode())]
+            for topic, records in outputs(result, self.config.topics):
+                yield from self.unsent(slot, topic, records)
         Path(self.out_dir, "published.json").write_text(json.dumps({"published": published, "progress_ms": progress}))
+
+    def unsent(self, slot: int, topic: str, records: Columns) -> Iterator[Message]:
+        """A slot's messages of one topic in identity order (so that a partition's tail marks a prefix of the slot),
+        without those at or before their partition's mark, each with the job's header."""
+        owners = records.column("owner").tolist()
+        collaborators = (records.column("collaborator").tolist() if "collaborator" in records.values
+                         else [""] * len(owners))  # the identity (:func:`identity`) of a ranking has none
+        partition = {owner: (murmur2(owner.encode()) & 0x7FFFFFFF) % self.partitions[topic] for owner in set(owners)}
+        wire = messages(topic, records)
+        job = (JOB_HEADER, self.job_id.encode())
+        for k in sorted(range(len(owners)), key=lambda k: (owners[k], collaborators[k])):
+            mark = self.marks.get((topic, partition[owners[k]]))
+            if mark is not None and (slot, owners[k], collaborators[k]) <= mark:
+                continue
+            _, key, value, headers = wire[k]
+            yield topic, key, value, [*headers, job]
 
 
 def kept_evidence(path: str, shards: int) -> Iterator[tuple[int, tuple[str, EvidenceSnapshot]]]:

@@ -37,8 +37,8 @@ from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, first_o
                            shard_of, slot_outcomes, slot_part, slots_read_back, status_arrays, status_horizon,
                            window_read)
 from model.status import StatusLog
-from exporters.kafka import Message, message
-from schemas import CollaborationEvent, DeviceStatus, Record, from_arrow, to_json
+from exporters.kafka import Message, messages
+from schemas import CollaborationEvent, Columns, DeviceStatus, Record, from_arrow, to_json
 from schemas.batch import decode_batch, validate_table
 
 DEAD = "dead"
@@ -529,7 +529,8 @@ class GatherSlot(beam.DoFn):
     dead-letter at once. The state is forgotten once no frame of the slot can come any more.
     """
 
-    FRAMES = ReadModifyWriteStateSpec("frames", BytesCoder())  # ({shard: answer}, last version done, publications)
+    FRAMES = BagStateSpec("frames", BytesCoder())  # pickled (shard, version, frame) in since the last scoring
+    BOOK = ReadModifyWriteStateSpec("book", BytesCoder())  # ({shard: newest version in}, last done, publications)
     FORGET = TimerSpec("forget", TimeDomain.WATERMARK)  # when no update of the slot can come
 
     def __init__(self, config: JobConfig) -> None:
@@ -543,24 +544,32 @@ class GatherSlot(beam.DoFn):
         self.clock = self.stages.config.clock
 
     def process(self, element: tuple[int, tuple], frames=beam.DoFn.StateParam(FRAMES),
-                forget=beam.DoFn.TimerParam(FORGET), progress_ms: int | None = None) -> Iterator[Any]:
+                book=beam.DoFn.StateParam(BOOK), forget=beam.DoFn.TimerParam(FORGET),
+                progress_ms: int | None = None) -> Iterator[Any]:
         (slot, piece), (shard, version, frame, pointers) = element
         if frame is None:  # refused as late by a shard
             yield from self.dead_late(slot, pointers)
             return
         if progress_ms is not None and not closed_at(self.clock, self.config.lateness_slots, slot, progress_ms):
             return  # a bounded cycle publishes only closed slots: this one is scored by the cycle that closes it
-        have, last, published = load(frames, ({}, -1, 0))
-        if shard not in have or have[shard][0] <= version:
-            have[shard] = (version, frame, pointers)
-        newest = max(v for v, _, _ in have.values())
+        versions, last, published = load(book, ({}, -1, 0))
         forget.set(millis(self.clock.end_ms(slot + self.config.lateness_slots + 2)))
-        if len(have) < self.config.shards or any(v != newest for v, _, _ in have.values()) or newest <= last:
-            store(frames, (have, last, published))
+        if versions.get(shard, -1) > version:
+            return  # an older frame than the shard's newest in
+        versions[shard] = version
+        frames.add(pickle.dumps((shard, version, frame), protocol=pickle.HIGHEST_PROTOCOL))  # each frame pickled once
+        newest = max(versions.values())
+        if len(versions) < self.config.shards or any(v != newest for v in versions.values()) or newest <= last:
+            store(book, (versions, last, published))
             return
-        store(frames, ({}, newest, published + 1))
+        have = {}  # each shard's newest frame (an equal version later replaces an earlier one)
+        for answer in map(pickle.loads, frames.read()):
+            if answer[1] == versions[answer[0]]:
+                have[answer[0]] = answer[2]
+        frames.clear()
+        store(book, ({}, newest, published + 1))
         started = time.perf_counter()
-        joined = DeviceFrame.concat([f for _, f, _ in have.values()])
+        joined = DeviceFrame.concat(list(have.values()))
         pairs = score_pairs(self.stages, joined, slot, self.config.ranking, self.config.params, published, piece)
         self.busy.inc(int((time.perf_counter() - started) * 1000))
         self.scored.inc()
@@ -578,8 +587,9 @@ class GatherSlot(beam.DoFn):
                 f"forgotten; the original is at the source pointer)"))
 
     @on_timer(FORGET)
-    def on_forget(self, frames=beam.DoFn.StateParam(FRAMES)) -> None:
+    def on_forget(self, frames=beam.DoFn.StateParam(FRAMES), book=beam.DoFn.StateParam(BOOK)) -> None:
         frames.clear()
+        book.clear()
 
 
 @beam.typehints.with_input_types(Tuple[int, Any])
@@ -711,13 +721,12 @@ class ScoreSlots(beam.PTransform):
                 "statuses": status[STATUSES], "evidence": shards[EVIDENCE], "online": published[ONLINE]}
 
 
-def outputs(result: Any, topics: Any) -> Iterator[tuple[str, Record]]:
-    """A SlotScores' records with their topics, in publication order."""
-    for topic, records in ((topics.scores, result.scores), (topics.rankings, result.rankings)):
-        for record in records:
-            yield topic, record
+def outputs(result: Any, topics: Any) -> tuple[tuple[str, Columns], ...]:
+    """A SlotScores' record batches with their topics, in publication order."""
+    return (topics.scores, result.scores), (topics.rankings, result.rankings)
 
 
 def wire_records(result: Any, topics: Any) -> Iterator[Message]:
     """A SlotScores as Kafka messages keyed by owner (exporters.kafka)."""
-    return (message(topic, record) for topic, record in outputs(result, topics))
+    for topic, records in outputs(result, topics):
+        yield from messages(topic, records)

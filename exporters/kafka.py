@@ -20,7 +20,7 @@ import threading
 import time
 from confluent_kafka import KafkaException, Producer
 
-from schemas import Record, to_json
+from schemas import Columns, Record, to_json
 from exporters.kafka_client import KafkaSettings, producer_config
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,15 @@ def message(topic: str, record: Record, key_field: str = "owner") -> Message:
     """(topic, key, value, headers) of a record: keyed by ``key_field``, schema version and record name in headers."""
     headers = [("schema_version", str(record.SCHEMA_VERSION).encode()), ("record", record.NAME.encode())]
     return topic, str(getattr(record, key_field)).encode(), to_json(record), headers
+
+
+def messages(topic: str, records: Columns, key_field: str = "owner") -> list[Message]:
+    """:func:`message` of every record of a batch, each value encoded from the columns (the same bytes)."""
+    record = records.record
+    headers = [("schema_version", str(record.SCHEMA_VERSION).encode()), ("record", record.NAME.encode())]
+    keys = records.column(key_field).tolist()
+    encoded = {key: str(key).encode() for key in set(keys)}
+    return [(topic, encoded[key], value, headers) for key, value in zip(keys, records.json())]
 
 
 _SHARED: dict[tuple, Producer] = {}  # the process's long-lived producers, by their settings

@@ -50,7 +50,7 @@ from model.recalibration import OnlineShift
 from model.stages import Stages, chunks
 from model.status import COMM_OK, COMP_OK, LOAD, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
 from model.trust import resource_trust
-from schemas import CollaboratorRanking, RankedCandidate, TrustScore
+from schemas import CollaboratorRanking, Columns, Nested, RankedCandidate, TrustScore
 
 PROFILE_COLUMNS = ("task_size_bits", "density_cycles_per_bit", "trust_threshold")
 PAIRS_PER_CHUNK = 65536  # candidate pairs whose evidence features are built and scored at once
@@ -440,8 +440,8 @@ class SlotScores:
     """What a slot publishes: trust scores and rankings (wire records), keyed by owner when sent."""
 
     slot: int
-    scores: list[TrustScore]
-    rankings: list[CollaboratorRanking]
+    scores: Columns  # TrustScore records
+    rankings: Columns  # CollaboratorRanking records
     piece: int = 0  # which piece of the slot (:meth:`DeviceFrame.pieces`): its owners' records, all of them
 
     @classmethod
@@ -451,7 +451,8 @@ class SlotScores:
         if len(slots) != 1:
             raise ValueError(f"SlotScores.join: pieces of several slots {sorted(slots)}")
         by_owner = sorted(results, key=lambda r: r.piece)
-        return cls(slots.pop(), [s for r in by_owner for s in r.scores], [k for r in by_owner for k in r.rankings])
+        return cls(slots.pop(), Columns.concat([r.scores for r in by_owner]),
+                   Columns.concat([r.rankings for r in by_owner]))
 
 
 def _pair_rows(frame: DeviceFrame, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -514,14 +515,13 @@ class PairScores:
         window = {"slot": slot, "slot_start_ms": int(clock.start_ms(slot)), "slot_end_ms": int(clock.end_ms(slot)),
                   "model_version": model_version, "is_update": revision > 0, "revision": revision}
         p = np.concatenate([nothing, *scored])
-        scores = TrustScore.from_columns(len(p), owner=ids[src[p]], collaborator=ids[dst[p]], t_beh=t_beh[p],
-                                         t_res=self.t_res[p], trust=trust[p], **window)
+        scores = Columns.of(TrustScore, len(p), owner=ids[src[p]], collaborator=ids[dst[p]], t_beh=t_beh[p],
+                            t_res=self.t_res[p], trust=trust[p], **window)
         c = np.concatenate([nothing, *listed])
-        entries = RankedCandidate.from_columns(len(c), collaborator=ids[dst[c]], trust=trust[c], voc=self.voc[c])
-        ends = np.cumsum([len(chosen) for chosen in listed])
-        candidates = [tuple(entries[end - len(chosen): end]) for chosen, end in zip(listed, ends)]
-        rankings = CollaboratorRanking.from_columns(len(self.owners), owner=ids[self.owners],
-                                                    threshold=thresholds[self.owners], candidates=candidates, **window)
+        entries = Columns.of(RankedCandidate, len(c), collaborator=ids[dst[c]], trust=trust[c], voc=self.voc[c])
+        rankings = Columns.of(CollaboratorRanking, len(self.owners), owner=ids[self.owners],
+                              threshold=thresholds[self.owners],
+                              candidates=Nested.of(entries, [len(chosen) for chosen in listed]), **window)
         return SlotScores(slot, scores, rankings, self.piece)
 
 

@@ -10,6 +10,7 @@ True
 
 from schemas.arrow import arrow_schema, events_file_schema, from_arrow, to_arrow
 from schemas.base import Record
+from schemas.columnar import Columns, Nested
 from schemas.codec import MAX_MESSAGE_BYTES, from_json, from_json_forward, to_json
 from schemas.errors import ValidationError
 from schemas.records import (
@@ -23,9 +24,11 @@ from schemas.records import (
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
+    "Nested",
     "WIRE_RECORDS",
     "CollaborationEvent",
     "CollaboratorRanking",
+    "Columns",
     "DeviceStatus",
     "RankedCandidate",
     "Record",

@@ -13,6 +13,7 @@ import dataclasses
 import enum
 import math
 import functools
+from types import SimpleNamespace
 from typing import Any, Callable, ClassVar
 
 import numpy as np
@@ -131,47 +132,6 @@ _CHECKS = {
 }
 
 
-class _Column(list):
-    """A checked column of per-record Python values (a scalar is one value for every record)."""
-
-
-def _per_record(spec: Spec, column: Any) -> bool:
-    """Whether ``column`` holds a value per record: a numpy array or a list (for a list field, whose one shared
-    value is itself a list of records, a list of lists)."""
-    if isinstance(column, np.ndarray):
-        return True
-    if not isinstance(column, list):
-        return False
-    return spec.kind is not Kind.RECORDS or not column or isinstance(column[0], (list, tuple))
-
-
-def _check_column(spec: Spec, name: str, column: Any, count: int) -> Any:
-    """A column for :meth:`Record.from_columns`, checked: a :class:`_Column` of Python values, or one checked
-    value; raises the ValidationError of its first failing value."""
-    if not _per_record(spec, column):
-        return spec.check(name, column)
-    if len(column) != count:
-        raise ValueError(f"{name}: a column of {len(column)} values for {count} records")
-    array = np.asarray(column) if spec.kind in (Kind.INT, Kind.FLOAT) else None
-    if array is not None and array.dtype.kind in "iuf" and (spec.kind is Kind.FLOAT or array.dtype.kind in "iu"):
-        values = array.astype(np.float64) if spec.kind is Kind.FLOAT else array
-        bad = ~np.isfinite(values) if spec.kind is Kind.FLOAT else np.zeros(len(values), bool)
-        for bound, fails in ((spec.ge, lambda v, b: ~(v >= b)), (spec.gt, lambda v, b: ~(v > b)),
-                             (spec.le, lambda v, b: ~(v <= b))):
-            if bound is not None:
-                bad |= fails(values, bound)
-        if spec.kind is Kind.INT:
-            bad |= (values < INT64_MIN) | (values > INT64_MAX)
-        if bad.any():  # the one-value check names the rule
-            spec.check(name, values[np.argmax(bad)].item())
-        return _Column(values.tolist())
-    if spec.kind is Kind.ID and all(isinstance(v, str) for v in column):
-        for value in set(column):  # ids repeat: each distinct one once
-            _check_id(spec, name, value)
-        return _Column(column.tolist() if isinstance(column, np.ndarray) else column)
-    return _Column(spec.check(name, value) for value in column)
-
-
 def _field(spec: Spec) -> Any:
     default = None if spec.nullable else dataclasses.MISSING
     return dataclasses.field(default=default, metadata={"spec": spec})
@@ -251,29 +211,20 @@ class Record:
                 raise ValidationError(rule.field, getattr(self, rule.field), rule.rule)
 
     @classmethod
-    def from_columns(cls, count: int, **columns: Any) -> list["Record"]:
-        """``count`` records from columns, each a sequence of ``count`` values (a numpy array or a list; for a
-        list field, a list of lists) or one value for every record (absent: null, for a nullable field).
-
-        Each column is checked once, vectorized (ids once per distinct value), then each record's rules
-        across fields: what constructing the records one by one would accept, at a fraction of the cost. A bad
-        value raises the ValidationError its record's construction would (field, value, rule; the column
-        order decides which of several bad values is named), and no record is made."""
-        known = _spec_map(cls)
-        for key in columns:
-            if key not in known:
-                raise ValidationError(key, columns[key], f"unknown field for {cls.NAME}")
-        values = {name: _check_column(spec, name, columns.get(name), count) for name, spec in known.items()}
-        shared = {name: value for name, value in values.items() if not isinstance(value, _Column)}
-        varying = [name for name, value in values.items() if isinstance(value, _Column)]
-        out = []
-        for row in zip(*(values[name] for name in varying)) if varying else [()] * count:
-            record = object.__new__(cls)
-            record.__dict__.update(shared)  # a frozen dataclass's fields live in its __dict__
-            record.__dict__.update(zip(varying, row))
-            record.check_rules()
-            out.append(record)
-        return out
+    def batch_violations(cls, batch: Any) -> np.ndarray:
+        """(count,) True where a record of ``batch`` (a :class:`schemas.columnar.Columns`) may break a rule across
+        fields: :attr:`RULES` on whole columns here; a record class with rules of its own adds them. The records
+        flagged are made one by one, whose construction decides and names the rule."""
+        view = SimpleNamespace()
+        for name, spec in specs(cls):
+            value = batch.values[name]
+            if isinstance(value, np.ndarray) and value.dtype == object and spec.kind is not Kind.ID:
+                value = np.array([np.nan if v is None else float(v) for v in value.tolist()])  # NaN for null
+            setattr(view, name, value)
+        bad = np.zeros(batch.count, bool)
+        for rule in cls.RULES:
+            bad |= np.broadcast_to(np.asarray(rule.violated(view), bool), bad.shape)
+        return bad
 
     @classmethod
     def from_dict(cls, obj: Any) -> "Record":

@@ -8,6 +8,7 @@ values lie in [0, 1].
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -15,11 +16,6 @@ from schemas.base import Record, Rule, absent, flag, ident, integer, number, rec
 from schemas.errors import ValidationError
 
 MAX_RANKED = 1000
-
-
-def _distinct(owner: str, collaborator: str) -> None:
-    if owner == collaborator:
-        raise ValidationError("collaborator", collaborator, "must differ from owner")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,10 +98,10 @@ class TrustScore(Record):
     revision: int = integer("which publication of the slot this is: 0 the first, n the n-th update (null: a "
                             "producer that does not number them)", ge=0, nullable=True)
 
-    def check_rules(self) -> None:
-        _distinct(self.owner, self.collaborator)
-        if self.slot_end_ms <= self.slot_start_ms:
-            raise ValidationError("slot_end_ms", self.slot_end_ms, "must be after slot_start_ms")
+    RULES = (
+        Rule("collaborator", "must differ from owner", lambda r: r.owner == r.collaborator),
+        Rule("slot_end_ms", "must be after slot_start_ms", lambda r: r.slot_end_ms <= r.slot_start_ms),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,9 +134,10 @@ class CollaboratorRanking(Record):
         RankedCandidate, "candidates in selection order (first is chosen)", max_len=MAX_RANKED
     )
 
+    RULES = (Rule("slot_end_ms", "must be after slot_start_ms", lambda r: r.slot_end_ms <= r.slot_start_ms),)
+
     def check_rules(self) -> None:
-        if self.slot_end_ms <= self.slot_start_ms:
-            raise ValidationError("slot_end_ms", self.slot_end_ms, "must be after slot_start_ms")
+        super().check_rules()
         seen: set[str] = set()
         for index, candidate in enumerate(self.candidates):
             where = f"candidates.{index}"
@@ -150,6 +147,25 @@ class CollaboratorRanking(Record):
             seen.add(candidate.collaborator)
             if index and candidate.voc > self.candidates[index - 1].voc:
                 raise ValidationError(f"{where}.voc", candidate.voc, "candidates must be in descending VoC")
+
+    @classmethod
+    def batch_violations(cls, batch: Any) -> np.ndarray:
+        """:attr:`RULES`, and the candidates' rules on the flattened candidates of every ranking at once."""
+        bad = super().batch_violations(batch)
+        nested = batch.values["candidates"]
+        items, parent = nested.items, nested.parents()
+        if not len(parent):
+            return bad
+        collaborator, voc = items.column("collaborator"), items.column("voc")
+        wrong = ((collaborator == batch.column("owner")[parent])
+                 | (items.column("trust") < batch.column("threshold")[parent]))
+        later = parent[1:] == parent[:-1]  # an item and the one before it in the same ranking
+        wrong[1:] |= later & (voc[1:] > voc[:-1])
+        order = np.lexsort((collaborator.astype(str), parent))
+        twice = (parent[order][1:] == parent[order][:-1]) & (collaborator[order][1:] == collaborator[order][:-1])
+        wrong[order[1:][twice]] = True
+        bad[parent[wrong]] = True
+        return bad
 
 
 def _check_candidate(owner: str, threshold: float, candidate: RankedCandidate, where: str) -> None:

@@ -10,7 +10,7 @@ import pytest
 from exporters import parquet as sink
 from exporters.parquet import ParquetResults, read_results, slot_date
 from model.scoring import SlotScores
-from schemas import CollaboratorRanking, RankedCandidate, TrustScore, from_arrow, from_json
+from schemas import CollaboratorRanking, Columns, Nested, RankedCandidate, TrustScore, from_arrow, from_json
 from tests.pipeline_fixtures import run_tables, write_checkpoint
 from trustbeam.cli import main
 
@@ -21,11 +21,12 @@ START = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 def result(slot: int, start_ms: int, t_beh: float = 0.5, is_update: bool = False) -> SlotScores:
     common = dict(slot=slot, slot_start_ms=start_ms, slot_end_ms=start_ms + 60_000, model_version="bm-test",
                   is_update=is_update)
-    scores = [TrustScore(owner="a", collaborator=c, t_beh=t_beh, t_res=0.8, trust=t_beh * 0.8, **common)
-              for c in ("b", "c")]
-    ranking = CollaboratorRanking(owner="a", threshold=0.3, candidates=(
-        RankedCandidate(collaborator="b", trust=t_beh * 0.8, voc=0.7),), **common)
-    return SlotScores(slot, scores, [ranking])
+    scores = Columns.of(TrustScore, 2, owner="a", collaborator=["b", "c"], t_beh=t_beh, t_res=0.8, trust=t_beh * 0.8,
+                        **common)
+    candidates = Columns.of(RankedCandidate, 1, collaborator="b", trust=t_beh * 0.8, voc=0.7)
+    ranking = Columns.of(CollaboratorRanking, 1, owner="a", threshold=0.3, candidates=Nested.of(candidates, [1]),
+                         **common)
+    return SlotScores(slot, scores, ranking)
 
 
 def test_slots_land_in_their_date_partition_and_read_back_equal(tmp_path) -> None:
@@ -39,7 +40,7 @@ def test_slots_land_in_their_date_partition_and_read_back_equal(tmp_path) -> Non
     scores = read_results(str(tmp_path), "trust_scores")
     assert sorted(scores["date"].to_pylist()) == ["2026-01-01"] * 2 + ["2026-01-02"] * 2
     assert sorted(from_arrow(TrustScore, scores), key=lambda r: (r.slot, r.collaborator)) == \
-        result(3, START).scores + result(1443, START + DAY_MS + 3000).scores
+        [*result(3, START).scores, *result(1443, START + DAY_MS + 3000).scores]
     rankings = from_arrow(CollaboratorRanking, read_results(str(tmp_path), "collaborator_rankings"))
     assert sorted(rankings, key=lambda r: r.slot)[0] == result(3, START).rankings[0]  # nested candidates intact
     assert slot_date(START - 1) == "2025-12-31"

@@ -302,7 +302,6 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     from exporters.parquet import ParquetResults
     from model.recalibration import OnlineShift
     from model.scoring import score_log
-    from schemas import to_json
 
     config = _job_config(beam_args)
     phase = Phases("score")
@@ -326,8 +325,8 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
         for result in bar(score_log(stages, events, status, config.ranking, config.params, version, seconds,
                                     OnlineShift.start(config.recalibration)), slots,
                           "slot", args.progress or None):
-            scores.writelines(to_json(r) + b"\n" for r in result.scores)
-            ranks.writelines(to_json(r) + b"\n" for r in result.rankings)
+            scores.writelines(line + b"\n" for line in result.scores.json())
+            ranks.writelines(line + b"\n" for line in result.rankings.json())
             if parquet is not None:
                 parquet.write(result)
             counts["slots"] += 1

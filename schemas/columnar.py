@@ -1,0 +1,233 @@
+"""Records of one type held as checked columns: validated, JSON-encoded and stored without a Python object per record.
+
+A scoring job publishes thousands of records a slot. Making each one a :class:`~schemas.base.Record` (construct,
+check, ``to_dict``, ``json.dumps``, pickle between pipeline stages) cost more than scoring them; :class:`Columns`
+keeps the same guarantees column by column:
+
+* :meth:`Columns.of` checks every column once, vectorized (ids once per distinct value), and every rule across
+  fields on whole columns (:meth:`Record.batch_violations`); a bad record raises the ValidationError its
+  construction would (field, value, rule), and no batch is made;
+* :meth:`Columns.json` encodes each record to the bytes :func:`schemas.codec.to_json` gives it, from the columns
+  (a value's JSON text is made once per distinct id, once per shared value);
+* it is a sequence of records: indexing or iterating makes them (once), for readers that want objects;
+* it pickles as numpy columns.
+
+A list field (a ranking's candidates) is a :class:`Nested` column: every record's items as one :class:`Columns`
+of the item type, with offsets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from schemas.base import INT64_MAX, INT64_MIN, Kind, Record, Spec, specs
+from schemas.codec import VERSION_FIELD
+from schemas.errors import ValidationError
+
+
+@dataclass(frozen=True, eq=False)
+class Nested:
+    """A list field's column: record r's items are ``items[offsets[r]:offsets[r + 1]]``."""
+
+    items: "Columns"
+    offsets: np.ndarray  # (count + 1,) int64, non-decreasing from 0 to len(items)
+
+    @classmethod
+    def of(cls, items: "Columns", lengths: Sequence[int] | np.ndarray) -> "Nested":
+        return cls(items, np.concatenate([[0], np.cumsum(np.asarray(lengths, np.int64))]).astype(np.int64))
+
+    def parents(self) -> np.ndarray:
+        """(items,) the record each item belongs to."""
+        return np.repeat(np.arange(len(self.offsets) - 1), np.diff(self.offsets))
+
+
+class Columns(Sequence):
+    """``count`` records of ``record`` as checked columns: per field a (count,) numpy array (ids as objects), a
+    :class:`Nested` column, or one value every record shares. Make one with :meth:`of`."""
+
+    def __init__(self, record: type[Record], count: int, values: dict[str, Any]) -> None:
+        self.record, self.count, self.values = record, count, values
+        self._records: list[Record] | None = None
+
+    @classmethod
+    def of(cls, record: type[Record], count: int, **columns: Any) -> "Columns":
+        """Check ``columns`` (each a numpy array or list of ``count`` values, a :class:`Nested` column for a list
+        field, or one value for every record; absent: null, for a nullable field) and every record's rules."""
+        known = dict(specs(record))
+        for key in columns:
+            if key not in known:
+                raise ValidationError(key, columns[key], f"unknown field for {record.NAME}")
+        batch = cls(record, count, {name: _check_column(spec, name, columns.get(name), count)
+                                    for name, spec in known.items()})
+        bad = np.flatnonzero(record.batch_violations(batch))
+        for row in bad:  # the record's own construction names the field, the value and the rule
+            record(**batch.row(int(row)))
+        return batch
+
+    @classmethod
+    def concat(cls, parts: Sequence["Columns"]) -> "Columns":
+        """Parts of one record type as one batch, in order (each part was checked when made)."""
+        if not parts:
+            raise ValueError("Columns.concat: no parts")
+        record = parts[0].record
+        if any(part.record is not record for part in parts):
+            raise ValueError("Columns.concat: parts of different record types")
+        values = {}
+        for name, spec in specs(record):
+            columns = [part.column(name) for part in parts]
+            if spec.kind is Kind.RECORDS:
+                ends = np.cumsum([0] + [len(c.items) for c in columns[:-1]])
+                offsets = np.concatenate([[0]] + [c.offsets[1:] + end for c, end in zip(columns, ends)])
+                values[name] = Nested(cls.concat([c.items for c in columns]), offsets.astype(np.int64))
+            else:
+                values[name] = np.concatenate(columns)
+        return cls(record, sum(part.count for part in parts), values)
+
+    def column(self, name: str) -> Any:
+        """Field ``name`` per record: a (count,) array (a shared value repeated), or a :class:`Nested` column."""
+        value = self.values[name]
+        if isinstance(value, (np.ndarray, Nested)):
+            return value
+        column = np.empty(self.count, object if value is None or isinstance(value, str) else type(value))
+        column[:] = value
+        return column
+
+    def row(self, position: int) -> dict[str, Any]:
+        """One record's fields as Python values (list fields as lists of records)."""
+        out = {}
+        for name, value in self.values.items():
+            if isinstance(value, Nested):
+                out[name] = list(value.items[int(value.offsets[position]): int(value.offsets[position + 1])])
+            elif isinstance(value, np.ndarray):
+                out[name] = value[position] if value.dtype == object else value[position].item()
+            else:
+                out[name] = value
+        return out
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, position: Any) -> Any:
+        return self._made()[position]
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self._made())
+
+    def __repr__(self) -> str:
+        return f"Columns({self.record.__name__}, {self.count} records)"
+
+    def _made(self) -> list[Record]:
+        """The records as objects, made once (checked already: no construction checks again)."""
+        if self._records is None:
+            names = list(self.values)
+            per_record = [self._python(name) for name in names]
+            made = []
+            for row in zip(*per_record) if names else [()] * self.count:
+                record = object.__new__(self.record)
+                record.__dict__.update(zip(names, row))  # a frozen dataclass's fields live in its __dict__
+                made.append(record)
+            self._records = made
+        return self._records
+
+    def _python(self, name: str) -> list[Any]:
+        value = self.values[name]
+        if isinstance(value, Nested):
+            items, ends = list(value.items), value.offsets.tolist()
+            return [tuple(items[a:b]) for a, b in zip(ends[:-1], ends[1:])]
+        if isinstance(value, np.ndarray):
+            return value.tolist()
+        return [value] * self.count
+
+    def json(self, versioned: bool = True) -> list[bytes]:
+        """Each record as :func:`schemas.codec.to_json` encodes it (``versioned``: with ``schema_version`` first, as
+        on the wire; nested items go without)."""
+        return [text.encode() for text in self._json_texts(versioned)]
+
+    def _json_texts(self, versioned: bool) -> list[str]:
+        template, varying = ["{"], []
+        if versioned:
+            template.append(f'"{VERSION_FIELD}":{self.record.SCHEMA_VERSION},')
+        for name, spec in specs(self.record):
+            template.append(json.dumps(name) + ":")
+            value = self.values[name]
+            if isinstance(value, (np.ndarray, Nested)):
+                template.append("%s")
+                varying.append(self._json_column(spec, value))
+            else:
+                template.append(_json_value(value).replace("%", "%%"))
+            template.append(",")
+        pattern = "".join(template[:-1]) + "}"
+        if not varying:
+            return [pattern.replace("%%", "%")] * self.count
+        return [pattern % row for row in zip(*varying)]
+
+    @staticmethod
+    def _json_column(spec: Spec, column: np.ndarray | Nested) -> list[str]:
+        if isinstance(column, Nested):
+            items, ends = column.items._json_texts(versioned=False), column.offsets.tolist()
+            return ["[" + ",".join(items[a:b]) + "]" for a, b in zip(ends[:-1], ends[1:])]
+        if spec.kind is Kind.ID or column.dtype == object:
+            texts = {value: _json_value(value) for value in set(column.tolist())}
+            return [texts[value] for value in column.tolist()]
+        if spec.kind is Kind.BOOL:
+            return ["true" if value else "false" for value in column.tolist()]
+        return [repr(value) for value in column.tolist()]  # json.dumps writes ints and floats by their repr
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"record": self.record, "count": self.count, "values": self.values}  # the columns, not the objects
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["record"], state["count"], state["values"])
+
+
+_DTYPES = {Kind.INT: np.int64, Kind.FLOAT: np.float64, Kind.BOOL: bool}
+
+
+def _json_value(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _check_column(spec: Spec, name: str, column: Any, count: int) -> Any:
+    """A column checked: a numpy array (ints int64, floats float64, flags bool, ids and nullable values as objects),
+    a :class:`Nested` column, or one checked value; raises the ValidationError of its first failing value."""
+    if isinstance(column, Nested):
+        if spec.kind is not Kind.RECORDS or column.items.record is not spec.item:
+            raise ValidationError(name, column.items.record.NAME, "a nested column of the wrong record type")
+        if len(column.offsets) != count + 1:
+            raise ValueError(f"{name}: a nested column for {len(column.offsets) - 1} records, not {count}")
+        lengths = np.diff(column.offsets)
+        if spec.max_len is not None and len(lengths) and lengths.max() > spec.max_len:
+            raise ValidationError(name, int(lengths.max()), f"more than {spec.max_len} items")
+        return column
+    if spec.kind is Kind.RECORDS:
+        raise ValidationError(name, type(column).__name__, "a list field's column must be Nested")
+    if not isinstance(column, (np.ndarray, list)):
+        return spec.check(name, column)
+    if len(column) != count:
+        raise ValueError(f"{name}: a column of {len(column)} values for {count} records")
+    array = np.asarray(column) if spec.kind in (Kind.INT, Kind.FLOAT) else None
+    if array is not None and array.dtype.kind in "iuf" and (spec.kind is Kind.FLOAT or array.dtype.kind in "iu"):
+        values = array.astype(np.float64) if spec.kind is Kind.FLOAT else array
+        bad = ~np.isfinite(values) if spec.kind is Kind.FLOAT else np.zeros(len(values), bool)
+        for bound, fails in ((spec.ge, lambda v, b: ~(v >= b)), (spec.gt, lambda v, b: ~(v > b)),
+                             (spec.le, lambda v, b: ~(v <= b))):
+            if bound is not None:
+                bad |= fails(values, bound)
+        if spec.kind is Kind.INT:
+            bad |= (values < INT64_MIN) | (values > INT64_MAX)
+        if bad.any():  # the one-value check names the rule
+            spec.check(name, values[np.argmax(bad)].item())
+        return values if spec.kind is Kind.FLOAT else values.astype(np.int64)
+    if spec.kind is Kind.ID and all(isinstance(v, str) for v in column):
+        for value in set(column):  # ids repeat: each distinct one once
+            spec.check(name, value)
+        return np.asarray(column, object)
+    checked = [spec.check(name, value.item() if isinstance(value, np.generic) else value) for value in column]
+    out = np.empty(count, object if spec.nullable or spec.kind is Kind.ID else _DTYPES[spec.kind])
+    out[:] = checked
+    return out
