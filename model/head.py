@@ -25,7 +25,10 @@
   :func:`model.train.warm_up_head`), then learns end to end what the long-term embeddings add.
 
 Every head maps (Y_i (P, d), Y_j (P, d), physics (P, 4), evidence (P, F)) to raw outputs (P, k);
-``t_beh(raw)`` gives T_beh (P,) and ``loss(raw, targets)`` the training loss.
+``t_beh(raw)`` gives T_beh (P,) and ``loss(raw, targets)`` the training loss. ``read(PairSides)`` gives the same raw
+outputs from inputs split by what they depend on (the owner, the collaborator, the pair): a scorer's candidates
+share devices, and the context head's collaborator columns (most of its input, and its rule experts' rates) are
+then computed once per device.
 """
 
 from __future__ import annotations
@@ -90,6 +93,9 @@ class PaperHead(nn.Module):
                 ) -> torch.Tensor:
         return self.mlp(torch.cat([y_i, y_j], dim=-1))  # (P, levels) logits
 
+    def read(self, sides: PairSides, member: int | None = None) -> torch.Tensor:
+        return self.mlp(torch.cat([gather(sides.y_owner, sides.src), gather(sides.y_collaborator, sides.dst)], dim=-1))
+
     def t_beh(self, raw: torch.Tensor, readout: Readout | None = None) -> torch.Tensor:
         readout = readout or self.readout
         if readout == "max":
@@ -137,15 +143,51 @@ class PhysicsColumns:
         return cls(features, d, known_d, column)
 
 
+def gather(rows: torch.Tensor, at: torch.Tensor | None) -> torch.Tensor:
+    """``rows[at]``; all rows in order where ``at`` is None."""
+    return rows if at is None else rows[at]
+
+
+@dataclass(frozen=True)
+class PairSides:
+    """The head's inputs split by what they depend on, so that what depends on one device is computed once per
+    device, not once per candidate pair: owners' rows, collaborators' rows, and pairs' rows, each pair reading its
+    owner's row ``src`` and its collaborator's row ``dst`` (None: pair p reads row p of both).
+
+    The evidence blocks are :func:`model.evidence.pair_evidence_features`'s parts: the owner's (n_o, 2L), the
+    collaborator's head (9L) then tail (recency, seen, load, reported, the raw STATS) (n_c, 9L + 4 + len(STATS) L),
+    the pair's (P, 4L)."""
+
+    y_owner: torch.Tensor  # (n_o, d)
+    owner: torch.Tensor  # (n_o, 2L)
+    y_collaborator: torch.Tensor  # (n_c, d)
+    collaborator: torch.Tensor  # (n_c, 9L + 4 + len(STATS) L)
+    pair: torch.Tensor  # (P, 4L)
+    physics: torch.Tensor  # (P, 4) raw PHYSICS_COLUMNS
+    src: torch.Tensor | None = None  # (P,) int64 owner rows
+    dst: torch.Tensor | None = None  # (P,) int64 collaborator rows
+
+    @classmethod
+    def of_pairs(cls, y_i: torch.Tensor, y_j: torch.Tensor, physics: torch.Tensor, evidence: torch.Tensor,
+                 lams: int) -> "PairSides":
+        """Every input per pair: evidence (P, F) as :func:`model.evidence.pair_evidence_features` gives it."""
+        head, owner, pair, tail = evidence.split([9 * lams, 2 * lams, 4 * lams, evidence.shape[1] - 15 * lams], dim=1)
+        return cls(y_i, owner, y_j, torch.cat([head, tail], dim=1), pair, physics)
+
+
 class PairNet(nn.Module):
     """One member of :class:`ContextHead`: what it learns, from (Y_i, Y_j, its network inputs, physics) to
     probabilities (P, 2): q_tr and q_com = sigmoid(behaviour) * sigmoid(on-time) (flags), or the mean and the
     median forecast of T_col (graded)."""
 
-    def __init__(self, d: int, inputs: int, hidden: int, outcomes: Outcomes, outage: OutageCurve,
+    def __init__(self, d: int, lams: int, inputs: int, hidden: int, outcomes: Outcomes, outage: OutageCurve,
                  dropout: float) -> None:
+        """inputs: the width of the networks' evidence input, the normalized evidence (15 L + 4 columns: the
+        collaborator's head, the owner's, the pair's, the collaborator's recency, seen, load, reported) then the rule
+        experts' logits (to the end)."""
         super().__init__()
         self.graded = outcomes == "graded"
+        self.d, self.lams, self.inputs = d, lams, inputs
         self.log_c = nn.Parameter(torch.tensor(float(outage.log_c)))
         self.alpha = nn.Parameter(torch.tensor(float(outage.alpha)))
         self.tr_unknown = nn.Parameter(torch.zeros(()))  # logit P(tr) where the distance is unknown
@@ -162,17 +204,25 @@ class PairNet(nn.Module):
             for net in [n for n in (self.behaviour, self.median) if n is not None]:
                 net[0].weight[:, : 2 * d].zero_()  # Y adds nothing until training finds what it adds
 
-    @staticmethod
-    def read(net: nn.Sequential, y_i: torch.Tensor, y_j: torch.Tensor, inputs: torch.Tensor,
-             features: torch.Tensor) -> torch.Tensor:
-        """(P,) ``net`` on [Y_i, Y_j, inputs, features] without joining them (one product per block: joining
-        copied every pair's inputs once per member); Y's products are left out where its weights are zero
-        outside training (a head kept from the warm-up reads no Y)."""
-        first, d, width = net[0], y_i.shape[1], inputs.shape[1]
-        w = first.weight  # (hidden, 2d + inputs + features)
-        h = F.linear(inputs, w[:, 2 * d: 2 * d + width], first.bias) + F.linear(features, w[:, 2 * d + width:])
+    def read(self, net: nn.Sequential, sides: PairSides, collaborator: torch.Tensor, features: torch.Tensor
+             ) -> torch.Tensor:
+        """(P,) ``net`` on [Y_i, Y_j, the normalized evidence, the experts' logits, physics features], its first layer
+        block by block: the collaborator's columns once per collaborator row, the owner's once per owner row, then
+        gathered per pair with the pair's own. ``collaborator`` (n_c, 11 L + 4): the collaborator's head, its
+        recency, seen, load, reported, and the experts' logits. Y's products are left out
+        where its weights are zero outside training (a head kept from the warm-up reads no Y)."""
+        first, d, lams = net[0], self.d, self.lams
+        w = first.weight  # (hidden, 2d + inputs + PHYSICS_FEATURES)
+        start = 2 * d + 15 * lams  # the collaborator's recency .. reported, then the logits: to the physics
+        w_collaborator = torch.cat([w[:, 2 * d: 2 * d + 9 * lams], w[:, start: 2 * d + self.inputs]], dim=1)
+        by_collaborator = F.linear(collaborator, w_collaborator)
+        by_owner = F.linear(sides.owner, w[:, 2 * d + 9 * lams: 2 * d + 11 * lams])
         if net.training or bool(w[:, : 2 * d].any()):
-            h = h + F.linear(y_i, w[:, :d]) + F.linear(y_j, w[:, d: 2 * d])
+            by_owner = by_owner + F.linear(sides.y_owner, w[:, :d])
+            by_collaborator = by_collaborator + F.linear(sides.y_collaborator, w[:, d: 2 * d])
+        h = (gather(by_collaborator, sides.dst) + gather(by_owner, sides.src)
+             + F.linear(sides.pair, w[:, 2 * d + 11 * lams: start]) + F.linear(features, w[:, 2 * d + self.inputs:],
+                                                                                first.bias))
         return net[1:](h)[:, 0]
 
     def physics_features(self, physics: PhysicsColumns) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -181,18 +231,18 @@ class PairNet(nn.Module):
         curve = torch.where(physics.known_d, p_curve, torch.zeros_like(p_curve))
         return physics.features + curve[:, None] * physics.curve_column, p_curve, physics.known_d
 
-    def forward(self, y_i: torch.Tensor, y_j: torch.Tensor, inputs: torch.Tensor, physics: PhysicsColumns,
-                level: torch.Tensor) -> torch.Tensor:
-        """level (P,): the logit of the population's recent rate, which the behaviour (and median) logits are
-        read against: a log that drifts moves every forecast with it."""
+    def forward(self, sides: PairSides, collaborator: torch.Tensor, physics: PhysicsColumns, level: torch.Tensor
+                ) -> torch.Tensor:
+        """collaborator: as :meth:`read` takes it; level (P,): the logit of the population's recent rate, which the
+        behaviour (and median) logits are read against: a log that drifts moves every forecast with it."""
         features, p_curve, known_d = self.physics_features(physics)
         curve_logit = torch.logit(p_curve.clamp(1e-6, 1 - 1e-6))
         tr_logit = torch.where(known_d, curve_logit, self.tr_unknown.expand_as(curve_logit))
         tr_logit = tr_logit + self.tr_adjust(features)[:, 0]
-        behaviour = torch.sigmoid(level + self.read(self.behaviour, y_i, y_j, inputs, features))
+        behaviour = torch.sigmoid(level + self.read(self.behaviour, sides, collaborator, features))
         if self.graded:
-            return torch.stack([behaviour, torch.sigmoid(level + self.read(self.median, y_i, y_j, inputs, features))],
-                               dim=-1)
+            median = torch.sigmoid(level + self.read(self.median, sides, collaborator, features))
+            return torch.stack([behaviour, median], dim=-1)
         return torch.stack([torch.sigmoid(tr_logit), behaviour * torch.sigmoid(self.on_time(features)[:, 0])], dim=-1)
 
 
@@ -211,11 +261,12 @@ class ContextHead(nn.Module):
         where the distance is unknown, all fitted on the training period."""
         super().__init__()
         self.outcomes, self.a_tr, self.a_com = outcomes, weights.a_tr, weights.a_com
-        self.normalized, self.lams = evidence.normalized, len(evidence.lams)
+        self.lams = len(evidence.lams)
         self.level = evidence.lams.index(evidence.level_memory)
         self.experts = RuleExperts(self.lams, outcomes == "flags", weights, outage, rate_prior, on_time, tr_rate)
         inputs = evidence.normalized + self.experts.count  # the networks also read the rules' rates
-        self.members = nn.ModuleList(PairNet(d, inputs, hidden, outcomes, outage, dropout) for _ in range(members))
+        self.members = nn.ModuleList(PairNet(d, self.lams, inputs, hidden, outcomes, outage, dropout)
+                                     for _ in range(members))
         self.y_width = 2 * d  # the members' first columns: Y_i, Y_j
         stack = torch.zeros(1 + self.experts.count)
         stack[0] = 1.0  # the head's own forecast until fit_stack weighs the rules in
@@ -226,15 +277,20 @@ class ContextHead(nn.Module):
         """-> (P, 2 + K): the logits of the members' mean q_tr and q_com (graded logs: of the mean and median
         forecasts of T_col), then the K rule experts' forecasts of T_col. ``member``: one member's instead of
         the mean (the warm-up fits them one by one)."""
-        normalized, stats = evidence[:, : self.normalized], evidence[:, self.normalized:]
-        rates = self.experts.rates(stats.reshape(-1, len(STATS), self.lams))  # (P, K)
+        return self.read(PairSides.of_pairs(y_i, y_j, physics, evidence, self.lams), member)
+
+    def read(self, sides: PairSides, member: int | None = None) -> torch.Tensor:
+        """:meth:`forward` on inputs split by what they depend on (the scorer's: every device's part once)."""
+        known = 9 * self.lams + 4  # the collaborator's head, recency, seen, load, reported; then its raw STATS
+        rates = self.experts.rates(sides.collaborator[:, known:].reshape(-1, len(STATS), self.lams))  # (n_c, K)
         logits = torch.logit(rates.clamp(1e-4, 1 - 1e-4))
-        inputs = torch.cat([normalized, logits], dim=-1)
-        level = logits[:, self.lams + self.level]  # the population's rate at the level memory
+        collaborator = torch.cat([sides.collaborator[:, :known], logits], dim=-1)
+        level = gather(logits[:, self.lams + self.level], sides.dst)  # the population's rate at the level memory
         nets = self.members if member is None else [self.members[member]]
-        columns = PhysicsColumns.of(physics)  # once for every member
-        own = torch.stack([net(y_i, y_j, inputs, columns, level) for net in nets]).mean(0)
-        return torch.cat([torch.logit(own.clamp(1e-6, 1 - 1e-6)), self.experts.forecasts(physics, rates)], dim=-1)
+        columns = PhysicsColumns.of(sides.physics)  # once for every member
+        own = torch.stack([net(sides, collaborator, columns, level) for net in nets]).mean(0)
+        forecasts = self.experts.forecasts(sides.physics, gather(rates, sides.dst))
+        return torch.cat([torch.logit(own.clamp(1e-6, 1 - 1e-6)), forecasts], dim=-1)
 
     @property
     def reads_embeddings(self) -> bool:

@@ -47,13 +47,12 @@ from model.evidence import (CHANNELS, N, POPULATION, ROLES, W, EvidenceBlocks, E
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift
-from model.stages import Stages, chunks
+from model.stages import Stages
 from model.status import COMM_OK, COMP_OK, LOAD, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
 from model.trust import resource_trust
 from schemas import CollaboratorRanking, Columns, Nested, RankedCandidate, TrustScore
 
 PROFILE_COLUMNS = ("task_size_bits", "density_cycles_per_bit", "trust_threshold")
-PAIRS_PER_CHUNK = 65536  # candidate pairs whose evidence features are built and scored at once
 
 
 def shard_of(keys: np.ndarray, shards: int) -> np.ndarray:
@@ -543,10 +542,7 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
         pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
         blocks = EvidenceBlocks.of(frame.collaborator, frame.owner, pair_table, frame.since, stages.config.evidence,
                                    frame.population, frame.status[:, LOAD])
-        features = physics.features()
-        for part in chunks(len(src), PAIRS_PER_CHUNK):  # chunk by chunk: never all a slot's features at once
-            s, d = src[part], dst[part]
-            t_beh[part] = stages.t_beh(frame.y[s], frame.y[d], features[part], blocks.features(s, d, pair_at[part]))
+        t_beh = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
         status_j = frame.status[dst]
         t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])
         voc = physics.value(params)

@@ -4,7 +4,9 @@ A scorer (:mod:`model.scoring`) needs only these stages of a trained BM:
 
 * ``slot_embeddings``: the slot GNN over one slot graph -> the active devices' slot embeddings
 * ``long_term``: the sequence encoder (BiMamba) over S slot embeddings per device -> Y
-* ``t_beh``: the pair head on Y_i, Y_j, the pair's physics and evidence -> T_beh
+* ``t_beh``: the pair head on Y_i, Y_j, the pair's physics and evidence -> T_beh; ``t_beh_pairs`` the same for
+  candidate pairs of a frame's devices, from per-device inputs (the scorer's call: on PyTorch, what depends on one
+  device goes through the head's first layer once per device, not once per candidate)
 
 A model whose head does not read Y (``uses_encoder`` False: the warmed-up head that training keeps when no
 end-to-end epoch helps) needs ``t_beh`` only: scorers skip the other two, and its ONNX export holds
@@ -25,14 +27,17 @@ import torch
 
 from model.bm import BM, BMConfig
 from model.config import DEVICES
+from model.evidence import EvidenceBlocks
 from model.gnn import batched_inputs
 from model.graphs import DeviceIndex, SlotGraph
+from model.head import PairSides
 
 
 class Stages(Protocol):
     config: BMConfig
     idle: np.ndarray  # (d,) the slot embedding of an idle device
     uses_encoder: bool  # whether t_beh reads Y (else slot_embeddings and long_term are never needed)
+    pairs_per_call: int  # pairs a t_beh call scores at once (bounds its memory)
 
     def feature_rows(self, ids: pa.Array) -> np.ndarray:
         """(n,) int64 node2vec rows of device ids; the cold row (the table's length) for devices the model
@@ -49,6 +54,23 @@ class Stages(Protocol):
     def t_beh(self, y_i: np.ndarray, y_j: np.ndarray, physics: np.ndarray, evidence: np.ndarray) -> np.ndarray:
         """(P, d), (P, d) long-term embeddings of owners and candidates, (P, 4) physics, (P, F) evidence ->
         (P,) float64 T_beh."""
+
+    def t_beh_pairs(self, y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: np.ndarray,
+                    dst: np.ndarray, pair_at: np.ndarray) -> np.ndarray:
+        """The same T_beh (P,) of the pairs (``src``, ``dst``) (P,) of a frame's rows, from the frame's Y (n, d), the
+        pairs' physics (P, 4) and the evidence blocks (rows per device, ``pair_at`` (P,) per pair): what
+        ``t_beh(y[src], y[dst], physics, blocks.features(src, dst, pair_at))`` gives, without a row of inputs per
+        pair for what depends on one device."""
+
+
+def t_beh_by_features(stages: Stages, y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: np.ndarray,
+                      dst: np.ndarray, pair_at: np.ndarray) -> np.ndarray:
+    """:meth:`Stages.t_beh_pairs` through ``stages.t_beh``, every pair's inputs built, ``pairs_per_call`` at once."""
+    out = np.zeros(len(src))
+    for part in chunks(len(src), stages.pairs_per_call):
+        s, d = src[part], dst[part]
+        out[part] = stages.t_beh(y[s], y[d], physics[part], blocks.features(s, d, pair_at[part]))
+    return out
 
 
 
@@ -132,4 +154,21 @@ class TorchStages:
                 raw = self.model.head(*(self.model.tensor(np.asarray(a[part], np.float32))
                                         for a in (y_i, y_j, physics, evidence)))
                 out[part] = self.model.t_beh(raw).double().cpu().numpy()
+        return out
+
+    def t_beh_pairs(self, y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: np.ndarray,
+                    dst: np.ndarray, pair_at: np.ndarray) -> np.ndarray:
+        """Every device a chunk of pairs reads goes through the head's device-level products once
+        (:class:`model.head.PairSides`)."""
+        out = np.zeros(len(src))
+        tensor = self.model.tensor
+        with torch.no_grad():
+            for part in chunks(len(src), self.pairs_per_call):
+                devices, rows = np.unique(np.concatenate([src[part], dst[part]]), return_inverse=True)
+                y_rows = tensor(np.asarray(y[devices], np.float32))
+                collaborator = np.concatenate([blocks.collaborator_head[devices], blocks.collaborator_tail[devices]], 1)
+                sides = PairSides(y_rows, tensor(blocks.owner[devices]), y_rows, tensor(collaborator),
+                                  tensor(blocks.pair[pair_at[part]]), tensor(np.asarray(physics[part], np.float32)),
+                                  tensor(rows[: len(rows) // 2]), tensor(rows[len(rows) // 2:]))
+                out[part] = self.model.t_beh(self.model.head.read(sides)).double().cpu().numpy()
         return out

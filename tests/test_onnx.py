@@ -14,6 +14,7 @@ from beam_pipeline.options import JobConfig
 from exporters.onnx import FORMAT, OnnxModelError, OnnxStages, export_onnx
 from model.checkpoint import load
 from model.config import SystemParams
+from model.evidence import STATS, EvidenceBlocks
 from model.graphs import SlotGraph
 from model.scoring import score_log
 from model.stages import TorchStages
@@ -87,6 +88,31 @@ def test_head_stage_matches_pytorch(both, pairs: int) -> None:
     got = onnx_stages.t_beh(y_i, y_j, physics, evidence)
     np.testing.assert_allclose(got, torch_stages.t_beh(y_i, y_j, physics, evidence), atol=1e-5, rtol=0)
     assert ((got >= 0) & (got <= 1)).all()
+
+
+@pytest.mark.parametrize("devices, pairs, per_call", [(1, 1, 65536), (40, 900, 250), (500, 70_000, 65536)])
+def test_pairs_of_a_frame_score_as_their_gathered_rows(both, devices: int, pairs: int, per_call: int) -> None:
+    """t_beh_pairs (PyTorch: each device's part of the head once; ONNX: every pair's inputs built) equals t_beh on
+    every pair's gathered inputs, however the pairs fall into calls."""
+    torch_stages, onnx_stages = both
+    lams, width = len(torch_stages.config.evidence.lams), torch_stages.config.gnn.out_dim
+    rng = np.random.default_rng(pairs)
+    y = rng.normal(size=(devices, width)).astype(np.float32)
+    blocks = EvidenceBlocks(*(rng.random((rows, columns)).astype(np.float32) for rows, columns in (
+        (devices, 9 * lams), (devices, 4 + len(STATS) * lams), (devices, 2 * lams), (pairs // 3 + 1, 4 * lams))))
+    src, dst = rng.integers(0, devices, pairs), rng.integers(0, devices, pairs)
+    pair_at = rng.integers(0, pairs // 3 + 1, pairs)
+    physics = np.stack([rng.uniform(1, 400, pairs), rng.uniform(2e9, 6e9, pairs), rng.uniform(2e9, 6e9, pairs),
+                        rng.uniform(0.2, 2.5, pairs)], axis=1).astype(np.float32)
+    physics[::7] = np.nan
+    want = torch_stages.t_beh(y[src], y[dst], physics, blocks.features(src, dst, pair_at))
+    for stages in both:
+        stages.pairs_per_call = per_call
+        try:
+            got = stages.t_beh_pairs(y, physics, blocks, src, dst, pair_at)
+        finally:
+            stages.pairs_per_call = 65536
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
 def test_a_simulated_run_scores_the_same_on_both_backends(both) -> None:

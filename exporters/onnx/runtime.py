@@ -19,7 +19,8 @@ from model.bm import BMConfig
 from model.checkpoint import CheckpointError, config_from_dict, file_sha256, read_manifest
 from model.gnn import batched_inputs
 from model.graphs import DeviceIndex, SlotGraph
-from model.stages import chunks, lookup_rows
+from model.evidence import EvidenceBlocks
+from model.stages import chunks, lookup_rows, t_beh_by_features
 
 PREFERRED_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 
@@ -108,6 +109,10 @@ class OnnxStages:
                                            "lengths": lengths[part].astype(np.int64),
                                            "telemetry": np.ascontiguousarray(telemetry[part], np.float32)})[0]
         return out
+
+    def t_beh_pairs(self, y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: np.ndarray,
+                    dst: np.ndarray, pair_at: np.ndarray) -> np.ndarray:
+        return t_beh_by_features(self, y, physics, blocks, src, dst, pair_at)  # the exported head reads pairs
 
     def t_beh(self, y_i: np.ndarray, y_j: np.ndarray, physics: np.ndarray, evidence: np.ndarray) -> np.ndarray:
         out = np.zeros(len(y_i))
