@@ -78,7 +78,7 @@ def mlp(sizes: tuple[int, ...], dropout: float = 0.0) -> nn.Sequential:
     for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
         layers.append(nn.Linear(a, b))
         if k < len(sizes) - 2:
-            layers += [nn.ReLU(), nn.Dropout(dropout)]
+            layers += [nn.ReLU(inplace=True), nn.Dropout(dropout)]
     return nn.Sequential(*layers)
 
 
@@ -145,7 +145,7 @@ class PhysicsColumns:
 
 def gather(rows: torch.Tensor, at: torch.Tensor | None) -> torch.Tensor:
     """``rows[at]``; all rows in order where ``at`` is None."""
-    return rows if at is None else rows[at]
+    return rows if at is None else rows.index_select(0, at)
 
 
 @dataclass(frozen=True)
@@ -220,9 +220,9 @@ class PairNet(nn.Module):
         if net.training or bool(w[:, : 2 * d].any()):
             by_owner = by_owner + F.linear(sides.y_owner, w[:, :d])
             by_collaborator = by_collaborator + F.linear(sides.y_collaborator, w[:, d: 2 * d])
-        h = (gather(by_collaborator, sides.dst) + gather(by_owner, sides.src)
-             + F.linear(sides.pair, w[:, 2 * d + 11 * lams: start]) + F.linear(features, w[:, 2 * d + self.inputs:],
-                                                                                first.bias))
+        h = torch.addmm(first.bias, features, w[:, 2 * d + self.inputs:].T)  # (P, hidden), summed in place
+        h = h.addmm_(sides.pair, w[:, 2 * d + 11 * lams: start].T)
+        h = h.add_(gather(by_collaborator, sides.dst)).add_(gather(by_owner, sides.src))
         return net[1:](h)[:, 0]
 
     def physics_features(self, physics: PhysicsColumns) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
