@@ -185,6 +185,14 @@ class Columns(Sequence):
         self.__init__(state["record"], state["count"], state["values"])
 
 
+def _distinct(column: np.ndarray | list) -> set | None:
+    """The distinct values of a column (None where one is unhashable: those are checked one by one)."""
+    try:
+        return set(column.tolist() if isinstance(column, np.ndarray) else column)
+    except TypeError:
+        return None
+
+
 _DTYPES = {Kind.INT: np.int64, Kind.FLOAT: np.float64, Kind.BOOL: bool}
 
 
@@ -223,8 +231,9 @@ def _check_column(spec: Spec, name: str, column: Any, count: int) -> Any:
         if bad.any():  # the one-value check names the rule
             spec.check(name, values[np.argmax(bad)].item())
         return values if spec.kind is Kind.FLOAT else values.astype(np.int64)
-    if spec.kind is Kind.ID and all(isinstance(v, str) for v in column):
-        for value in set(column):  # ids repeat: each distinct one once
+    distinct = _distinct(column) if spec.kind is Kind.ID else None
+    if distinct is not None and all(isinstance(v, str) for v in distinct):
+        for value in distinct:  # ids repeat: each distinct one once
             spec.check(name, value)
         return np.asarray(column, object)
     checked = [spec.check(name, value.item() if isinstance(value, np.generic) else value) for value in column]
