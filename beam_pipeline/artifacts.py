@@ -17,8 +17,8 @@ from pathlib import Path
 from model.checkpoint import staged_directory
 from model.config import state_dir
 
-CHECKPOINT_FILES = ("config.json", "weights.pt", "node2vec.npy")
-ONNX_FILES = ("manifest.json", "gnn.onnx", "sequence.onnx", "head.onnx")
+CHECKPOINT_MANIFEST = "config.json"  # each artifact's manifest lists its other files (``files``: name -> sha256)
+ONNX_MANIFEST = "manifest.json"
 
 
 def is_remote(uri: str) -> bool:
@@ -54,18 +54,19 @@ def read(uri: str, name: str) -> bytes:
 
 def content_hash(uri: str) -> str:
     """The content hash a checkpoint's manifest records (what ``model_version`` abbreviates)."""
-    return json.loads(read(uri, CHECKPOINT_FILES[0]))["content_hash"]
+    return json.loads(read(uri, CHECKPOINT_MANIFEST))["content_hash"]
 
 
-def localize(uri: str, files: tuple[str, ...]) -> Path:
-    """A local directory holding the artifact's ``files`` (the first is its manifest)."""
+def localize(uri: str, manifest_name: str) -> Path:
+    """A local directory holding the artifact: its manifest and the files the manifest lists (a model that reads no
+    Y is exported without the encoder's graphs)."""
     if not is_remote(uri):
         return _local(uri)
-    manifest = read(uri, files[0])
+    manifest = read(uri, manifest_name)
     target = state_dir() / "artifacts" / hashlib.sha256(manifest).hexdigest()[:24]
-    if not (target / files[0]).is_file():
+    if not (target / manifest_name).is_file():
         with staged_directory(target, replace=False) as staging:  # content-addressed: the first copy wins
-            (staging / files[0]).write_bytes(manifest)
-            for name in files[1:]:
+            (staging / manifest_name).write_bytes(manifest)
+            for name in json.loads(manifest).get("files", {}):  # the loaders check each file's sha256
                 (staging / name).write_bytes(read(uri, name))
     return target

@@ -10,7 +10,7 @@ import torch
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline import artifacts
-from beam_pipeline.artifacts import CHECKPOINT_FILES, ONNX_FILES
+from beam_pipeline.artifacts import CHECKPOINT_MANIFEST, ONNX_MANIFEST
 from beam_pipeline.kafka_io import MAX_AHEAD_MS, MAX_SKEW_MS
 from model.checkpoint import CheckpointError, load
 from model.candidates import Pieces
@@ -137,7 +137,7 @@ class JobConfig:
     recalibration: RecalibrationConfig | None = field(default_factory=RecalibrationConfig)
 
     def __post_init__(self) -> None:
-        if not artifacts.exists(self.checkpoint, CHECKPOINT_FILES[0]):
+        if not artifacts.exists(self.checkpoint, CHECKPOINT_MANIFEST):
             raise ValueError(f"--checkpoint: model not found: {self.checkpoint!r} holds no checkpoint (no config.json)")
         if self.model_sha256 is None:
             object.__setattr__(self, "model_sha256", artifacts.content_hash(self.checkpoint))
@@ -149,7 +149,7 @@ class JobConfig:
             raise ValueError(f"--model_threads: must be >= 0 (got {self.model_threads!r})")
         if self.backend not in BACKENDS:
             raise ValueError(f"--backend: must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
-        if self.backend == "onnx" and not artifacts.exists(self.onnx_dir, ONNX_FILES[0]):
+        if self.backend == "onnx" and not artifacts.exists(self.onnx_dir, ONNX_MANIFEST):
             raise ValueError(f"--onnx_model: {self.onnx_dir!r} holds no ONNX export (no manifest.json); "
                              f"run `trustbeam export-onnx --checkpoint {self.checkpoint}`")
         if not 1 <= self.shards <= 4096:
@@ -210,7 +210,7 @@ def _absolute(uri: str) -> str:
 @lru_cache(maxsize=4)
 def _load(checkpoint: str, onnx_dir: str | None, content_hash: str, device: str, threads: int
           ) -> tuple[Stages, str]:
-    model, index, manifest = load(artifacts.localize(checkpoint, CHECKPOINT_FILES))
+    model, index, manifest = load(artifacts.localize(checkpoint, CHECKPOINT_MANIFEST))
     if manifest["content_hash"] != content_hash:
         raise CheckpointError(f"--checkpoint: the model at {checkpoint!r} is {manifest['model_version']!r}, not the "
                               f"one this job runs (content hash {content_hash[:12]}...): a model URI must not change "
@@ -219,7 +219,7 @@ def _load(checkpoint: str, onnx_dir: str | None, content_hash: str, device: str,
         return TorchStages(model, index, device=resolve_device(device)), manifest["model_version"]
     from exporters.onnx import OnnxStages
 
-    return (OnnxStages(artifacts.localize(onnx_dir, ONNX_FILES), expect_content_hash=manifest["content_hash"],
+    return (OnnxStages(artifacts.localize(onnx_dir, ONNX_MANIFEST), expect_content_hash=manifest["content_hash"],
                        device=device, threads=threads),
             manifest["model_version"])
 

@@ -10,8 +10,9 @@ A scorer (:mod:`model.scoring`) needs only these stages of a trained BM:
 
 A model whose head does not read Y (``uses_encoder`` False: the warmed-up head that training keeps when no
 end-to-end epoch helps) needs ``t_beh`` only: scorers skip the other two, and its ONNX export holds
-``head.onnx`` alone. Besides them, ``feature_rows`` maps device ids to rows of the model's node2vec table: the devices
-of the training period have their own row, every other device (a new one) reads the cold row,
+``head.onnx`` and ``pairs.onnx`` alone. Besides them, ``feature_rows`` maps device ids to rows of the model's
+node2vec table: the devices of the training period have their own row, every other device (a new one) reads the
+cold row,
 whose index is the table's length. :class:`TorchStages` runs them on the PyTorch model;
 ``exporters.onnx.OnnxStages`` runs the exported ONNX graphs. Both take and return numpy arrays
 (float32 in, float32/float64 out).
@@ -63,14 +64,20 @@ class Stages(Protocol):
         pair for what depends on one device."""
 
 
-def t_beh_by_features(stages: Stages, y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: np.ndarray,
-                      dst: np.ndarray, pair_at: np.ndarray) -> np.ndarray:
-    """:meth:`Stages.t_beh_pairs` through ``stages.t_beh``, every pair's inputs built, ``pairs_per_call`` at once."""
-    out = np.zeros(len(src))
-    for part in chunks(len(src), stages.pairs_per_call):
-        s, d = src[part], dst[part]
-        out[part] = stages.t_beh(y[s], y[d], physics[part], blocks.features(s, d, pair_at[part]))
-    return out
+SIDES = ("y_owner", "owner", "y_collaborator", "collaborator", "pair", "physics", "src", "dst")  # PairSides' order
+
+
+def pair_sides(y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: np.ndarray, dst: np.ndarray,
+               pair_at: np.ndarray) -> dict[str, np.ndarray]:
+    """The inputs of :class:`model.head.PairSides` (named as :data:`SIDES`) for candidate pairs (``src``, ``dst``) of
+    a frame's rows: the rows of the devices these pairs read, once each, and every pair's rows in them."""
+    devices, rows = np.unique(np.concatenate([src, dst]), return_inverse=True)
+    y_rows = np.ascontiguousarray(y[devices], np.float32)
+    collaborator = np.concatenate([blocks.collaborator_head[devices], blocks.collaborator_tail[devices]], axis=1)
+    return {"y_owner": y_rows, "owner": np.ascontiguousarray(blocks.owner[devices]), "y_collaborator": y_rows,
+            "collaborator": collaborator, "pair": np.ascontiguousarray(blocks.pair[pair_at]),
+            "physics": np.ascontiguousarray(physics, np.float32), "src": rows[: len(src)].astype(np.int64),
+            "dst": rows[len(src):].astype(np.int64)}
 
 
 
@@ -161,14 +168,9 @@ class TorchStages:
         """Every device a chunk of pairs reads goes through the head's device-level products once
         (:class:`model.head.PairSides`)."""
         out = np.zeros(len(src))
-        tensor = self.model.tensor
         with torch.no_grad():
             for part in chunks(len(src), self.pairs_per_call):
-                devices, rows = np.unique(np.concatenate([src[part], dst[part]]), return_inverse=True)
-                y_rows = tensor(np.asarray(y[devices], np.float32))
-                collaborator = np.concatenate([blocks.collaborator_head[devices], blocks.collaborator_tail[devices]], 1)
-                sides = PairSides(y_rows, tensor(blocks.owner[devices]), y_rows, tensor(collaborator),
-                                  tensor(blocks.pair[pair_at[part]]), tensor(np.asarray(physics[part], np.float32)),
-                                  tensor(rows[: len(rows) // 2]), tensor(rows[len(rows) // 2:]))
-                out[part] = self.model.t_beh(self.model.head.read(sides)).double().cpu().numpy()
+                sides = pair_sides(y, physics[part], blocks, src[part], dst[part], pair_at[part])
+                raw = self.model.head.read(PairSides(*(self.model.tensor(sides[name]) for name in SIDES)))
+                out[part] = self.model.t_beh(raw).double().cpu().numpy()
         return out

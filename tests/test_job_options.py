@@ -166,6 +166,21 @@ def test_a_model_on_a_beam_filesystem_is_copied_once_and_verified(checkpoint, tm
         JobConfig("nosuch://bucket/model")
 
 
+def test_an_onnx_export_on_a_beam_filesystem_is_copied_with_the_graphs_its_manifest_lists(tmp_path, monkeypatch
+                                                                                         ) -> None:
+    """A model that reads no Y is exported as its head graphs alone: the copy holds those, and scores."""
+    from exporters.onnx import export_onnx
+
+    monkeypatch.setenv("TRUSTBEAM_STATE_DIR", str(tmp_path / "state"))
+    checkpoint = write_checkpoint(tmp_path / "model", reads_y=False)
+    export_onnx(checkpoint)
+    config = JobConfig(f"tbtest://{checkpoint}", backend="onnx")
+    stages, _ = config.stages()
+    copies = {tuple(sorted(p.name for p in copy.iterdir())) for copy in (tmp_path / "state" / "artifacts").iterdir()}
+    assert copies == {("config.json", "node2vec.npy", "weights.pt"), ("head.onnx", "manifest.json", "pairs.onnx")}
+    assert not stages.uses_encoder
+
+
 class _Payload:
     def __reduce__(self):
         return (print, ("this would have run on load",))

@@ -40,7 +40,7 @@ def test_export_passes_the_checker_and_carries_its_metadata(exported) -> None:
     manifest = json.loads((onnx_dir / "manifest.json").read_text())
     source = json.loads((checkpoint / "config.json").read_text())
     assert manifest["format"] == FORMAT and manifest["source_content_hash"] == source["content_hash"]
-    for name in ("gnn.onnx", "sequence.onnx", "head.onnx"):
+    for name in ("gnn.onnx", "sequence.onnx", "head.onnx", "pairs.onnx"):
         graph = onnx.load(str(onnx_dir / name))
         onnx.checker.check_model(graph, full_check=True)
         props = {p.key: p.value for p in graph.metadata_props}
@@ -158,8 +158,8 @@ def test_the_onnx_backend_needs_an_export(exported, tmp_path) -> None:
 def test_a_model_that_reads_no_y_exports_its_head_alone(tmp_path) -> None:
     checkpoint = write_checkpoint(tmp_path / "model", reads_y=False)
     manifest = export_onnx(checkpoint)
-    assert manifest["uses_encoder"] is False and set(manifest["files"]) == {"head.onnx"}
-    assert sorted(p.name for p in (checkpoint / "onnx").glob("*.onnx")) == ["head.onnx"]
+    assert manifest["uses_encoder"] is False and set(manifest["files"]) == {"head.onnx", "pairs.onnx"}
+    assert sorted(p.name for p in (checkpoint / "onnx").glob("*.onnx")) == ["head.onnx", "pairs.onnx"]
     model, index, source = load(checkpoint)
     stages = [TorchStages(model, index), OnnxStages(checkpoint / "onnx", expect_content_hash=source["content_hash"])]
     assert not any(s.uses_encoder for s in stages)

@@ -13,9 +13,14 @@ file                inputs                                                      
 ``head.onnx``       y_i, y_j (P, d) float32; physics (P, 4) float32 (NaN         t_beh (P,) float32
                     unknown); evidence (P, F) float32 (the paper head reads
                     only y_i and y_j)
+``pairs.onnx``      the same head on inputs split by what they depend on          t_beh (P,) float32
+                    (:class:`model.head.PairSides`): y_owner (n_o, d), owner
+                    (n_o, 2L), y_collaborator (n_c, d), collaborator (n_c, 9L +
+                    4 + 8L), pair (P, 4L), physics (P, 4) float32; src, dst
+                    (P,) int64 rows (what scorers run)
 ==================  ==========================================================  ==================
 
-A model whose head reads no Y (:attr:`model.bm.BM.uses_encoder` False) is exported as ``head.onnx`` alone:
+A model whose head reads no Y (:attr:`model.bm.BM.uses_encoder` False) is exported as its two head graphs alone:
 scorers never run the other two for it. The node2vec table (the known devices' rows, then the cold row) is a
 constant of ``gnn.onnx``; S
 is fixed in ``sequence.onnx``. The exporter
@@ -43,11 +48,14 @@ from torch import nn
 
 from model.bm import BM
 from model.checkpoint import config_to_dict, file_sha256, load, staged_directory
+from model.evidence import STATS
+from model.head import PairSides
+from model.stages import SIDES
 
-FORMAT = "trustbeam-onnx/4"  # 3: sequence.onnx reads each slot's telemetry; 4: uses_encoder, head.onnx alone
+FORMAT = "trustbeam-onnx/5"  # 3: sequence.onnx reads each slot's telemetry; 4: uses_encoder; 5: pairs.onnx
 OPSET = 18
-STAGE_FILES = ("gnn.onnx", "sequence.onnx", "head.onnx")
-HEAD_FILES = ("head.onnx",)  # what a model that reads no Y needs
+STAGE_FILES = ("gnn.onnx", "sequence.onnx", "head.onnx", "pairs.onnx")
+HEAD_FILES = ("head.onnx", "pairs.onnx")  # what a model that reads no Y needs
 
 
 def stage_files(uses_encoder: bool) -> tuple[str, ...]:
@@ -85,10 +93,25 @@ class HeadStage(nn.Module):
         return self.model.t_beh(self.model.head(y_i, y_j, physics, evidence))  # (P,)
 
 
+class PairsStage(nn.Module):
+    """The head on inputs split by what they depend on (:class:`model.head.PairSides`): the scorer's candidates."""
+
+    def __init__(self, model: BM) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, y_owner: torch.Tensor, owner: torch.Tensor, y_collaborator: torch.Tensor,
+                collaborator: torch.Tensor, pair: torch.Tensor, physics: torch.Tensor, src: torch.Tensor,
+                dst: torch.Tensor) -> torch.Tensor:
+        sides = PairSides(y_owner, owner, y_collaborator, collaborator, pair, physics, src, dst)
+        return self.model.t_beh(self.model.head.read(sides))  # (P,)
+
+
 def _examples(model: BM, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
     """Random inputs of every stage (also the parity check's inputs)."""
     g = torch.Generator().manual_seed(seed)
     n, d, window = len(model.features) + 1, model.config.gnn.out_dim, model.config.window  # + the cold row
+    lams = len(model.config.evidence.lams)
     active = min(n, 24)
     nodes = torch.randperm(n, generator=g)[:active].sort().values
     edges = 3 * active
@@ -102,6 +125,10 @@ def _examples(model: BM, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
                                        .float()], -1)),
         "head.onnx": (torch.randn(33, d, generator=g), torch.randn(33, d, generator=g), physics_example(33, g),
                       torch.rand(33, model.config.evidence.features, generator=g)),
+        "pairs.onnx": (torch.randn(11, d, generator=g), torch.rand(11, 2 * lams, generator=g),
+                       torch.randn(11, d, generator=g), torch.rand(11, (9 + len(STATS)) * lams + 4, generator=g),
+                       torch.rand(33, 4 * lams, generator=g), physics_example(33, g),
+                       torch.randint(0, 11, (33,), generator=g), torch.randint(0, 11, (33,), generator=g)),
     }
 
 
@@ -123,6 +150,10 @@ _SIGNATURES: dict[str, tuple[list[str], str, dict[str, dict[int, str]]]] = {
     "head.onnx": (["y_i", "y_j", "physics", "evidence"], "t_beh",
                   {"y_i": {0: "pairs"}, "y_j": {0: "pairs"}, "physics": {0: "pairs"}, "evidence": {0: "pairs"},
                    "t_beh": {0: "pairs"}}),
+    "pairs.onnx": (list(SIDES), "t_beh",
+                   {"y_owner": {0: "owners"}, "owner": {0: "owners"}, "y_collaborator": {0: "collaborators"},
+                    "collaborator": {0: "collaborators"}, "pair": {0: "pairs"}, "physics": {0: "pairs"},
+                    "src": {0: "pairs"}, "dst": {0: "pairs"}, "t_beh": {0: "pairs"}}),
 }
 
 
@@ -142,7 +173,7 @@ def export_onnx(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str] 
             "uses_encoder": model.uses_encoder,
             "window": config.window, "d_model": config.gnn.out_dim, "node_dim": config.gnn.node_dim,
             "devices": len(index), "a_tr": config.weights.a_tr, "a_com": config.weights.a_com, "opset": OPSET}
-    modules = {"gnn.onnx": GNNStage, "sequence.onnx": SequenceStage, "head.onnx": HeadStage}
+    modules = {"gnn.onnx": GNNStage, "sequence.onnx": SequenceStage, "head.onnx": HeadStage, "pairs.onnx": PairsStage}
     stages = {name: modules[name](model) for name in stage_files(model.uses_encoder)}
     with staged_directory(target) as staging:
         files = {}

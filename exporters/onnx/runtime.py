@@ -20,7 +20,7 @@ from model.checkpoint import CheckpointError, config_from_dict, file_sha256, rea
 from model.gnn import batched_inputs
 from model.graphs import DeviceIndex, SlotGraph
 from model.evidence import EvidenceBlocks
-from model.stages import chunks, lookup_rows, t_beh_by_features
+from model.stages import chunks, lookup_rows, pair_sides
 
 PREFERRED_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 
@@ -112,7 +112,13 @@ class OnnxStages:
 
     def t_beh_pairs(self, y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: np.ndarray,
                     dst: np.ndarray, pair_at: np.ndarray) -> np.ndarray:
-        return t_beh_by_features(self, y, physics, blocks, src, dst, pair_at)  # the exported head reads pairs
+        out = np.zeros(len(src))
+        session = self.sessions["pairs.onnx"]
+        declared = {i.name for i in session.get_inputs()}  # the paper head's graph reads Y and the rows only
+        for part in chunks(len(src), self.pairs_per_call):
+            sides = pair_sides(y, physics[part], blocks, src[part], dst[part], pair_at[part])
+            out[part] = session.run(None, {k: v for k, v in sides.items() if k in declared})[0]
+        return out
 
     def t_beh(self, y_i: np.ndarray, y_j: np.ndarray, physics: np.ndarray, evidence: np.ndarray) -> np.ndarray:
         out = np.zeros(len(y_i))
