@@ -13,7 +13,8 @@ from simulator.config import SimConfig
 
 def test_a_factor_of_one_is_bm_and_a_half_halves_its_level() -> None:
     config = BMConfig(gnn=GNNConfig(node_dim=16, psi_dim=8, time_dim=8), mamba=MambaConfig(d_model=32, d_state=8,
-                      n_layers=1), node2vec=Node2VecConfig(dim=16, walks_per_node=2, epochs=1), window=4)
+                      n_layers=1), node2vec=Node2VecConfig(dim=16, walks_per_node=2, epochs=1), window=4,
+                      head_members=2)
     rows, seconds = measure(SimConfig(devices=40, tasks=800, slots=12), config, TrainConfig(epochs=2, patience=1),
                             [1.0, 0.5])
     by_arm = {row.pop("arm"): row for row in rows}
