@@ -43,7 +43,7 @@ from model.metrics import expected_calibration_error, mae, rmse
 from model.plots import plot_curves, plot_reliability
 from model.recalibration import RecalibrationConfig, replayed_shifts
 from model.train import TrainConfig, predict, prepare, targets, time_split, train_bm
-from model.voc import THETAS, Scorer, voc_curves
+from model.voc import THETAS, Scorer, candidate_rmse, voc_curves
 
 # method -> (sequence encoder, head); bm_paper also reports its literal "max" readout as bm_paper_max
 LEARNED = {"bm": ("bimamba", "context"), "bm_paper": ("bimamba", "paper"), "lstm": ("lstm", "context"),
@@ -241,6 +241,9 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
         forecasts[name] = prediction
         out[name] = accuracy(prediction, observed, hidden, edge_slot, test_slots, None, behaviour)
     if simulated is not None and voc:
+        candidates = candidate_rmse(simulated.world, simulated.events, history.first_slot, test_slots, scorers)
+        for method, rmse in candidates.items():
+            out.setdefault(method, {})["rmse_truth_candidates"] = rmse
         for rule, metric in (("paper", "voc"), ("expected", "voc_expected")):
             curves = voc_curves(simulated.world, simulated.events, history.first_slot, test_slots, scorers,
                                 seed=train.seed, rule=rule)
@@ -328,7 +331,8 @@ def _behaviour_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
 
 
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], paired: dict | None = None) -> str:
-    metrics = [m for m in ("rmse", "mae", "rmse_truth", "mae_truth", "ece", "ece_truth", "seconds", "kept_epoch")
+    metrics = [m for m in ("rmse", "mae", "rmse_truth", "rmse_truth_candidates", "mae_truth", "ece", "ece_truth",
+                           "seconds", "kept_epoch")
                if any(m in row for row in summary.values())]
     lines = [f"# {title}", ""] + _table(["method", *metrics], [
         [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m in ("seconds", "kept_epoch")

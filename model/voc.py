@@ -13,7 +13,7 @@ T_beh; ``random`` picks a uniformly random candidate whatever theta (bounds).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -39,21 +39,12 @@ def voc_curves(world, events: pa.Table, first_slot: int, test_slots: list[int], 
     rng = np.random.default_rng([seed, 7])
     totals = {name: np.zeros(len(thetas)) for name in [*scorers, "oracle", "random"]}
     tasks = 0
-    owner_of_event = pc.index_in(events["owner"], value_set=world.ids).to_numpy()  # world rows, once
-    slot_of_event = events["slot"].to_numpy()
-    for t in test_slots:
-        absolute = first_slot + t
-        owners = owner_of_event[slot_of_event == absolute].astype(np.int64)
-        if not len(owners):
-            continue
-        pool = in_range(world, owners, absolute)
+    for owners, pool, beliefs in test_tasks(world, events, first_slot, test_slots, scorers):
         expected, rows = pool.expected, pool.rows
         draws = rng.random((2, len(owners)))
         success = (draws[0][rows] < expected.p_tr) & (draws[1][rows] < expected.p_com_given_tr)
         achieved = pool.dense(pool.value * success, 0.0)
         voc = pool.dense(pool.value, -np.inf)
-        profile = np.tile([config.task_size_bits, config.density_cycles_per_bit], (len(rows), 1))
-        beliefs = {name: scorer(owners[rows], pool.cols, t - 1, profile) for name, scorer in scorers.items()}
         beliefs["oracle"] = expected.reliability(config.weights)
         for name, t_beh in beliefs.items():
             trust = pool.dense(t_beh * pool.t_res, 0.0)
@@ -66,6 +57,37 @@ def voc_curves(world, events: pa.Table, first_slot: int, test_slots: list[int], 
         totals["random"] += picked.sum()
         tasks += len(owners)
     return {name: (total / max(tasks, 1)).tolist() for name, total in totals.items()}
+
+
+def candidate_rmse(world, events: pa.Table, first_slot: int, test_slots: list[int], scorers: dict[str, Scorer]
+                   ) -> dict[str, float]:
+    """Each scorer's RMSE of T_beh against the hidden reliability over every candidate of every test task (the devices
+    within range of its owner): what the selection reads, and far more pairs than the test edges (one per task)."""
+    squares, pairs = dict.fromkeys(scorers, 0.0), 0
+    for _, pool, beliefs in test_tasks(world, events, first_slot, test_slots, scorers):
+        truth = pool.expected.reliability(world.config.weights)
+        for name, t_beh in beliefs.items():
+            squares[name] += float(((t_beh - truth) ** 2).sum())
+        pairs += len(truth)
+    return {name: float(np.sqrt(total / max(pairs, 1))) for name, total in squares.items()}
+
+
+def test_tasks(world, events: pa.Table, first_slot: int, test_slots: list[int], scorers: dict[str, Scorer]
+               ) -> Iterator[tuple[np.ndarray, "InRange", dict[str, np.ndarray]]]:
+    """Per test slot with tasks: (the tasks' owners (tasks,) as world rows, their candidates, each scorer's T_beh (P,)
+    of the candidates from the slots before)."""
+    config = world.config
+    owner_of_event = pc.index_in(events["owner"], value_set=world.ids).to_numpy()  # world rows, once
+    slot_of_event = events["slot"].to_numpy()
+    for t in test_slots:
+        absolute = first_slot + t
+        owners = owner_of_event[slot_of_event == absolute].astype(np.int64)
+        if not len(owners):
+            continue
+        pool = in_range(world, owners, absolute)
+        profile = np.tile([config.task_size_bits, config.density_cycles_per_bit], (len(pool.rows), 1))
+        yield owners, pool, {name: scorer(owners[pool.rows], pool.cols, t - 1, profile)
+                             for name, scorer in scorers.items()}
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from model.evaluate import (CALIBRATION_BINS, by_label, calibration, paired_differences, per_slot_rmse, scores,
@@ -209,3 +210,27 @@ def test_the_cli_offers_every_method_the_evaluation_knows() -> None:
     from trustbeam.cli import EVALUATE_METHODS
 
     assert EVALUATE_METHODS == METHODS
+
+
+def test_candidate_rmse_by_hand() -> None:
+    """Every candidate of every test task counts once: the truth scores zero, a constant its own error."""
+    from model.voc import candidate_rmse, in_range
+    from simulator.config import SimConfig
+    from simulator.engine import MemorySink, Simulator
+
+    simulator, sink = Simulator(SimConfig(devices=30, tasks=300, slots=6, seed=4)), MemorySink()
+    simulator.run([sink])
+    world, events = simulator.world, sink["events"]
+    weights = world.config.weights
+
+    def truth(owners, candidates, end, profile):
+        return world.expected(owners, candidates, end + 1).reliability(weights)
+
+    got = candidate_rmse(world, events, 0, [4, 5], {"truth": truth, "half": lambda o, c, e, p: np.full(len(c), 0.5)})
+    errors = []
+    for slot in (4, 5):
+        owners = pc.index_in(events.filter(pc.equal(events["slot"], slot))["owner"], value_set=world.ids).to_numpy()
+        pool = in_range(world, owners.astype(np.int64), slot)
+        errors.append(0.5 - pool.expected.reliability(weights))
+    assert got["truth"] == pytest.approx(0.0, abs=1e-12)
+    assert got["half"] == pytest.approx(float(np.sqrt(np.mean(np.concatenate(errors) ** 2))))
