@@ -22,7 +22,7 @@ from model.evaluate import learned_scorer, online_scorer
 from model.graphs import DeviceIndex
 from model.history import History
 from model.train import TrainConfig, time_split, train_bm
-from model.voc import THETAS, Scorer, voc_curves
+from model.voc import THETAS, Scorer, scored_tasks, voc_curves
 from simulator.config import SimConfig
 from simulator.experiment import simulated_run
 from simulator.world import World
@@ -57,8 +57,9 @@ def measure(sim: SimConfig, config: BMConfig, train: TrainConfig, scales: list[f
             return t_beh
         return score
 
-    curves = voc_curves(world, events, history.first_slot, test_slots,
-                        {name: watched(name, scorer) for name, scorer in arms.items()}, seed=train.seed)
+    watching = {name: watched(name, scorer) for name, scorer in arms.items()}
+    curves = voc_curves(world, list(scored_tasks(world, events, history.first_slot, test_slots, watching)),
+                        seed=train.seed)
     rows = [{"arm": name, **{f"theta {theta:g}": round(v, 3) for theta, v in zip(THETAS, curve)},
              "mean T_beh": round(float(np.mean(levels[name])), 3) if name in levels else ""}
             for name, curve in curves.items()]

@@ -43,7 +43,7 @@ from model.metrics import expected_calibration_error, mae, rmse
 from model.plots import plot_curves, plot_reliability
 from model.recalibration import RecalibrationConfig, replayed_shifts
 from model.train import TrainConfig, predict, prepare, targets, time_split, train_bm
-from model.voc import THETAS, Scorer, candidate_rmse, voc_curves
+from model.voc import THETAS, Scorer, candidate_rmse, scored_tasks, voc_curves
 
 # method -> (sequence encoder, head); bm_paper also reports its literal "max" readout as bm_paper_max
 LEARNED = {"bm": ("bimamba", "context"), "bm_paper": ("bimamba", "paper"), "lstm": ("lstm", "context"),
@@ -241,12 +241,11 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
         forecasts[name] = prediction
         out[name] = accuracy(prediction, observed, hidden, edge_slot, test_slots, None, behaviour)
     if simulated is not None and voc:
-        candidates = candidate_rmse(simulated.world, simulated.events, history.first_slot, test_slots, scorers)
-        for method, rmse in candidates.items():
+        scored = list(scored_tasks(simulated.world, simulated.events, history.first_slot, test_slots, scorers))
+        for method, rmse in candidate_rmse(simulated.world, scored).items():
             out.setdefault(method, {})["rmse_truth_candidates"] = rmse
         for rule, metric in (("paper", "voc"), ("expected", "voc_expected")):
-            curves = voc_curves(simulated.world, simulated.events, history.first_slot, test_slots, scorers,
-                                seed=train.seed, rule=rule)
+            curves = voc_curves(simulated.world, scored, seed=train.seed, rule=rule)  # the candidates scored once
             for method, curve in curves.items():
                 out.setdefault(method, {})[metric] = curve
     return RunOutput(out, predictions_table(history, test_slots, batch, forecasts, hidden, behaviour))

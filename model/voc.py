@@ -24,29 +24,27 @@ from model.trust import SelectionRule, resource_trust, select
 
 THETAS = tuple(round(0.1 * k, 1) for k in range(1, 10))
 Scorer = Callable[[np.ndarray, np.ndarray, int, np.ndarray], np.ndarray]  # (owners, candidates, end, profile) -> T_beh
+ScoredTasks = tuple[np.ndarray, "InRange", dict[str, np.ndarray]]  # a slot: owners, candidates, each T_beh
 
 
-def voc_curves(world, events: pa.Table, first_slot: int, test_slots: list[int], scorers: dict[str, Scorer],
-               thetas: tuple[float, ...] = THETAS, seed: int = 0, rule: SelectionRule = "paper"
-               ) -> dict[str, list[float]]:
-    """Mean achieved VoC per theta for each scorer, plus ``oracle`` and ``random``, over the test tasks, each
-    choosing by the selection ``rule`` (:func:`model.trust.select`).
+def voc_curves(world, scored: list[ScoredTasks], thetas: tuple[float, ...] = THETAS, seed: int = 0,
+               rule: SelectionRule = "paper") -> dict[str, list[float]]:
+    """Mean achieved VoC per theta for each scorer of ``scored`` (:func:`scored_tasks`), plus ``oracle`` and
+    ``random``, over the test tasks, each choosing by the selection ``rule`` (:func:`model.trust.select`).
 
-    ``world`` is the simulator's :class:`simulator.world.World`; device rows of the scorers' history
-    are the world's device indices; ``test_slots`` are relative to ``first_slot``.
+    ``world`` is the simulator's :class:`simulator.world.World`.
     """
     config = world.config
     rng = np.random.default_rng([seed, 7])
-    totals = {name: np.zeros(len(thetas)) for name in [*scorers, "oracle", "random"]}
+    totals = {name: np.zeros(len(thetas)) for name in [*(scored[0][2] if scored else {}), "oracle", "random"]}
     tasks = 0
-    for owners, pool, beliefs in test_tasks(world, events, first_slot, test_slots, scorers):
+    for owners, pool, beliefs in scored:
         expected, rows = pool.expected, pool.rows
         draws = rng.random((2, len(owners)))
         success = (draws[0][rows] < expected.p_tr) & (draws[1][rows] < expected.p_com_given_tr)
         achieved = pool.dense(pool.value * success, 0.0)
         voc = pool.dense(pool.value, -np.inf)
-        beliefs["oracle"] = expected.reliability(config.weights)
-        for name, t_beh in beliefs.items():
+        for name, t_beh in {**beliefs, "oracle": expected.reliability(config.weights)}.items():
             trust = pool.dense(t_beh * pool.t_res, 0.0)
             for k, theta in enumerate(thetas):
                 choice = select(trust, voc, pool.valid, theta, rule)
@@ -59,12 +57,12 @@ def voc_curves(world, events: pa.Table, first_slot: int, test_slots: list[int], 
     return {name: (total / max(tasks, 1)).tolist() for name, total in totals.items()}
 
 
-def candidate_rmse(world, events: pa.Table, first_slot: int, test_slots: list[int], scorers: dict[str, Scorer]
-                   ) -> dict[str, float]:
-    """Each scorer's RMSE of T_beh against the hidden reliability over every candidate of every test task (the devices
-    within range of its owner): what the selection reads, and far more pairs than the test edges (one per task)."""
-    squares, pairs = dict.fromkeys(scorers, 0.0), 0
-    for _, pool, beliefs in test_tasks(world, events, first_slot, test_slots, scorers):
+def candidate_rmse(world, scored: list[ScoredTasks]) -> dict[str, float]:
+    """Each scorer's RMSE of T_beh against the hidden reliability over every candidate of every test task of
+    ``scored`` (:func:`scored_tasks`; the devices within range of its owner): what the selection reads, and far more
+    pairs than the test edges (one per task)."""
+    squares, pairs = dict.fromkeys(scored[0][2] if scored else {}, 0.0), 0
+    for _, pool, beliefs in scored:
         truth = pool.expected.reliability(world.config.weights)
         for name, t_beh in beliefs.items():
             squares[name] += float(((t_beh - truth) ** 2).sum())
@@ -72,10 +70,11 @@ def candidate_rmse(world, events: pa.Table, first_slot: int, test_slots: list[in
     return {name: float(np.sqrt(total / max(pairs, 1))) for name, total in squares.items()}
 
 
-def test_tasks(world, events: pa.Table, first_slot: int, test_slots: list[int], scorers: dict[str, Scorer]
-               ) -> Iterator[tuple[np.ndarray, "InRange", dict[str, np.ndarray]]]:
+def scored_tasks(world, events: pa.Table, first_slot: int, test_slots: list[int], scorers: dict[str, Scorer]
+               ) -> Iterator[ScoredTasks]:
     """Per test slot with tasks: (the tasks' owners (tasks,) as world rows, their candidates, each scorer's T_beh (P,)
-    of the candidates from the slots before)."""
+    of the candidates from the slots before), each scorer called once per slot. Device rows of the scorers' history
+    are the world's device indices; ``test_slots`` are relative to ``first_slot``."""
     config = world.config
     owner_of_event = pc.index_in(events["owner"], value_set=world.ids).to_numpy()  # world rows, once
     slot_of_event = events["slot"].to_numpy()

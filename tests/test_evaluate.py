@@ -214,7 +214,7 @@ def test_the_cli_offers_every_method_the_evaluation_knows() -> None:
 
 def test_candidate_rmse_by_hand() -> None:
     """Every candidate of every test task counts once: the truth scores zero, a constant its own error."""
-    from model.voc import candidate_rmse, in_range
+    from model.voc import candidate_rmse, in_range, scored_tasks
     from simulator.config import SimConfig
     from simulator.engine import MemorySink, Simulator
 
@@ -226,7 +226,8 @@ def test_candidate_rmse_by_hand() -> None:
     def truth(owners, candidates, end, profile):
         return world.expected(owners, candidates, end + 1).reliability(weights)
 
-    got = candidate_rmse(world, events, 0, [4, 5], {"truth": truth, "half": lambda o, c, e, p: np.full(len(c), 0.5)})
+    scorers = {"truth": truth, "half": lambda o, c, e, p: np.full(len(c), 0.5)}
+    got = candidate_rmse(world, list(scored_tasks(world, events, 0, [4, 5], scorers)))
     errors = []
     for slot in (4, 5):
         owners = pc.index_in(events.filter(pc.equal(events["slot"], slot))["owner"], value_set=world.ids).to_numpy()
