@@ -12,8 +12,7 @@ A model whose head does not read Y (``uses_encoder`` False: the warmed-up head t
 end-to-end epoch helps) needs ``t_beh`` only: scorers skip the other two, and its ONNX export holds
 ``head.onnx`` and ``pairs.onnx`` alone. Besides them, ``feature_rows`` maps device ids to rows of the model's
 node2vec table: the devices of the training period have their own row, every other device (a new one) reads the
-cold row,
-whose index is the table's length. :class:`TorchStages` runs them on the PyTorch model;
+cold row, whose index is the table's length. :class:`TorchStages` runs them on the PyTorch model;
 ``exporters.onnx.OnnxStages`` runs the exported ONNX graphs. Both take and return numpy arrays
 (float32 in, float32/float64 out).
 """
@@ -78,7 +77,6 @@ def pair_sides(y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: 
             "collaborator": collaborator, "pair": np.ascontiguousarray(blocks.pair[pair_at]),
             "physics": np.ascontiguousarray(physics, np.float32), "src": rows[: len(src)].astype(np.int64),
             "dst": rows[len(src):].astype(np.int64)}
-
 
 
 def resolve_device(name: str) -> torch.device:

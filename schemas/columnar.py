@@ -39,7 +39,7 @@ class Nested:
 
     @classmethod
     def of(cls, items: "Columns", lengths: Sequence[int] | np.ndarray) -> "Nested":
-        return cls(items, np.concatenate([[0], np.cumsum(np.asarray(lengths, np.int64))]).astype(np.int64))
+        return cls(items, np.concatenate([[0], np.cumsum(np.asarray(lengths, np.int64))]))
 
     def parents(self) -> np.ndarray:
         """(items,) the record each item belongs to."""
@@ -127,7 +127,7 @@ class Columns(Sequence):
             names = list(self.values)
             per_record = [self._python(name) for name in names]
             made = []
-            for row in zip(*per_record) if names else [()] * self.count:
+            for row in zip(*per_record):
                 record = object.__new__(self.record)
                 record.__dict__.update(zip(names, row))  # a frozen dataclass's fields live in its __dict__
                 made.append(record)
