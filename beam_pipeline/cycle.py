@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -42,7 +43,8 @@ def identity(body: dict[str, Any]) -> tuple:
 
 class PublishClosed(beam.DoFn):
     """All SlotScores of a cycle (each slot's pieces) -> the wire records of the closed, unpublished slots, in
-    identity order (slot, owner, collaborator), each with the job's ``trustbeam-job`` header.
+    identity order (slot, owner, collaborator), each with the job's ``trustbeam-job`` header: one batch per slot
+    and topic.
 
     A slot is closed when the job's progress (the ledger's, or this cycle's if later) is the allowed
     lateness past its end. ``marks`` are the identities of the last record this job published (with
@@ -74,21 +76,24 @@ class PublishClosed(beam.DoFn):
                 yield from self.unsent(slot, topic, records)
         Path(self.out_dir, "published.json").write_text(json.dumps({"published": published, "progress_ms": progress}))
 
-    def unsent(self, slot: int, topic: str, records: Columns) -> Iterator[Message]:
-        """A slot's messages of one topic in identity order (so that a partition's tail marks a prefix of the slot),
-        without those at or before their partition's mark, each with the job's header."""
-        owners = records.column("owner").tolist()
-        collaborators = (records.column("collaborator").tolist() if "collaborator" in records.values
-                         else [""] * len(owners))  # the identity (:func:`identity`) of a ranking has none
-        partition = {owner: (murmur2(owner.encode()) & 0x7FFFFFFF) % self.partitions[topic] for owner in set(owners)}
+    def unsent(self, slot: int, topic: str, records: Columns) -> Iterator[list[Message]]:
+        """A slot's messages of one topic as one batch, in identity order (so that a partition's tail marks a prefix of
+        the slot), without those at or before their partition's mark, each with the job's header."""
+        owners = records.column("owner").astype(str)  # printable ids: numpy's order is str's
+        collaborators = (records.column("collaborator").astype(str) if "collaborator" in records.values
+                         else np.full(len(owners), ""))  # the identity (:func:`identity`) of a ranking has none
+        order = np.lexsort((collaborators, owners))
+        partitions = self.partitions[topic]
+        partition = {owner: (murmur2(owner.encode()) & 0x7FFFFFFF) % partitions for owner in set(owners.tolist())}
+        marks = {p: mark for (marked, p), mark in self.marks.items() if marked == topic}
+        if marks:
+            order = [k for k in order.tolist() if (mark := marks.get(partition[owners[k]])) is None
+                     or (slot, owners[k], collaborators[k]) > mark]
         wire = messages(topic, records)
         job = (JOB_HEADER, self.job_id.encode())
-        for k in sorted(range(len(owners)), key=lambda k: (owners[k], collaborators[k])):
-            mark = self.marks.get((topic, partition[owners[k]]))
-            if mark is not None and (slot, owners[k], collaborators[k]) <= mark:
-                continue
-            _, key, value, headers = wire[k]
-            yield topic, key, value, [*headers, job]
+        batch = [(topic, key, value, [*headers, job]) for _, key, value, headers in map(wire.__getitem__, order)]
+        if batch:
+            yield batch
 
 
 def kept_evidence(path: str, shards: int) -> Iterator[tuple[int, tuple[str, EvidenceSnapshot]]]:
@@ -177,7 +182,8 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
     if config.parquet_out:
         closed[CLOSED] | "Parquet" >> beam.ParDo(WriteParquet(config.parquet_out))
     records | "Publish" >> beam.ParDo(ProduceRecords(settings, "published"))
-    out["dead"] | "DeadLetter" >> beam.ParDo(ProduceRecords(settings, "dead_letters"))
+    (out["dead"] | "DeadBatches" >> beam.Map(lambda message: [message])
+     | "DeadLetter" >> beam.ParDo(ProduceRecords(settings, "dead_letters")))
     for name in ("events", "statuses"):
         file = "events.parquet" if name == "events" else "status.parquet"
         (out[name] | f"Collect{name.title()}" >> beam.combiners.ToList()

@@ -17,7 +17,7 @@ cannot be fetched on the development machine, so local runs use this source:
   its planned ends raises :class:`PartitionStalled`, which is retriable. The cycles are bounded:
   event-time progress is what the parse step reports per partition (:func:`trusted_progress`), so a
   record stamped more than ``max_skew_s`` past the wall clock never moves it.
-* :class:`ProduceRecords` sends (topic, key, value, headers) tuples through the Kafka sink of
+* :class:`ProduceRecords` sends batches of (topic, key, value, headers) tuples through the Kafka sink of
   :mod:`exporters.kafka`; delivery failures are counted and raised, never swallowed.
 
 ``--kafka_io=xlang`` swaps in Beam's Java KafkaIO on Flink/Dataflow (see
@@ -301,7 +301,7 @@ class ReadKafka(beam.PTransform):
 
 
 class ProduceRecords(beam.DoFn):
-    """Send (topic, key, value, headers) through :class:`exporters.kafka.KafkaSink`; flush per bundle, so a
+    """Send batches of (topic, key, value, headers) through :class:`exporters.kafka.KafkaSink`; flush per bundle, so a
     delivery failure fails the bundle (and Beam retries it) instead of being lost."""
 
     def __init__(self, settings: KafkaSettings, counter: str) -> None:
@@ -312,9 +312,10 @@ class ProduceRecords(beam.DoFn):
     def setup(self) -> None:
         self.sink = KafkaSink(self.settings, on_failure=self.failures.inc, shared=True)  # one per process, all cycles
 
-    def process(self, element: Message) -> None:
-        self.sink.send(element)
-        self.sent.inc()
+    def process(self, batch: list[Message]) -> None:
+        for message in batch:
+            self.sink.send(message)
+        self.sent.inc(len(batch))
 
     def finish_bundle(self) -> None:
         self.sink.flush()

@@ -19,7 +19,8 @@ Side by side in one run, each case in its own process (its own peak RSS):
 
 The per-event cases run on the first ``--per-event`` events (their rate is what compares).
 Scoring costs the same per slot whatever the event count (it scales with devices x S); the end-to-end
-row reports it as ``scoring_s`` (sequence encoder + pair head + records). Run:
+row reports it as ``scoring_s``: the shards' frames (evidence, and the sequence encoder where the model reads it)
+plus the pairs (candidates and head), without the ranking and records. Run:
 ``python -m bench.pipeline_bench [--sizes 100000 1000000]``.
 """
 

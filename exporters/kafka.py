@@ -95,13 +95,14 @@ class KafkaSink:
 
     def send(self, item: Message, timestamp_ms: int | None = None) -> None:
         topic, key, value, headers = item
-        deadline = time.monotonic() + self.config["message.timeout.ms"] / 1000
+        deadline = None  # set at the first full queue
         while True:
             try:
                 self.producer.produce(topic, value=value, key=key, headers=headers, timestamp=timestamp_ms or 0,
                                       on_delivery=self._report)
                 break
             except BufferError as error:  # the local queue is full: serve the delivery reports, then again
+                deadline = deadline or time.monotonic() + self.config["message.timeout.ms"] / 1000
                 if time.monotonic() > deadline:
                     self._failed(error)
                     raise DeliveryError(f"cannot produce to {topic!r}: the local queue stayed full") from error

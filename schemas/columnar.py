@@ -146,7 +146,7 @@ class Columns(Sequence):
     def json(self, versioned: bool = True) -> list[bytes]:
         """Each record as :func:`schemas.codec.to_json` encodes it (``versioned``: with ``schema_version`` first, as
         on the wire; nested items go without)."""
-        return [text.encode() for text in self._json_texts(versioned)]
+        return list(map(str.encode, self._json_texts(versioned)))
 
     def _json_texts(self, versioned: bool) -> list[str]:
         template, varying = ["{"], []
@@ -164,7 +164,7 @@ class Columns(Sequence):
         pattern = "".join(template[:-1]) + "}"
         if not varying:
             return [pattern.replace("%%", "%")] * self.count
-        return [pattern % row for row in zip(*varying)]
+        return list(map(pattern.__mod__, zip(*varying)))
 
     @staticmethod
     def _json_column(spec: Spec, column: np.ndarray | Nested) -> list[str]:
@@ -173,10 +173,10 @@ class Columns(Sequence):
             return ["[" + ",".join(items[a:b]) + "]" for a, b in zip(ends[:-1], ends[1:])]
         if spec.kind is Kind.ID or column.dtype == object:
             texts = {value: _json_value(value) for value in set(column.tolist())}
-            return [texts[value] for value in column.tolist()]
+            return list(map(texts.__getitem__, column.tolist()))
         if spec.kind is Kind.BOOL:
             return ["true" if value else "false" for value in column.tolist()]
-        return [repr(value) for value in column.tolist()]  # json.dumps writes ints and floats by their repr
+        return list(map(repr, column.tolist()))  # json.dumps writes ints and floats by their repr
 
     def __getstate__(self) -> dict[str, Any]:
         return {"record": self.record, "count": self.count, "values": self.values}  # the columns, not the objects
