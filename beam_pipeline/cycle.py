@@ -82,18 +82,17 @@ class PublishClosed(beam.DoFn):
         owners = records.column("owner").astype(str)  # printable ids: numpy's order is str's
         collaborators = (records.column("collaborator").astype(str) if "collaborator" in records.values
                          else np.full(len(owners), ""))  # the identity (:func:`identity`) of a ranking has none
-        order = np.lexsort((collaborators, owners))
-        partitions = self.partitions[topic]
-        partition = {owner: (murmur2(owner.encode()) & 0x7FFFFFFF) % partitions for owner in set(owners.tolist())}
+        order = np.lexsort((collaborators, owners)).tolist()
         marks = {p: mark for (marked, p), mark in self.marks.items() if marked == topic}
         if marks:
-            order = [k for k in order.tolist() if (mark := marks.get(partition[owners[k]])) is None
+            partitions = self.partitions[topic]
+            partition = {owner: (murmur2(owner.encode()) & 0x7FFFFFFF) % partitions for owner in set(owners.tolist())}
+            order = [k for k in order if (mark := marks.get(partition[owners[k]])) is None
                      or (slot, owners[k], collaborators[k]) > mark]
         wire = messages(topic, records)
-        job = (JOB_HEADER, self.job_id.encode())
-        batch = [(topic, key, value, [*headers, job]) for _, key, value, headers in map(wire.__getitem__, order)]
-        if batch:
-            yield batch
+        if order:
+            headers = [*wire[0][3], (JOB_HEADER, self.job_id.encode())]  # every record's, the same list
+            yield [(topic, wire[k][1], wire[k][2], headers) for k in order]
 
 
 def kept_evidence(path: str, shards: int) -> Iterator[tuple[int, tuple[str, EvidenceSnapshot]]]:

@@ -120,14 +120,13 @@ class EvidenceState:
         order = np.argsort(keys)
         keys, increments, tags = keys[order], increments[order], tags[order]
         at, known = find(self.keys, keys)
-        if (~known).any():  # new keys start at zero evidence
+        if (~known).any():  # new keys start at zero evidence, inserted where they sort (one copy of each array)
             new = keys[~known]
-            merged = np.concatenate([self.keys, new])
-            position = np.argsort(merged, kind="stable")
-            self.keys = merged[position]
-            self.slots = np.concatenate([self.slots, np.full(len(new), slot, np.int64)])[position]
-            self.values = np.concatenate([self.values, np.zeros((len(new), *self.values.shape[1:]))])[position]
-            self.tags = np.concatenate([self.tags, tags[~known]])[position]
+            where = np.searchsorted(self.keys, new)
+            self.keys = np.insert(self.keys, where, new)
+            self.slots = np.insert(self.slots, where, slot)
+            self.values = np.insert(self.values, where, 0.0, axis=0)
+            self.tags = np.insert(self.tags, where, tags[~known])
             at = np.searchsorted(self.keys, keys)
         factor = decay(self.lams, slot - self.slots[at])  # (k, L)
         self.values[at] = self.values[at] * factor[:, :, None] + increments[:, None, :]
