@@ -10,7 +10,10 @@ simulator) with BM's default widths (S = 32):
 * ``scoring, encoder``: :func:`model.scoring.score_log` over every slot with a model whose head reads Y (slot
   GNN, BiMamba, evidence, head, ranking and the wire records);
 * ``scoring, head``: the same with the model training keeps on this setting (epoch -1: the head reads no Y, so
-  no slot GNN and no encoder run).
+  no slot GNN and no encoder run);
+* ``scoring, head, N one-core workers at once``: a single-threaded process pinned to each of the N cores, all
+  scoring the log at the same time (per core: the rate of all of them divided by N), as a deployment with one
+  worker per core runs while every core works.
 
 Each case runs twice: on every core the process has (torch's default threads; per core = the rate divided by
 them), and on one core (the process pinned to one CPU, one torch thread): what a deployment that runs one
@@ -27,12 +30,13 @@ Run: ``python -m bench.scoring_bench [--slots 100] [--devices 500]``.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -111,6 +115,39 @@ def scoring(stages: TorchStages, events, status, version: str) -> tuple[float, d
     return time.perf_counter() - started, seconds, slots
 
 
+def pinned_worker(checkpoint: str, log: str, cpu: int, start: Any, results: Any) -> None:
+    """A single-threaded process on core ``cpu``: load the model and log, wait for every worker, score the log; put
+    (cpu, seconds, slots) on ``results``."""
+    os.sched_setaffinity(0, {cpu})
+    torch.set_num_threads(1)
+    model, index, _ = load(Path(checkpoint))
+    stages = TorchStages(model, index)
+    events, status = pq.read_table(Path(log) / "events.parquet"), pq.read_table(Path(log) / "status.parquet")
+    start.wait()
+    seconds, _, slots = scoring(stages, events, status, "every core")
+    results.put((cpu, seconds, slots))
+
+
+def every_core_at_once(checkpoint: Path, log: Path) -> tuple[float, int, int]:
+    """(seconds until the last worker is done, device-slot count factor: slots scored in all, workers) of one
+    :func:`pinned_worker` per core the process has, all scoring at once: what a deployment with a single-threaded
+    worker per core gets per core while every core works (they share caches and memory bandwidth)."""
+    context = multiprocessing.get_context("spawn")  # no fork of a process whose torch threads already run
+    cpus = sorted(os.sched_getaffinity(0))
+    start, results = context.Barrier(len(cpus) + 1), context.Queue()
+    workers = [context.Process(target=pinned_worker, args=(str(checkpoint), str(log), cpu, start, results))
+               for cpu in cpus]
+    for worker in workers:
+        worker.start()
+    start.wait()
+    done = [results.get() for _ in workers]
+    for worker in workers:
+        worker.join()
+        if worker.exitcode:
+            raise RuntimeError(f"a pinned scoring worker exited {worker.exitcode}")
+    return max(seconds for _, seconds, _ in done), sum(slots for _, _, slots in done), len(cpus)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", type=int, default=500)
@@ -123,8 +160,8 @@ def main() -> None:
         Simulator(sim).run([ParquetSink(work / "log")])
         events, status = pq.read_table(work / "log" / "events.parquet"), pq.read_table(work / "log" / "status.parquet")
         for kind in ("encoder", "head"):
-            model, index, _ = load(untrained_checkpoint(work / kind, sim, window=32, small=False,
-                                                        reads_y=kind == "encoder"))
+            checkpoint = untrained_checkpoint(work / kind, sim, window=32, small=False, reads_y=kind == "encoder")
+            model, index, _ = load(checkpoint)
             stages = TorchStages(model, index)
             for one in (False, True):
                 with on_cores(one) as cores:
@@ -136,6 +173,8 @@ def main() -> None:
                     total, stage_seconds, slots = scoring(stages, events, status, kind)
                     rows.append({**_row(f"scoring, {kind}, {where}", args.devices * slots, total, cores),
                                  **{f"{k}_s": round(v, 2) for k, v in stage_seconds.items()}})
+        seconds, slots, workers = every_core_at_once(checkpoint, work / "log")  # the head's, made last
+        rows.append(_row(f"scoring, head, {workers} one-core workers at once", args.devices * slots, seconds, workers))
         config = model.config
     flops = encoder_flops(config.mamba, config.window)
     for where, (rate, cores) in rates.items():
