@@ -63,7 +63,7 @@ class EvidenceConfig:
     @property
     def normalized(self) -> int:
         """Width of the normalized part of :func:`pair_evidence_features` (what the head's networks read)."""
-        return len(self.lams) * 15 + 4
+        return len(self.lams) * 16 + 4
 
     @property
     def features(self) -> int:
@@ -203,6 +203,20 @@ def load_rate(sums: np.ndarray, load_now: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.clip(rate, 0.0, 1.0), np.where(tk > 0, slope, 0.0)
 
 
+DRIFT_SCALE = 2.0  # a load moved by 0.5 (a changing device's drift is 0.25) reads as 1
+
+
+def load_drift(sums: np.ndarray, load_now: np.ndarray) -> np.ndarray:
+    """(n, L) how far a collaborator's latest reported load (n,) (NaN: none) lies from its mean load at its tasks
+    per lambda (from its :data:`LOADED` sums (n, L, C)), scaled by :data:`DRIFT_SCALE` and clipped to [-1, 1]; 0
+    where either is unknown. A device whose behaviour changes with its load (a degrading one takes load on) shows
+    the change here before its outcomes do."""
+    tk, tu = sums[..., TK], sums[..., TU]
+    known = np.isfinite(load_now)[:, None] & (tk > 0)
+    drift = np.nan_to_num(load_now)[:, None] - tu / np.maximum(tk, 1e-9)
+    return np.where(known, np.clip(DRIFT_SCALE * drift, -1.0, 1.0), 0.0)
+
+
 @dataclass
 class EvidenceTrack:
     """Every update of an :class:`EvidenceState`, so any key can be read at any slot (offline).
@@ -272,8 +286,9 @@ def _mean_weight(x: np.ndarray) -> np.ndarray:
 
 def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig, population: np.ndarray | None,
                         load_now: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """(normalized features (n, 9L), tail (n, 4 + len(STATS) * L): recency, seen, load, reported, the STATS)
-    float32 of n collaborators: everything of :func:`pair_evidence_features` that depends on j alone."""
+    """(normalized features (n, 9L), tail (n, 4 + L + len(STATS) * L): recency, seen, load, reported, the load's
+    drift per lambda (:func:`load_drift`), the STATS) float32 of n collaborators: everything of
+    :func:`pair_evidence_features` that depends on j alone."""
     now = np.full(len(c), np.nan) if load_now is None else np.asarray(load_now, np.float64)
     at_load, slope = load_rate(c, now)
     head = [_log_count(c[..., N]), _mean_weight(c), _log_count(c[..., F]), _rate(c[..., TR], c[..., F]),
@@ -285,7 +300,8 @@ def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig
     whole = np.zeros((1, *c.shape[1:])) if population is None else population
     sums = {"collaborator": c, "population": np.broadcast_to(whole, c.shape)}
     tail = [recency[:, None], seen[:, None].astype(np.float64), np.where(reported, now, 0.0)[:, None],
-            reported[:, None].astype(np.float64), *(sums[role][..., channel] for role, channel in STATS)]
+            reported[:, None].astype(np.float64), load_drift(c, now),
+            *(sums[role][..., channel] for role, channel in STATS)]
     return np.concatenate(head, axis=1).astype(np.float32), np.concatenate(tail, axis=1).astype(np.float32)
 
 
@@ -316,7 +332,8 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
     on-time-weighted count and P(com | tr) against it, P(com | tr) at its load now and the slope of its rate
     on its load (:func:`load_rate`); i's log count and mean reported T_col; the pair's log count, mean
     T_col, P(tr) and P(com | tr); then j's recency, whether j was ever seen and its load now (and whether
-    it reported one). Then the raw sums of :data:`STATS`, each per lambda.
+    it reported one) and its load's drift per lambda (:func:`load_drift`). Then the raw sums of :data:`STATS`, each per
+    lambda.
     """
     return EvidenceBlocks.of(collaborator, owner, pair, since, config, population, load_now).features(src, dst, pair_at)
 
@@ -324,7 +341,7 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
 @dataclass(frozen=True)
 class EvidenceBlocks:
     """The parts of :func:`pair_evidence_features` that depend on one device or one pair, computed once (float32),
-    so that candidate pairs can be read in chunks: (n, 9L) and (n, 4 + len(STATS) L) per collaborator, (n, 2L)
+    so that candidate pairs can be read in chunks: (n, 9L) and (n, 4 + L + len(STATS) L) per collaborator, (n, 2L)
     per owner, (m, 4L) per pair."""
 
     collaborator_head: np.ndarray

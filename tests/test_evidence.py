@@ -7,7 +7,7 @@ import pytest
 
 from model.channel import OnTimeCurve
 from model.evidence import (CHANNELS, COM, F, N, NEVER, POPULATION, TON, TR, W, EvidenceConfig, EvidenceState, EvidenceTrack,
-                            RIDGE, load_rate, pair_evidence_features, role_increments, with_load)
+                            DRIFT_SCALE, RIDGE, load_drift, load_rate, pair_evidence_features, role_increments, with_load)
 from model.graphs import SlotGraph
 
 LAMS = np.array([0.5, 1.0])
@@ -92,7 +92,8 @@ def test_an_old_success_does_not_look_like_a_new_one() -> None:
     assert features.shape == (2, config.features)
     recent_count, old_count = features[1, 0], features[0, 0]  # j's log task count at lambda 0.7
     assert recent_count > 10 * old_count
-    recency, seen = config.normalized - 4, config.normalized - 3
+    lams = len(config.lams)
+    recency, seen = config.normalized - 4 - lams, config.normalized - 3 - lams  # then load, reported, drift
     assert features[0, recency] > features[1, recency]  # recency: 30 slots against 1
     assert features[:, seen].tolist() == [1.0, 1.0]  # both were seen
 
@@ -131,3 +132,7 @@ def test_load_channels_and_the_rate_at_a_load_by_hand() -> None:
     assert rate[0, 0] == pytest.approx(5 / 7) and slope[0, 0] == pytest.approx(want_slope)
     rate, slope = load_rate(np.zeros((1, 1, len(CHANNELS))), np.array([0.5]))  # nothing known
     assert rate[0, 0] == 0.5 and slope[0, 0] == 0.0
+    # the load's drift: the load now against the mean at the tasks (2.2 / 5 = 0.44), doubled, clipped; 0 unknown
+    drift = load_drift(np.concatenate([total, total, np.zeros_like(total)]), np.array([0.8, 0.1, 0.5]))
+    np.testing.assert_allclose(drift[:, 0], [DRIFT_SCALE * (0.8 - 0.44), DRIFT_SCALE * (0.1 - 0.44), 0.0])
+    assert load_drift(total, np.array([np.nan]))[0, 0] == 0.0 and load_drift(total, np.array([5.0]))[0, 0] == 1.0

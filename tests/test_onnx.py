@@ -99,7 +99,7 @@ def test_pairs_of_a_frame_score_as_their_gathered_rows(both, devices: int, pairs
     rng = np.random.default_rng(pairs)
     y = rng.normal(size=(devices, width)).astype(np.float32)
     blocks = EvidenceBlocks(*(rng.random((rows, columns)).astype(np.float32) for rows, columns in (
-        (devices, 9 * lams), (devices, 4 + len(STATS) * lams), (devices, 2 * lams), (pairs // 3 + 1, 4 * lams))))
+        (devices, 9 * lams), (devices, 4 + lams + len(STATS) * lams), (devices, 2 * lams), (pairs // 3 + 1, 4 * lams))))
     src, dst = rng.integers(0, devices, pairs), rng.integers(0, devices, pairs)
     pair_at = rng.integers(0, pairs // 3 + 1, pairs)
     physics = np.stack([rng.uniform(1, 400, pairs), rng.uniform(2e9, 6e9, pairs), rng.uniform(2e9, 6e9, pairs),

@@ -15,8 +15,8 @@ file                inputs                                                      
                     only y_i and y_j)
 ``pairs.onnx``      the same head on inputs split by what they depend on          t_beh (P,) float32
                     (:class:`model.head.PairSides`): y_owner (n_o, d), owner
-                    (n_o, 2L), y_collaborator (n_c, d), collaborator (n_c, 9L +
-                    4 + 8L), pair (P, 4L), physics (P, 4) float32; src, dst
+                    (n_o, 2L), y_collaborator (n_c, d), collaborator (n_c, 10L
+                    + 4 + 8L), pair (P, 4L), physics (P, 4) float32; src, dst
                     (P,) int64 rows (what scorers run)
 ==================  ==========================================================  ==================
 
@@ -52,7 +52,7 @@ from model.evidence import STATS
 from model.head import PairSides
 from model.stages import SIDES
 
-FORMAT = "trustbeam-onnx/5"  # 3: sequence.onnx reads each slot's telemetry; 4: uses_encoder; 5: pairs.onnx
+FORMAT = "trustbeam-onnx/6"  # 3: sequence.onnx reads each slot's telemetry; 4: uses_encoder; 5: pairs.onnx; 6: drift
 OPSET = 18
 STAGE_FILES = ("gnn.onnx", "sequence.onnx", "head.onnx", "pairs.onnx")
 HEAD_FILES = ("head.onnx", "pairs.onnx")  # what a model that reads no Y needs
@@ -126,7 +126,7 @@ def _examples(model: BM, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
         "head.onnx": (torch.randn(33, d, generator=g), torch.randn(33, d, generator=g), physics_example(33, g),
                       torch.rand(33, model.config.evidence.features, generator=g)),
         "pairs.onnx": (torch.randn(11, d, generator=g), torch.rand(11, 2 * lams, generator=g),
-                       torch.randn(11, d, generator=g), torch.rand(11, (9 + len(STATS)) * lams + 4, generator=g),
+                       torch.randn(11, d, generator=g), torch.rand(11, (10 + len(STATS)) * lams + 4, generator=g),
                        torch.rand(33, 4 * lams, generator=g), physics_example(33, g),
                        torch.randint(0, 11, (33,), generator=g), torch.randint(0, 11, (33,), generator=g)),
     }
