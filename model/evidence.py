@@ -38,6 +38,7 @@ from model.graphs import SlotGraph
 CHANNELS = ("n", "w", "f", "tr", "com", "ton", "tk", "ck", "tu", "cu", "tuu")
 N, W, F, TR, COM, TON, TK, CK, TU, CU, TUU = range(len(CHANNELS))
 LOADED = (TK, CK, TU, CU, TUU)  # the collaborator's ton and com where its load u was reported, times u and u^2
+PAIR_CHANNELS = COM + 1  # a pair's features read only n, w, f, tr, com: what a frame carries of a pair's sums
 ROLES = ("collaborator", "owner", "pair", "population")
 POPULATION = -1  # the population role's one key (device keys and history rows are >= 0)
 NEVER = 10 ** 9  # slots since the last update of a key never seen
@@ -311,7 +312,8 @@ def _owner_block(o: np.ndarray) -> np.ndarray:
 
 
 def _pair_block(p: np.ndarray) -> np.ndarray:
-    """(P, 4L) float32: the pair's log count, mean T_col, P(tr) and P(com | tr)."""
+    """(P, 4L) float32 from a pair's sums (P, L, >= :data:`PAIR_CHANNELS`): its log count, mean T_col, P(tr) and
+    P(com | tr)."""
     return np.concatenate([_log_count(p[..., N]), _mean_weight(p), _rate(p[..., TR], p[..., F]),
                            _rate(p[..., COM], p[..., TR])], axis=1).astype(np.float32)
 

@@ -42,8 +42,8 @@ import pyarrow.compute as pc
 from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
-from model.evidence import (CHANNELS, N, POPULATION, ROLES, W, EvidenceBlocks, EvidenceConfig, EvidenceState, decay,
-                            role_increments, with_load)
+from model.evidence import (CHANNELS, N, PAIR_CHANNELS, POPULATION, ROLES, W, EvidenceBlocks, EvidenceConfig,
+                            EvidenceState, decay, role_increments, with_load)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift
@@ -175,7 +175,7 @@ class DeviceFrame:
     owner: np.ndarray  # (n, L, C) evidence as owner
     pairs: np.ndarray  # (m,) pair keys of the recent owners' pairs
     pair_owners: np.ndarray  # (m,) the owner key of each pair
-    pair_evidence: np.ndarray  # (m, L, C)
+    pair_evidence: np.ndarray  # (m, L, PAIR_CHANNELS): the channels a pair's features read (most of a frame's bytes)
     population: np.ndarray  # (1, L, C) the population's evidence this frame holds (one shard holds it all)
 
     PAIR_FIELDS = ("pairs", "pair_owners", "pair_evidence")
@@ -349,6 +349,7 @@ class DeviceHistory:
         tags = np.concatenate([pairs_state.tags[held], *(p.pair_owners[f] for p, f in zip(pending, fresh))])
         pairs, first = np.unique(candidates, return_index=True)
         pair_evidence, _ = self._evidence("pair", pairs, slot)
+        pair_evidence = np.ascontiguousarray(pair_evidence[..., :PAIR_CHANNELS])
         population, _ = self._evidence("population", np.array([POPULATION]), slot)
         return DeviceFrame(keys, ids, y, status, profile[:, 1:], recent, collaborator, since, owner, pairs,
                            tags[first].astype(np.int64), pair_evidence, population)

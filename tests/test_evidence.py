@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from model.channel import OnTimeCurve
-from model.evidence import (CHANNELS, COM, F, N, NEVER, POPULATION, TON, TR, W, EvidenceConfig, EvidenceState, EvidenceTrack,
-                            DRIFT_SCALE, RIDGE, load_drift, load_rate, pair_evidence_features, role_increments, with_load)
+from model.evidence import (CHANNELS, COM, DRIFT_SCALE, F, N, NEVER, POPULATION, RIDGE, TON, TR, W, EvidenceConfig,
+                            EvidenceState, EvidenceTrack, load_drift, load_rate, pair_evidence_features, role_increments,
+                            with_load)
 from model.graphs import SlotGraph
 
 LAMS = np.array([0.5, 1.0])

@@ -33,9 +33,10 @@ def test_the_benchmark_prints_every_case_at_toy_size(monkeypatch, capsys) -> Non
     scoring = [f"scoring, {kind}, {where}" for kind in ("encoder", "head")
                for where in (f"{threads} threads", "one core")]
     workers = len(os.sched_getaffinity(0))
-    assert [c for c in cases if c.startswith("scoring")] == [*scoring, f"scoring, head, {workers} one-core workers at once"]
+    together_case = f"scoring, head, {workers} one-core workers at once"
+    assert [c for c in cases if c.startswith("scoring")] == [*scoring, together_case]
     assert all(row["device_slots"] == 60 and row["per_core"] > 0 for c in scoring for row in [cases[c]])
-    together = cases[f"scoring, head, {workers} one-core workers at once"]
+    together = cases[together_case]
     assert together["device_slots"] == 60 * workers  # every worker scored the whole log
     assert abs(together["per_core"] - together["device_slots_per_s"] / workers) <= 1  # the rate shared by the cores
     one = cases["scoring, head, one core"]
