@@ -129,7 +129,7 @@ def pinned_worker(checkpoint: str, log: str, cpu: int, start: Any, results: Any)
 
 
 def every_core_at_once(checkpoint: Path, log: Path) -> tuple[float, int, int]:
-    """(seconds until the last worker is done, device-slot count factor: slots scored in all, workers) of one
+    """(seconds until the last worker is done, slots scored by all of them, workers) of one
     :func:`pinned_worker` per core the process has, all scoring at once: what a deployment with a single-threaded
     worker per core gets per core while every core works (they share caches and memory bandwidth)."""
     context = multiprocessing.get_context("spawn")  # no fork of a process whose torch threads already run

@@ -62,9 +62,16 @@ class EvidenceConfig:
                              f"(got {self.level_memory!r})")
 
     @property
+    def collaborator_normalized(self) -> int:
+        """Width of the collaborator's normalized columns: its head block (9L), then recency, seen, load, reported
+        and the load's drift (4 + L); its raw :data:`STATS` follow them in its rows of the head's inputs."""
+        return len(self.lams) * 10 + 4
+
+    @property
     def normalized(self) -> int:
-        """Width of the normalized part of :func:`pair_evidence_features` (what the head's networks read)."""
-        return len(self.lams) * 16 + 4
+        """Width of the normalized part of :func:`pair_evidence_features` (what the head's networks read): the
+        collaborator's columns, the owner's (2L) and the pair's (4L)."""
+        return self.collaborator_normalized + len(self.lams) * 6
 
     @property
     def features(self) -> int:
@@ -189,6 +196,11 @@ def with_load(increments: np.ndarray, load: np.ndarray) -> np.ndarray:
 RIDGE = 0.01  # the load's variance a regression is shrunk by (a load swings by about +-0.1 around its mean)
 
 
+def mean_load(sums: np.ndarray) -> np.ndarray:
+    """(..., L) a collaborator's mean load at its tasks (on-time weighted) from its :data:`LOADED` sums (..., L, C)."""
+    return sums[..., TU] / np.maximum(sums[..., TK], 1e-9)
+
+
 def load_rate(sums: np.ndarray, load_now: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rate at the load now, slope) per lambda from a collaborator's :data:`LOADED` sums (P, L, C) and its
     latest reported load (P,) (NaN: none): the weighted least-squares line of P(com | ton) on the load, its
@@ -197,7 +209,7 @@ def load_rate(sums: np.ndarray, load_now: np.ndarray) -> tuple[np.ndarray, np.nd
     tk, ck, tu, cu, tuu = (sums[..., c] for c in LOADED)
     centred = tuu - tu ** 2 / np.maximum(tk, 1e-9)  # sum of ton * (u - mean u)^2
     slope = (cu - ck * tu / np.maximum(tk, 1e-9)) / (centred + RIDGE * tk + 1e-9)
-    mean_u = tu / np.maximum(tk, 1e-9)
+    mean_u = mean_load(sums)
     base = (ck + 1.0) / (tk + 2.0)
     u = np.where(np.isfinite(load_now), load_now, np.nan)[:, None]
     rate = np.where(np.isfinite(u) & (tk > 0), base + slope * (np.nan_to_num(u) - mean_u), base)
@@ -212,9 +224,8 @@ def load_drift(sums: np.ndarray, load_now: np.ndarray) -> np.ndarray:
     per lambda (from its :data:`LOADED` sums (n, L, C)), scaled by :data:`DRIFT_SCALE` and clipped to [-1, 1]; 0
     where either is unknown. A device whose behaviour changes with its load (a degrading one takes load on) shows
     the change here before its outcomes do."""
-    tk, tu = sums[..., TK], sums[..., TU]
-    known = np.isfinite(load_now)[:, None] & (tk > 0)
-    drift = np.nan_to_num(load_now)[:, None] - tu / np.maximum(tk, 1e-9)
+    known = np.isfinite(load_now)[:, None] & (sums[..., TK] > 0)
+    drift = np.nan_to_num(load_now)[:, None] - mean_load(sums)
     return np.where(known, np.clip(DRIFT_SCALE * drift, -1.0, 1.0), 0.0)
 
 

@@ -263,6 +263,7 @@ class ContextHead(nn.Module):
         super().__init__()
         self.outcomes, self.a_tr, self.a_com = outcomes, weights.a_tr, weights.a_com
         self.lams = len(evidence.lams)
+        self.known = evidence.collaborator_normalized  # the collaborator's columns before its raw STATS
         self.level = evidence.lams.index(evidence.level_memory)
         self.experts = RuleExperts(self.lams, outcomes == "flags", weights, outage, rate_prior, on_time, tr_rate)
         inputs = evidence.normalized + self.experts.count  # the networks also read the rules' rates
@@ -282,10 +283,10 @@ class ContextHead(nn.Module):
 
     def read(self, sides: PairSides, member: int | None = None) -> torch.Tensor:
         """:meth:`forward` on inputs split by what they depend on (the scorer's: every device's part once)."""
-        known = 10 * self.lams + 4  # the collaborator's head, recency, seen, load, reported, drift; then its raw STATS
-        rates = self.experts.rates(sides.collaborator[:, known:].reshape(-1, len(STATS), self.lams))  # (n_c, K)
+        raw = sides.collaborator[:, self.known:].reshape(-1, len(STATS), self.lams)  # its STATS per lambda
+        rates = self.experts.rates(raw)  # (n_c, K)
         logits = torch.logit(rates.clamp(1e-4, 1 - 1e-4))
-        collaborator = torch.cat([sides.collaborator[:, :known], logits], dim=-1)
+        collaborator = torch.cat([sides.collaborator[:, :self.known], logits], dim=-1)
         level = gather(logits[:, self.lams + self.level], sides.dst)  # the population's rate at the level memory
         nets = self.members if member is None else [self.members[member]]
         columns = PhysicsColumns.of(sides.physics)  # once for every member

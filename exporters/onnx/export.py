@@ -111,7 +111,8 @@ def _examples(model: BM, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
     """Random inputs of every stage (also the parity check's inputs)."""
     g = torch.Generator().manual_seed(seed)
     n, d, window = len(model.features) + 1, model.config.gnn.out_dim, model.config.window  # + the cold row
-    lams = len(model.config.evidence.lams)
+    evidence = model.config.evidence
+    lams = len(evidence.lams)
     active = min(n, 24)
     nodes = torch.randperm(n, generator=g)[:active].sort().values
     edges = 3 * active
@@ -126,7 +127,7 @@ def _examples(model: BM, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
         "head.onnx": (torch.randn(33, d, generator=g), torch.randn(33, d, generator=g), physics_example(33, g),
                       torch.rand(33, model.config.evidence.features, generator=g)),
         "pairs.onnx": (torch.randn(11, d, generator=g), torch.rand(11, 2 * lams, generator=g),
-                       torch.randn(11, d, generator=g), torch.rand(11, (10 + len(STATS)) * lams + 4, generator=g),
+                       torch.randn(11, d, generator=g), torch.rand(11, evidence.collaborator_normalized + len(STATS) * lams, generator=g),
                        torch.rand(33, 4 * lams, generator=g), physics_example(33, g),
                        torch.randint(0, 11, (33,), generator=g), torch.randint(0, 11, (33,), generator=g)),
     }
