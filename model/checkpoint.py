@@ -31,7 +31,7 @@ import torch
 from model.bm import BM, BMConfig
 from model.graphs import DeviceIndex
 
-FORMAT = "trustbeam-bm/2"  # 2: the head reads the load's drift (evidence.load_drift), a wider input
+FORMAT = "trustbeam-bm/3"  # 2: the head reads the load's drift (evidence.load_drift); 3: its memory (load_memory)
 _DERIVED = ("features", "level_values")  # stored elsewhere or recomputed
 
 

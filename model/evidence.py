@@ -40,6 +40,9 @@ N, W, F, TR, COM, TON, TK, CK, TU, CU, TUU = range(len(CHANNELS))
 LOADED = (TK, CK, TU, CU, TUU)  # the collaborator's ton and com where its load u was reported, times u and u^2
 PAIR_CHANNELS = COM + 1  # a pair's features read only n, w, f, tr, com: what a frame carries of a pair's sums
 ROLES = ("collaborator", "owner", "pair", "population")
+REPORTS = "reports"  # a device's reported loads: a state of its own, fed by statuses rather than by tasks
+REPORT_CHANNELS = ("slots", "load")  # per slot with a report known by its end: 1, and the latest load reported
+STATE_ROLES = (*ROLES, REPORTS)  # the states a holder of evidence keeps
 POPULATION = -1  # the population role's one key (device keys and history rows are >= 0)
 NEVER = 10 ** 9  # slots since the last update of a key never seen
 # the raw sums at the end of the evidence input, per lambda: (role, channel) of the collaborator and the population
@@ -63,9 +66,10 @@ class EvidenceConfig:
 
     @property
     def collaborator_normalized(self) -> int:
-        """Width of the collaborator's normalized columns: its head block (9L), then recency, seen, load, reported
-        and the load's drift (4 + L); its raw :data:`STATS` follow them in its rows of the head's inputs."""
-        return len(self.lams) * 10 + 4
+        """Width of the collaborator's normalized columns: its head block (9L), then recency, seen, load, reported,
+        the load's drift and its memory (4 + 2L); its raw :data:`STATS` follow them in its rows of the head's
+        inputs."""
+        return len(self.lams) * 11 + 4
 
     @property
     def normalized(self) -> int:
@@ -80,6 +84,16 @@ class EvidenceConfig:
 
     def on_time_factor(self, time_ratio: np.ndarray) -> np.ndarray:
         return OnTimeCurve(self.on_time)(time_ratio) if self.on_time else np.ones(len(time_ratio))
+
+
+def channels_of(role: str) -> int:
+    """How many channels a role's sums have: :data:`CHANNELS`, or :data:`REPORT_CHANNELS` for :data:`REPORTS`."""
+    return len(REPORT_CHANNELS if role == REPORTS else CHANNELS)
+
+
+def empty_state(role: str, lams: tuple[float, ...] | np.ndarray) -> "EvidenceState":
+    """A role's state with nothing in it."""
+    return EvidenceState(np.asarray(lams, np.float64), channels=channels_of(role))
 
 
 def find(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -107,18 +121,21 @@ class EvidenceState:
     slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     values: np.ndarray | None = None  # (m, L, C)
     tags: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    channels: int = len(CHANNELS)  # C where ``values`` is not given (:data:`REPORT_CHANNELS` for the reports)
 
     def __post_init__(self) -> None:
         self.lams = np.asarray(self.lams, np.float64)
         if self.values is None:
-            self.values = np.zeros((0, len(self.lams), len(CHANNELS)))
+            self.values = np.zeros((0, len(self.lams), self.channels))
+        self.channels = self.values.shape[-1]
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def copy(self) -> "EvidenceState":
         """A copy that later updates of this state leave alone (:meth:`update` writes its arrays in place)."""
-        return EvidenceState(self.lams, self.keys.copy(), self.slots.copy(), self.values.copy(), self.tags.copy())
+        return EvidenceState(self.lams, self.keys.copy(), self.slots.copy(), self.values.copy(), self.tags.copy(),
+                             self.channels)
 
     def update(self, keys: np.ndarray, slot: int, increments: np.ndarray, tags: np.ndarray | None = None
                ) -> np.ndarray:
@@ -145,7 +162,7 @@ class EvidenceState:
         """(values (k, L, C) decayed to ``slot``, slots since the last update (k,); NEVER for unknown keys)."""
         keys = np.asarray(keys, np.int64)
         at, known = find(self.keys, keys)
-        out = np.zeros((len(keys), len(self.lams), len(CHANNELS)))
+        out = np.zeros((len(keys), len(self.lams), self.channels))
         since = np.full(len(keys), NEVER, np.int64)
         rows = at[known]
         gap = np.broadcast_to(np.asarray(slot, np.int64), keys.shape)[known] - self.slots[rows]
@@ -154,7 +171,8 @@ class EvidenceState:
         return out, since
 
     def prune(self, slot: int, below: float = 1e-3) -> None:
-        """Forget keys whose task count has decayed below ``below`` at the longest memory by ``slot``."""
+        """Forget keys whose count (channel 0: tasks, or slots with a report) has decayed below ``below`` at the
+        longest memory by ``slot``."""
         remaining = self.values[:, -1, N] * decay(self.lams[-1:], slot - self.slots)[:, 0]
         keep = remaining >= below
         self.keys, self.slots, self.values, self.tags = (self.keys[keep], self.slots[keep], self.values[keep],
@@ -229,6 +247,22 @@ def load_drift(sums: np.ndarray, load_now: np.ndarray) -> np.ndarray:
     return np.where(known, np.clip(DRIFT_SCALE * drift, -1.0, 1.0), 0.0)
 
 
+def report_increments(keys: np.ndarray, load: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A slot's :data:`REPORTS` update from each device's latest reported load by the slot's end (k,) (NaN: none
+    yet): (keys of the devices with one, increments (k', 2): 1 and that load)."""
+    known = np.isfinite(load)
+    return np.asarray(keys, np.int64)[known], np.stack([np.ones(int(known.sum())), load[known]], axis=1)
+
+
+def load_memory(reports: np.ndarray | None, n: int, lams: int) -> np.ndarray:
+    """(n, L) a device's reported load, forgetting-weighted over the slots at each lambda (the mean of the latest
+    load it had reported by each slot's end), from its :data:`REPORTS` sums (n, L, 2); 0 where none is known. Every
+    status counts here, between a device's tasks too: the trajectory of a load that drifts or cycles."""
+    if reports is None:
+        return np.zeros((n, lams))
+    return np.where(reports[..., 0] > 0, reports[..., 1] / np.maximum(reports[..., 0], 1e-12), 0.0)
+
+
 @dataclass
 class EvidenceTrack:
     """Every update of an :class:`EvidenceState`, so any key can be read at any slot (offline).
@@ -243,9 +277,11 @@ class EvidenceTrack:
     values: np.ndarray  # (m, L, C) state right after the update at ``slots``
 
     @classmethod
-    def record(cls, lams: np.ndarray, updates: list[tuple[int, np.ndarray, np.ndarray]]) -> "EvidenceTrack":
-        """Replay ``updates`` [(slot, keys, increments)] in slot order through one state, keeping each result."""
-        state = EvidenceState(lams)
+    def record(cls, lams: np.ndarray, updates: list[tuple[int, np.ndarray, np.ndarray]],
+               channels: int = len(CHANNELS)) -> "EvidenceTrack":
+        """Replay ``updates`` [(slot, keys, increments (k, channels))] in slot order through one state, keeping each
+        result."""
+        state = EvidenceState(lams, channels=channels)
         keys, slots, values = [], [], []
         for slot, update_keys, increments in updates:
             rows = state.update(update_keys, slot, increments)
@@ -254,7 +290,7 @@ class EvidenceTrack:
             values.append(state.values[rows].copy())
         if not keys:
             return cls(np.asarray(lams, np.float64), np.zeros(0, np.int64), np.zeros(0, np.int64),
-                       np.zeros((0, len(lams), len(CHANNELS))))
+                       np.zeros((0, len(lams), channels)))
         keys, slots, values = np.concatenate(keys), np.concatenate(slots), np.concatenate(values)
         order = np.lexsort((slots, keys))
         return cls(np.asarray(lams, np.float64), keys[order], slots[order], values[order])
@@ -262,7 +298,7 @@ class EvidenceTrack:
     def query(self, keys: np.ndarray, slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(values (k, L, C) as of the end of ``slot`` (one per key), slots since the key's last update)."""
         keys, slot = np.asarray(keys, np.int64), np.broadcast_to(np.asarray(slot, np.int64), np.shape(keys))
-        out = np.zeros((len(keys), len(self.lams), len(CHANNELS)))
+        out = np.zeros((len(keys), len(self.lams), self.values.shape[-1]))
         since = np.full(len(keys), NEVER, np.int64)
         if not len(self.keys):
             return out, since
@@ -297,10 +333,11 @@ def _mean_weight(x: np.ndarray) -> np.ndarray:
 
 
 def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig, population: np.ndarray | None,
-                        load_now: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """(normalized features (n, 9L), tail (n, 4 + L + len(STATS) * L): recency, seen, load, reported, the load's
-    drift per lambda (:func:`load_drift`), the STATS) float32 of n collaborators: everything of
-    :func:`pair_evidence_features` that depends on j alone."""
+                        load_now: np.ndarray | None, reports: np.ndarray | None
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """(normalized features (n, 9L), tail (n, 4 + 2L + len(STATS) * L): recency, seen, load, reported, the load's
+    drift per lambda (:func:`load_drift`), its load's memory per lambda (:func:`load_memory`), the STATS) float32
+    of n collaborators: everything of :func:`pair_evidence_features` that depends on j alone."""
     now = np.full(len(c), np.nan) if load_now is None else np.asarray(load_now, np.float64)
     at_load, slope = load_rate(c, now)
     head = [_log_count(c[..., N]), _mean_weight(c), _log_count(c[..., F]), _rate(c[..., TR], c[..., F]),
@@ -312,7 +349,7 @@ def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig
     whole = np.zeros((1, *c.shape[1:])) if population is None else population
     sums = {"collaborator": c, "population": np.broadcast_to(whole, c.shape)}
     tail = [recency[:, None], seen[:, None].astype(np.float64), np.where(reported, now, 0.0)[:, None],
-            reported[:, None].astype(np.float64), load_drift(c, now),
+            reported[:, None].astype(np.float64), load_drift(c, now), load_memory(reports, len(c), len(config.lams)),
             *(sums[role][..., channel] for role, channel in STATS)]
     return np.concatenate(head, axis=1).astype(np.float32), np.concatenate(tail, axis=1).astype(np.float32)
 
@@ -332,29 +369,32 @@ def _pair_block(p: np.ndarray) -> np.ndarray:
 def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np.ndarray, since: np.ndarray,
                            config: EvidenceConfig, population: np.ndarray | None = None,
                            load_now: np.ndarray | None = None, src: np.ndarray | None = None,
-                           dst: np.ndarray | None = None, pair_at: np.ndarray | None = None) -> np.ndarray:
+                           dst: np.ndarray | None = None, pair_at: np.ndarray | None = None,
+                           reports: np.ndarray | None = None) -> np.ndarray:
     """The pair head's evidence input, (P, ``config.features``) float32.
 
     collaborator, owner, pair: (P, L, C) decayed sums of the candidate j as collaborator, the owner i
     as owner, and the pair i -> j; since: (P,) slots since j last served; population: (P or 1, L, C) the
-    whole log's sums (None: none known); load_now: (P,) j's latest reported load (NaN or None: none).
-    With ``src`` and ``dst`` (P,), collaborator, since and load_now are per device (n, ...) and read at
+    whole log's sums (None: none known); load_now: (P,) j's latest reported load (NaN or None: none); reports:
+    (P, L, 2) j's :data:`REPORTS` sums (None: none known).
+    With ``src`` and ``dst`` (P,), collaborator, since, load_now and reports are per device (n, ...) and read at
     ``dst``, owner at ``src``; with ``pair_at`` (P,), pair holds distinct pairs' sums (m, L, C) read at it:
     what depends on one device (or one pair) is computed once, not once per candidate pair.
     Normalized part, per lambda: j's log task count, mean T_col, log flagged count, P(tr), P(com | tr), log
     on-time-weighted count and P(com | tr) against it, P(com | tr) at its load now and the slope of its rate
     on its load (:func:`load_rate`); i's log count and mean reported T_col; the pair's log count, mean
     T_col, P(tr) and P(com | tr); then j's recency, whether j was ever seen and its load now (and whether
-    it reported one) and its load's drift per lambda (:func:`load_drift`). Then the raw sums of :data:`STATS`, each per
-    lambda.
+    it reported one), its load's drift per lambda (:func:`load_drift`) and its load's memory per lambda
+    (:func:`load_memory`). Then the raw sums of :data:`STATS`, each per lambda.
     """
-    return EvidenceBlocks.of(collaborator, owner, pair, since, config, population, load_now).features(src, dst, pair_at)
+    return EvidenceBlocks.of(collaborator, owner, pair, since, config, population, load_now, reports).features(
+        src, dst, pair_at)
 
 
 @dataclass(frozen=True)
 class EvidenceBlocks:
     """The parts of :func:`pair_evidence_features` that depend on one device or one pair, computed once (float32),
-    so that candidate pairs can be read in chunks: (n, 9L) and (n, 4 + L + len(STATS) L) per collaborator, (n, 2L)
+    so that candidate pairs can be read in chunks: (n, 9L) and (n, 4 + 2L + len(STATS) L) per collaborator, (n, 2L)
     per owner, (m, 4L) per pair."""
 
     collaborator_head: np.ndarray
@@ -365,8 +405,8 @@ class EvidenceBlocks:
     @classmethod
     def of(cls, collaborator: np.ndarray, owner: np.ndarray, pair: np.ndarray, since: np.ndarray,
            config: EvidenceConfig, population: np.ndarray | None = None,
-           load_now: np.ndarray | None = None) -> "EvidenceBlocks":
-        head, tail = _collaborator_block(collaborator, since, config, population, load_now)
+           load_now: np.ndarray | None = None, reports: np.ndarray | None = None) -> "EvidenceBlocks":
+        head, tail = _collaborator_block(collaborator, since, config, population, load_now, reports)
         return cls(head, tail, _owner_block(owner), _pair_block(pair))
 
     def features(self, src: np.ndarray | None = None, dst: np.ndarray | None = None,

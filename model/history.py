@@ -21,8 +21,8 @@ import pyarrow as pa
 
 from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import pair_physics
-from model.evidence import (POPULATION, ROLES, EvidenceConfig, EvidenceTrack, pair_evidence_features,
-                            role_increments, with_load)
+from model.evidence import (POPULATION, REPORTS, STATE_ROLES, EvidenceConfig, EvidenceTrack, channels_of,
+                            pair_evidence_features, report_increments, role_increments, with_load)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.status import LOAD, TELEMETRY, StatusLog, status_values, telemetry_of
 
@@ -95,18 +95,23 @@ class History:
         return telemetry_of(self.status.latest(devices.ravel(), before)).reshape(*np.shape(slots), len(TELEMETRY))
 
     def tracks(self, config: EvidenceConfig) -> dict[str, EvidenceTrack]:
-        """The evidence of every role after each slot (computed once per config)."""
+        """The evidence of every role after each slot with tasks, and every device's :data:`REPORTS` at the same
+        slots (computed once per config)."""
         if config not in self._tracks:
             n = len(self.index)
-            updates: dict[str, list] = {role: [] for role in ROLES}
+            updates: dict[str, list] = {role: [] for role in STATE_ROLES}
             for t, graph in enumerate(self.graphs):
                 if graph is not None and len(graph.src):
                     for role, (keys, increments) in role_increments(graph, n, config).items():
                         if role == "collaborator":  # the loads its collaborators had reported by the slot's end
                             increments = with_load(increments, self.load(keys, np.full(len(keys), t)))
                         updates[role].append((t, keys, increments))
+                    if self.status is not None:
+                        devices = np.arange(n)
+                        updates[REPORTS].append((t, *report_increments(devices, self.load(devices, np.full(n, t)))))
             lams = np.asarray(config.lams)
-            self._tracks[config] = {role: EvidenceTrack.record(lams, updates[role]) for role in ROLES}
+            self._tracks[config] = {role: EvidenceTrack.record(lams, updates[role], channels_of(role))
+                                    for role in STATE_ROLES}
         return self._tracks[config]
 
     def pair_evidence(self, src: np.ndarray, dst: np.ndarray, end: np.ndarray, config: EvidenceConfig
@@ -117,8 +122,9 @@ class History:
         owner, _ = tracks["owner"].query(src, end)
         pair, _ = tracks["pair"].query(src * len(self.index) + dst, end)
         population, _ = tracks["population"].query(np.full(len(src), POPULATION), end)
+        reports, _ = tracks[REPORTS].query(dst, end)
         return pair_evidence_features(collaborator, owner, pair, since, config, population,
-                                      self.load(dst, np.broadcast_to(end, np.shape(dst))))
+                                      self.load(dst, np.broadcast_to(end, np.shape(dst))), reports=reports)
 
     def load(self, devices: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """(P,) each device's latest reported load by the end of its relative slot (NaN: none)."""

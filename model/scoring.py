@@ -42,8 +42,9 @@ import pyarrow.compute as pc
 from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
-from model.evidence import (CHANNELS, N, PAIR_CHANNELS, POPULATION, ROLES, W, EvidenceBlocks, EvidenceConfig,
-                            EvidenceState, decay, role_increments, with_load)
+from model.evidence import (CHANNELS, N, PAIR_CHANNELS, POPULATION, REPORTS, ROLES, STATE_ROLES, W, EvidenceBlocks,
+                            EvidenceConfig, EvidenceState, decay, empty_state, report_increments, role_increments,
+                            with_load)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift
@@ -73,6 +74,7 @@ class SlotPart:
     profile: np.ndarray  # (o, 4): time of the latest task, then PROFILE_COLUMNS (NaN where absent)
     evidence: dict[str, tuple[np.ndarray, np.ndarray]]  # role -> (keys, increments (k, C)); pairs: pair keys
     pair_owners: np.ndarray  # (p,) the owner key of each pair increment
+    has_tasks: bool = True  # whether the slot had any task (in any shard): its devices' reports count only then
 
     def select(self, shard: int, shards: int) -> "SlotPart":
         """The part restricted to the devices of one shard (pairs go with their owner)."""
@@ -85,7 +87,7 @@ class SlotPart:
             evidence[role] = (keys[keep], increments[keep])
         k, a, o, p = mine(self.keys), mine(self.active), mine(self.owners), mine(self.pair_owners)
         return SlotPart(self.slot, self.keys[k], self.ids[k], self.active[a], self.embeddings[a], self.owners[o],
-                        self.profile[o], evidence, self.pair_owners[p])
+                        self.profile[o], evidence, self.pair_owners[p], self.has_tasks)
 
 
 def slot_part(stages: Stages, events: pa.Table, slot: int) -> SlotPart:
@@ -97,7 +99,7 @@ def slot_part(stages: Stages, events: pa.Table, slot: int) -> SlotPart:
         empty = np.zeros(0, dtype=np.int64)
         nothing = {role: (empty, np.zeros((0, len(CHANNELS)))) for role in ROLES}
         return SlotPart(slot, empty, np.zeros(0, object), empty, np.zeros((0, d), np.float32), empty,
-                        np.zeros((0, 4)), nothing, empty)
+                        np.zeros((0, 4)), nothing, empty, has_tasks=False)
     edges = slot_edges(events, config.clock, config.weights)
     local = DeviceIndex.from_edges(edges)  # the slot's devices, by id
     ids = pa.array(local.ids, pa.string())
@@ -177,6 +179,7 @@ class DeviceFrame:
     pair_owners: np.ndarray  # (m,) the owner key of each pair
     pair_evidence: np.ndarray  # (m, L, PAIR_CHANNELS): the channels a pair's features read (most of a frame's bytes)
     population: np.ndarray  # (1, L, C) the population's evidence this frame holds (one shard holds it all)
+    reports: np.ndarray  # (n, L, 2) each device's REPORTS sums (model.evidence.load_memory)
 
     PAIR_FIELDS = ("pairs", "pair_owners", "pair_evidence")
     WHOLE_FIELDS = ("population",)  # not per device: summed when frames are joined, kept whole in a piece
@@ -240,8 +243,8 @@ class DeviceHistory:
     model_version: str = ""  # the model whose embeddings the parts hold
 
     def __post_init__(self) -> None:
-        for role in ROLES:
-            self.evidence.setdefault(role, EvidenceState(np.asarray(self.evidence_config.lams)))
+        for role in STATE_ROLES:
+            self.evidence.setdefault(role, empty_state(role, self.evidence_config.lams))
 
     def adopt(self, model_version: str, evidence_config: EvidenceConfig) -> bool:
         """Make this history one of ``model_version``: embeddings made by another model are dropped (the next
@@ -282,18 +285,26 @@ class DeviceHistory:
     def fold(self, through_slot: int) -> None:
         """Make the evidence of the parts up to ``through_slot`` final (they can no longer change)."""
         for slot in sorted(s for s in self.parts if self.folded_through < s <= through_slot):
-            for role, (keys, increments) in self.parts[slot].evidence.items():
+            for role in STATE_ROLES:
+                keys, increments = self.increments(role, slot)
                 tags = self.parts[slot].pair_owners if role == "pair" else None
                 if len(keys):
-                    self.evidence[role].update(keys, slot, self.loaded(role, keys, slot, increments), tags)
+                    self.evidence[role].update(keys, slot, increments, tags)
         self.folded_through = max(self.folded_through, through_slot)
 
-    def loaded(self, role: str, keys: np.ndarray, slot: int, increments: np.ndarray) -> np.ndarray:
-        """A slot's increments of a role, the collaborators' with their load channels filled from the loads they
-        reported by the slot's end (:func:`model.evidence.with_load`; the shard holds their statuses)."""
-        if role != "collaborator":
-            return increments
-        return with_load(increments, self.status.latest(keys, int(self.clock.end_ms(slot)))[:, LOAD])
+    def increments(self, role: str, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, increments) of a role in a held slot: its part's, the collaborators' with their load channels
+        filled from the loads they reported by the slot's end (:func:`model.evidence.with_load`; the shard holds
+        their statuses); for :data:`REPORTS`, every device's latest reported load by then, where the slot had tasks
+        (as offline: :meth:`model.history.History.tracks`)."""
+        part, end = self.parts[slot], int(self.clock.end_ms(slot))
+        if role == REPORTS:
+            keys = np.unique(self.status.keys) if part.has_tasks else np.zeros(0, np.int64)
+            return report_increments(keys, self.status.latest(keys, end)[:, LOAD])
+        keys, increments = part.evidence[role]
+        if role != "collaborator" or not len(keys):
+            return keys, increments
+        return keys, with_load(increments, self.status.latest(keys, end)[:, LOAD])
 
     def prune(self, before_slot: int, status_before_ms: int) -> None:
         """Forget slot parts before ``before_slot`` (folded first), statuses superseded before
@@ -315,12 +326,12 @@ class DeviceHistory:
         values, since = self.evidence[role].query(keys, slot)
         lams = np.asarray(self.evidence_config.lams)
         for s in sorted(p for p in self.parts if self.folded_through < p <= slot):
-            part_keys, increments = self.parts[s].evidence[role]
+            part_keys, increments = self.increments(role, s)
             at = np.searchsorted(keys, part_keys)
             hit = (at < len(keys)) & (keys[np.minimum(at, max(len(keys) - 1, 0))] == part_keys) if len(keys) else \
                 np.zeros(len(part_keys), bool)
             factor = decay(lams, np.full(int(hit.sum()), slot - s))
-            values[at[hit]] += self.loaded(role, part_keys[hit], s, increments[hit])[:, None, :] * factor[:, :, None]
+            values[at[hit]] += increments[hit][:, None, :] * factor[:, :, None]
             since[at[hit]] = slot - s
         return values, since
 
@@ -351,8 +362,9 @@ class DeviceHistory:
         pair_evidence, _ = self._evidence("pair", pairs, slot)
         pair_evidence = np.ascontiguousarray(pair_evidence[..., :PAIR_CHANNELS])
         population, _ = self._evidence("population", np.array([POPULATION]), slot)
+        reports, _ = self._evidence(REPORTS, keys, slot)
         return DeviceFrame(keys, ids, y, status, profile[:, 1:], recent, collaborator, since, owner, pairs,
-                           tags[first].astype(np.int64), pair_evidence, population)
+                           tags[first].astype(np.int64), pair_evidence, population, reports)
 
     def sequences(self, stages: Stages, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(n, S, d) slot embeddings over [max(slot - S + 1, 0), slot], right-padded by the last; (n,) lengths;
@@ -393,7 +405,7 @@ class EvidenceSnapshot:
         if len(through) != 1:
             raise ValueError(f"evidence snapshot: shards folded through different slots {sorted(through)}")
         states = {}
-        for role in ROLES:
+        for role in STATE_ROLES:
             parts = [s.states[role] for s in shards]
             keys = np.concatenate([p.keys for p in parts])
             order = np.argsort(keys, kind="stable")
@@ -425,7 +437,7 @@ class EvidenceSnapshot:
         with np.load(path, allow_pickle=False) as data:
             states = {role: EvidenceState(data["lams"], *(data[f"{role}.{name}"] for name in
                                                           ("keys", "slots", "values", "tags")))
-                      if f"{role}.keys" in data else EvidenceState(data["lams"]) for role in ROLES}
+                      if f"{role}.keys" in data else empty_state(role, data["lams"]) for role in STATE_ROLES}
             return cls(int(data["folded_through"]), states)
 
 
@@ -542,7 +554,7 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
         physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
         pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
         blocks = EvidenceBlocks.of(frame.collaborator, frame.owner, pair_table, frame.since, stages.config.evidence,
-                                   frame.population, frame.status[:, LOAD])
+                                   frame.population, frame.status[:, LOAD], frame.reports)
         t_beh = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
         status_j = frame.status[dst]
         t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])

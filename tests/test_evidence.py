@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from model.channel import OnTimeCurve
-from model.evidence import (CHANNELS, COM, DRIFT_SCALE, F, N, NEVER, POPULATION, RIDGE, TON, TR, W, EvidenceConfig,
-                            EvidenceState, EvidenceTrack, load_drift, load_rate, pair_evidence_features, role_increments,
-                            with_load)
+from model.evidence import (CHANNELS, COM, DRIFT_SCALE, F, N, NEVER, POPULATION, REPORT_CHANNELS, RIDGE, TON, TR, W,
+                            EvidenceConfig, EvidenceState, EvidenceTrack, load_drift, load_memory, load_rate,
+                            pair_evidence_features, report_increments, role_increments, with_load)
 from model.graphs import SlotGraph
 
 LAMS = np.array([0.5, 1.0])
@@ -94,7 +94,7 @@ def test_an_old_success_does_not_look_like_a_new_one() -> None:
     recent_count, old_count = features[1, 0], features[0, 0]  # j's log task count at lambda 0.7
     assert recent_count > 10 * old_count
     lams = len(config.lams)
-    recency, seen = config.normalized - 4 - lams, config.normalized - 3 - lams  # then load, reported, drift
+    recency, seen = config.normalized - 4 - 2 * lams, config.normalized - 3 - 2 * lams  # then load, reported, drift, memory
     assert features[0, recency] > features[1, recency]  # recency: 30 slots against 1
     assert features[:, seen].tolist() == [1.0, 1.0]  # both were seen
 
@@ -137,3 +137,23 @@ def test_load_channels_and_the_rate_at_a_load_by_hand() -> None:
     drift = load_drift(np.concatenate([total, total, np.zeros_like(total)]), np.array([0.8, 0.1, 0.5]))
     np.testing.assert_allclose(drift[:, 0], [DRIFT_SCALE * (0.8 - 0.44), DRIFT_SCALE * (0.1 - 0.44), 0.0])
     assert load_drift(total, np.array([np.nan]))[0, 0] == 0.0 and load_drift(total, np.array([5.0]))[0, 0] == 1.0
+
+
+def test_load_memory_by_hand() -> None:
+    # device 5 reports 0.2 by slot 0's end and 0.6 by slot 2's (slot 1 repeats 0.2); device 6 never reports
+    state = EvidenceState(LAMS, channels=len(REPORT_CHANNELS))
+    for slot, latest in ((0, [0.2, np.nan]), (1, [0.2, np.nan]), (2, [0.6, np.nan])):
+        keys, sums = report_increments(np.array([5, 6]), np.array(latest))
+        assert keys.tolist() == [5]
+        state.update(keys, slot, sums)
+    values, _ = state.query(np.array([5, 6]), 2)
+    memory = load_memory(values, 2, len(LAMS))
+    # lambda 0.5: (0.2 * 0.25 + 0.2 * 0.5 + 0.6) / (0.25 + 0.5 + 1); lambda 1: the plain mean
+    assert memory[0, 0] == pytest.approx(0.75 / 1.75) and memory[0, 1] == pytest.approx(1.0 / 3)
+    assert (memory[1] == 0).all()  # nothing reported
+    assert (load_memory(None, 2, len(LAMS)) == 0).all()
+    config = EvidenceConfig(lams=(0.5, 1.0), level_memory=1.0)
+    zeros = np.zeros((2, 2, len(CHANNELS)))
+    features = pair_evidence_features(zeros, zeros, zeros, np.full(2, NEVER), config, reports=values)
+    # the memory: the collaborator's last normalized columns, after the owner's and the pair's blocks
+    np.testing.assert_allclose(features[:, config.normalized - 2:config.normalized], memory, rtol=1e-6)

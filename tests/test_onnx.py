@@ -95,11 +95,13 @@ def test_pairs_of_a_frame_score_as_their_gathered_rows(both, devices: int, pairs
     """t_beh_pairs (PyTorch: each device's part of the head once; ONNX: every pair's inputs built) equals t_beh on
     every pair's gathered inputs, however the pairs fall into calls."""
     torch_stages, onnx_stages = both
-    lams, width = len(torch_stages.config.evidence.lams), torch_stages.config.gnn.out_dim
+    evidence, width = torch_stages.config.evidence, torch_stages.config.gnn.out_dim
+    lams = len(evidence.lams)
+    tail = evidence.collaborator_normalized - 9 * lams + len(STATS) * lams  # recency .. the load's memory, the STATS
     rng = np.random.default_rng(pairs)
     y = rng.normal(size=(devices, width)).astype(np.float32)
     blocks = EvidenceBlocks(*(rng.random((rows, columns)).astype(np.float32) for rows, columns in (
-        (devices, 9 * lams), (devices, 4 + lams + len(STATS) * lams), (devices, 2 * lams), (pairs // 3 + 1, 4 * lams))))
+        (devices, 9 * lams), (devices, tail), (devices, 2 * lams), (pairs // 3 + 1, 4 * lams))))
     src, dst = rng.integers(0, devices, pairs), rng.integers(0, devices, pairs)
     pair_at = rng.integers(0, pairs // 3 + 1, pairs)
     physics = np.stack([rng.uniform(1, 400, pairs), rng.uniform(2e9, 6e9, pairs), rng.uniform(2e9, 6e9, pairs),

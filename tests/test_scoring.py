@@ -14,6 +14,7 @@ import torch
 from model.bm import BM, PairQuery
 from model.config import RankingConfig, SlotClock, SystemParams
 from simulator.experiment import simulated_run
+from model.evidence import REPORTS
 from model.graphs import DeviceIndex, device_keys
 from model.history import History
 from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, ranked, score_log, score_slot, shard_of, slot_part,
@@ -79,7 +80,7 @@ def test_shards_give_the_same_frame_as_one_history(log) -> None:
     joined = DeviceFrame.concat([s.frame(stages, 5, ranking) for s in shards])
     for name in ("keys", "ids", "status", "recent_owner", "since", "pairs"):
         np.testing.assert_array_equal(getattr(one, name), getattr(joined, name))
-    for name in ("y", "collaborator", "owner", "pair_evidence"):
+    for name in ("y", "collaborator", "owner", "pair_evidence", "reports"):
         np.testing.assert_allclose(getattr(one, name), getattr(joined, name), rtol=1e-9, atol=1e-6)
     np.testing.assert_array_equal(np.isnan(one.profile), np.isnan(joined.profile))
     assert one.recent_owner.sum() > 5 and len(one.pairs) > 5
@@ -103,20 +104,22 @@ def test_an_updated_slot_replaces_its_evidence_instead_of_adding_it(log) -> None
 
 
 def test_evidence_snapshots_round_trip_and_reshard(log, tmp_path) -> None:
-    events, _, history, model = log
+    events, status, history, model = log
     stages = TorchStages(model, history.index)
     slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
     whole = DeviceHistory(SMALL.evidence)
+    whole.add_status(*status_arrays(status))  # every device's reported loads count too
     for slot in range(4):
         whole.add_part(slot_part(stages, events.filter(slot_of == slot), slot))
     whole.fold(3)
+    assert len(whole.evidence[REPORTS]) > 10
     snapshot = EvidenceSnapshot(whole.folded_through, whole.evidence)
     snapshot.save(tmp_path / "evidence.npz")
     loaded = EvidenceSnapshot.load(tmp_path / "evidence.npz")
     shards = [loaded.select(k, 3) for k in range(3)]
     merged = EvidenceSnapshot.merge(shards)
     assert merged.folded_through == 3
-    for role in ("collaborator", "owner", "pair"):
+    for role in ("collaborator", "owner", "pair", REPORTS):
         for name in ("keys", "slots", "values", "tags"):
             np.testing.assert_array_equal(getattr(merged.states[role], name), getattr(whole.evidence[role], name))
     seeded = DeviceHistory(SMALL.evidence)
