@@ -94,7 +94,8 @@ def test_an_old_success_does_not_look_like_a_new_one() -> None:
     recent_count, old_count = features[1, 0], features[0, 0]  # j's log task count at lambda 0.7
     assert recent_count > 10 * old_count
     lams = len(config.lams)
-    recency, seen = config.normalized - 4 - 2 * lams, config.normalized - 3 - 2 * lams  # then load, reported, drift, memory
+    # recency and seen, then load, reported, the drift and the memory
+    recency, seen = config.normalized - 4 - 2 * lams, config.normalized - 3 - 2 * lams
     assert features[0, recency] > features[1, recency]  # recency: 30 slots against 1
     assert features[:, seen].tolist() == [1.0, 1.0]  # both were seen
 

@@ -52,7 +52,8 @@ from model.evidence import STATS
 from model.head import PairSides
 from model.stages import SIDES
 
-FORMAT = "trustbeam-onnx/7"  # 3: sequence.onnx reads each slot's telemetry; 4: uses_encoder; 5: pairs.onnx; 6: drift; 7: load memory
+# 3: sequence.onnx reads each slot's telemetry; 4: uses_encoder; 5: pairs.onnx; 6: the load's drift; 7: its memory
+FORMAT = "trustbeam-onnx/7"
 OPSET = 18
 STAGE_FILES = ("gnn.onnx", "sequence.onnx", "head.onnx", "pairs.onnx")
 HEAD_FILES = ("head.onnx", "pairs.onnx")  # what a model that reads no Y needs
