@@ -15,7 +15,7 @@ file                inputs                                                      
                     only y_i and y_j)
 ``pairs.onnx``      the same head on inputs split by what they depend on          t_beh (P,) float32
                     (:class:`model.head.PairSides`): y_owner (n_o, d), owner
-                    (n_o, 2L), y_collaborator (n_c, d), collaborator (n_c, 10L
+                    (n_o, 2L), y_collaborator (n_c, d), collaborator (n_c, 11L
                     + 4 + 8L), pair (P, 4L), physics (P, 4) float32; src, dst
                     (P,) int64 rows (what scorers run)
 ==================  ==========================================================  ==================
@@ -126,9 +126,10 @@ def _examples(model: BM, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
                           torch.stack([torch.rand(9, window, generator=g), (torch.rand(9, window, generator=g) > 0.3)
                                        .float()], -1)),
         "head.onnx": (torch.randn(33, d, generator=g), torch.randn(33, d, generator=g), physics_example(33, g),
-                      torch.rand(33, model.config.evidence.features, generator=g)),
+                      torch.rand(33, evidence.features, generator=g)),
         "pairs.onnx": (torch.randn(11, d, generator=g), torch.rand(11, 2 * lams, generator=g),
-                       torch.randn(11, d, generator=g), torch.rand(11, evidence.collaborator_normalized + len(STATS) * lams, generator=g),
+                       torch.randn(11, d, generator=g),
+                       torch.rand(11, evidence.collaborator_normalized + len(STATS) * lams, generator=g),
                        torch.rand(33, 4 * lams, generator=g), physics_example(33, g),
                        torch.randint(0, 11, (33,), generator=g), torch.randint(0, 11, (33,), generator=g)),
     }
