@@ -15,7 +15,7 @@ Side by side in one run, each case in its own process (its own peak RSS):
   another process keeps every core busy (PyTorch GEMMs on its default threads: a training run, say).
 * ``follow latency``: ``--follow`` cycles while a publisher sends slot after slot; the time from
   the event that closes a slot (the first one past its end + the allowed lateness) being sent to
-  the slot's rankings being on the topic.
+  the slot's rankings being on the topic; ``per_slot_s`` lists it slot by slot, in order.
 
 The per-event cases run on the first ``--per-event`` events (their rate is what compares).
 Scoring costs the same per slot whatever the event count (it scales with devices x S); the end-to-end
@@ -246,7 +246,7 @@ def follow_latency(work: Path, bootstrap: str, tag: str, slots: int = 22, pace_s
         thread.join(timeout=600)
     if failed:
         raise RuntimeError(f"the --follow job failed: {failed[0]!r}") from failed[0]
-    latencies = np.array(sorted(seen[s] - sent[s + 2] for s in closable if s in seen))
+    latencies = np.array([seen[s] - sent[s + 2] for s in closable if s in seen])  # in slot order: a trend shows
     if len(latencies) < len(closable):
         raise RuntimeError(f"only slots {sorted(seen)} of {closable} were published within 120 s of the last one")
     return {"slots_measured": len(latencies), "p50_s": round(float(np.percentile(latencies, 50)), 2),
