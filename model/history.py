@@ -100,15 +100,16 @@ class History:
         if config not in self._tracks:
             n = len(self.index)
             updates: dict[str, list] = {role: [] for role in STATE_ROLES}
+            devices = np.arange(n)
             for t, graph in enumerate(self.graphs):
                 if graph is not None and len(graph.src):
+                    load = self.load(devices, np.full(n, t))  # every device's latest reported load by the slot's end
                     for role, (keys, increments) in role_increments(graph, n, config).items():
-                        if role == "collaborator":  # the loads its collaborators had reported by the slot's end
-                            increments = with_load(increments, self.load(keys, np.full(len(keys), t)))
+                        if role == "collaborator":  # the loads its collaborators had reported
+                            increments = with_load(increments, load[keys])
                         updates[role].append((t, keys, increments))
                     if self.status is not None:
-                        devices = np.arange(n)
-                        updates[REPORTS].append((t, *report_increments(devices, self.load(devices, np.full(n, t)))))
+                        updates[REPORTS].append((t, *report_increments(devices, load)))
             lams = np.asarray(config.lams)
             self._tracks[config] = {role: EvidenceTrack.record(lams, updates[role], channels_of(role))
                                     for role in STATE_ROLES}
