@@ -39,6 +39,7 @@ import torch
 from model.baselines import RULES, OnlineScorer, predict_edges
 from model.bm import BMConfig, PairQuery, Readout
 from model.history import History
+from model.manipulation import DETECT_BELOW, attack_measures
 from model.metrics import expected_calibration_error, mae, rmse
 from model.plots import plot_curves, plot_reliability
 from model.recalibration import RecalibrationConfig, replayed_shifts
@@ -248,6 +249,10 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             curves = voc_curves(simulated.world, scored, seed=train.seed, rule=rule)  # the candidates scored once
             for method, curve in curves.items():
                 out.setdefault(method, {})[metric] = curve
+        if simulated.world.attacker.any():
+            for method, measures in attack_measures(simulated.world, simulated.events, scored,
+                                                         seed=train.seed).items():
+                out.setdefault(method, {}).update(measures)
     return RunOutput(out, predictions_table(history, test_slots, batch, forecasts, hidden, behaviour))
 
 
@@ -329,6 +334,24 @@ def _behaviour_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
         for method, by in rows.items()])
 
 
+ATTACK_MEASURES = ("tasks_assigned", "attack_tasks_won", "attack_voc_lost", "attack_slots_to_detect", "attack_detected",
+                   "honest_flagged", "honest_trust_shift", "whitewash_share_before", "whitewash_share_after")
+
+
+def _attack_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
+    """What attackers won from each method (:mod:`model.manipulation`), when the run had attackers."""
+    rows = {m: row for m, row in summary.items() if "attack_tasks_won" in row}
+    if not rows:
+        return []
+    measures = [m for m in ATTACK_MEASURES if any(m in row for row in rows.values())]
+    lines = ["", "Manipulation: what the attackers won when each method selected by the paper's rule at each task's "
+                 f"own threshold (detected: T_beh below {DETECT_BELOW}; mean ± std over runs; see "
+                 "model.manipulation):", ""]
+    return lines + _table(["method", *measures], [
+        [method, *(f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}" if m in row and not math.isnan(row[m]["mean"])
+                   else "" for m in measures)] for method, row in rows.items()])
+
+
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], paired: dict | None = None) -> str:
     metrics = [m for m in ("rmse", "mae", "rmse_truth", "rmse_truth_candidates", "mae_truth", "ece", "ece_truth",
                            "seconds", "kept_epoch")
@@ -337,7 +360,7 @@ def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], 
         [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m in ("seconds", "kept_epoch")
                      else f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}") for m in metrics]
         for method, row in summary.items() if any(m in row for m in metrics)])
-    lines += _behaviour_lines(summary) + (_paired_lines(paired) if paired else [])
+    lines += _behaviour_lines(summary) + (_paired_lines(paired) if paired else []) + _attack_lines(summary)
     for metric, rule in (("voc", "the paper's rule: the highest VoC among T >= θ"),
                          ("voc_expected", "the expected-value rule: the highest T x VoC among T >= θ")):
         curves = {method: row[metric] for method, row in summary.items() if metric in row}

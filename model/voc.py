@@ -91,8 +91,10 @@ def scored_tasks(world, events: pa.Table, first_slot: int, test_slots: list[int]
 
 @dataclass(frozen=True)
 class InRange:
-    """Each task's candidates for one slot: the devices within range of its owner, other than the owner."""
+    """Each task's candidates for one slot: the ids present in the slot within range of its owner, other than the
+    owner's own (a Sybil's ids are one device)."""
 
+    slot: int  # absolute
     valid: np.ndarray  # (tasks, devices) bool
     rows: np.ndarray  # (P,) task of each valid pair
     cols: np.ndarray  # (P,) candidate device of each valid pair
@@ -108,14 +110,16 @@ class InRange:
 
 
 def in_range(world, owners: np.ndarray, slot: int) -> InRange:
-    """The candidates of tasks owned by ``owners`` in ``slot``, with their hidden expectations and T_res."""
+    """The candidates of tasks owned by ``owners`` (world rows) in ``slot``, with their hidden expectations and
+    T_res. ``world`` is the simulator's :class:`simulator.world.World`."""
     config = world.config
-    everyone = np.arange(config.devices)
-    distance = world.distance(np.repeat(owners, config.devices), np.tile(everyone, len(owners)))
-    valid = (distance.reshape(len(owners), -1) <= config.range_m) & (owners[:, None] != everyone[None, :])
+    everyone = np.arange(world.size)
+    distance = world.distance(np.repeat(owners, world.size), np.tile(everyone, len(owners)))
+    valid = (distance.reshape(len(owners), -1) <= config.range_m) & world.present(everyone, slot)[None, :]
+    valid &= world.physical[owners][:, None] != world.physical[everyone][None, :]
     rows, cols = np.nonzero(valid)
     expected = world.expected(owners[rows], cols, slot)
     value = physics.value_of_completion(expected.offload, expected.local, config.system)
     t_res = resource_trust(world.willingness[cols], world.radio_up(cols, slot),
                            world.load(cols, slot) < config.overload)
-    return InRange(valid, rows, cols, expected, value, t_res)
+    return InRange(slot, valid, rows, cols, expected, value, t_res)

@@ -35,6 +35,76 @@ DEFAULT_MIX = {
 }
 
 
+class AttackKind(str, enum.Enum):
+    """A manipulation the attacking devices of a run carry out (``--attack KIND=SHARE``)."""
+
+    ON_OFF = "on-off"  # good stretches to earn trust, then bad ones (the intermittent behaviour)
+    SELECTIVE = "selective"  # bad only toward a subset of owners
+    WHITEWASHING = "whitewashing"  # unreliable; rejoins under a new id once its record under the old one is poor
+    SYBIL = "sybil"  # one unreliable device behind several ids
+
+
+# the issue's further kinds, refused by name until the simulator carries them out
+PLANNED_ATTACKS = ("opportunistic", "ballot-stuffing", "bad-mouthing")
+
+
+@dataclass(frozen=True)
+class Attack:
+    """``share`` of the devices (drawn at random) carry out ``kind``; the rest follow the mix.
+
+    ``sybil_ids``: ids each Sybil device answers under (all present throughout). ``whitewash_ids``: the most ids a
+    whitewasher goes through; it leaves its id (and rejoins under the next) at the end of a slot in which its
+    mean observed T_col under that id, over at least ``whitewash_min_tasks`` tasks, is below ``whitewash_below``
+    (the top of the default task thresholds: the id no longer qualifies for demanding tasks)."""
+
+    kind: AttackKind
+    share: float
+    sybil_ids: int = 3
+    whitewash_ids: int = 16
+    whitewash_min_tasks: int = 3
+    whitewash_below: float = 0.7
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.share < 1:
+            raise ValueError(f"--attack: share of {self.kind.value!r} must be in [0, 1) (got {self.share!r})")
+        for name in ("sybil_ids", "whitewash_ids", "whitewash_min_tasks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Attack.{name}: must be >= 1 (got {getattr(self, name)!r})")
+        if not 0 <= self.whitewash_below <= 1:
+            raise ValueError(f"Attack.whitewash_below: must be in [0, 1] (got {self.whitewash_below!r})")
+
+    @property
+    def ids(self) -> int:
+        """Ids per attacking device."""
+        return {AttackKind.SYBIL: self.sybil_ids, AttackKind.WHITEWASHING: self.whitewash_ids}.get(self.kind, 1)
+
+    @property
+    def behaviour(self) -> Behaviour:
+        """The hidden behaviour the attackers follow."""
+        return {AttackKind.ON_OFF: Behaviour.INTERMITTENT,
+                AttackKind.SELECTIVE: Behaviour.SELECTIVE}.get(self.kind, Behaviour.STABLE_UNRELIABLE)
+
+
+def parse_attack(text: str) -> Attack:
+    """``"sybil=0.2"`` -> Attack(SYBIL, 0.2); an unknown kind or a share outside [0, 1) is refused by name."""
+    name, sep, share = text.partition("=")
+    name = name.strip().lower()
+    if not sep:
+        raise ValueError(f"--attack: expected KIND=SHARE, e.g. sybil=0.2 (got {text!r})")
+    known = ", ".join(k.value for k in AttackKind)
+    if name in PLANNED_ATTACKS:
+        raise ValueError(f"--attack: {name!r} is not simulated yet (simulated: {known})")
+    try:
+        kind = AttackKind(name)
+    except ValueError:
+        raise ValueError(f"--attack: unknown kind {name!r} (known: {known})") from None
+    try:
+        value = float(share)
+    except ValueError:
+        raise ValueError(f"--attack: share of {name!r} is not a number ({share!r}; expected KIND=SHARE)") from None
+    return Attack(kind, value)
+
+
 class ChannelModel(str, enum.Enum):
     """How transmission success is decided (see :mod:`simulator.channel`)."""
 
@@ -83,6 +153,7 @@ class SimConfig:
     telemetry: bool = False  # statuses carry cpu_load; periodic devices fail when their usage cycle is busy
     load_drift: float = 0.25  # with telemetry: extra load a degrading device takes on as it degrades (a
     #                           recovering one sheds it as it recovers)
+    attack: Attack | None = None  # a share of the devices manipulate (hidden labels in the devices table)
     clock: SlotClock = field(default_factory=SlotClock)
     system: SystemParams = field(default_factory=SystemParams)
     weights: TrustWeights = field(default_factory=TrustWeights)

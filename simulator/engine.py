@@ -18,7 +18,8 @@ from tqdm import tqdm
 
 from model import physics
 from schemas import DeviceStatus, arrow_schema, events_file_schema
-from simulator.config import Policy, SimConfig
+from model.trust import collaboration_weight
+from simulator.config import AttackKind, Policy, SimConfig
 from simulator.world import World
 
 SUB_BATCH = 65_536
@@ -100,12 +101,31 @@ class MemorySink:
         return pa.concat_tables(self.parts[kind])
 
 
+class IdRecord:
+    """Each id's tasks as a collaborator and the sum of their observed T_col: what a whitewasher reads of its own
+    record before it decides to leave the id."""
+
+    def __init__(self, ids: int) -> None:
+        self.tasks = np.zeros(ids)
+        self.t_col = np.zeros(ids)
+
+    def add(self, collabs: np.ndarray, t_col: np.ndarray) -> None:
+        np.add.at(self.tasks, collabs, 1.0)
+        np.add.at(self.t_col, collabs, t_col)
+
+    def poor(self, min_tasks: int, below: float) -> np.ndarray:
+        """(ids,) whether an id has at least ``min_tasks`` tasks and their mean T_col is below ``below``."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (self.tasks >= min_tasks) & (self.t_col / self.tasks < below)
+
+
 class Simulator:
     """Turns a :class:`SimConfig` into events, device status and hidden truth."""
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.world = World(config)
+        self.record = IdRecord(self.world.size)  # whitewashers' tasks under their current ids
 
     def slot_tasks(self, slot: int) -> range:
         """Global indices of the tasks executed in a slot."""
@@ -131,9 +151,20 @@ class Simulator:
                 truth = self.truth_table(slot, np.concatenate(pairs))
                 summary.truth_rows += truth.num_rows
                 self._emit(sinks, "truth", truth)
+            self.whitewash(slot)
         for sink in sinks:
             sink.close()
         return summary
+
+    def whitewash(self, slot: int) -> None:
+        """Whitewashers whose record under their current id is poor (``config.attack``) rejoin under their next
+        id from the next slot on."""
+        attack, w = self.config.attack, self.world
+        if attack is None or attack.kind is not AttackKind.WHITEWASHING:
+            return
+        everyone = np.arange(w.size)
+        poor = self.record.poor(attack.whitewash_min_tasks, attack.whitewash_below)
+        w.rejoin(np.flatnonzero(w.attacker & w.present(everyone, slot) & poor), slot + 1)
 
     @staticmethod
     def _emit(sinks: Sequence[Sink], kind: str, table: pa.Table) -> None:
@@ -142,14 +173,16 @@ class Simulator:
                 sink.write(kind, table)
 
     def status_table(self, slot: int) -> pa.Table:
-        w, n = self.world, self.config.devices
-        devices = np.arange(n)
+        """The statuses of the ids present in ``slot``."""
+        w = self.world
+        devices = np.flatnonzero(w.present(np.arange(w.size), slot))
+        n = len(devices)
         load = w.load(devices, slot)
         columns = {
-            "device": w.ids,
+            "device": w.ids.take(devices),
             "time_ms": np.full(n, int(self.config.clock.start_ms(slot)), dtype=np.int64),
-            "cpu_hz": w.cpu_hz, "tx_w": w.tx_w, "rx_w": w.rx_w, "x_m": w.x_m, "y_m": w.y_m,
-            "willingness": w.willingness,
+            "cpu_hz": w.cpu_hz[devices], "tx_w": w.tx_w[devices], "rx_w": w.rx_w[devices], "x_m": w.x_m[devices],
+            "y_m": w.y_m[devices], "willingness": w.willingness[devices],
             "comm_ok": w.radio_up(devices, slot),
             "comp_ok": load < self.config.overload,
             "cpu_load": load if self.config.telemetry else pa.nulls(n, pa.float64()),
@@ -157,8 +190,9 @@ class Simulator:
         return pa.Table.from_pydict(columns, schema=STATUS_SCHEMA)
 
     def choose(self, rng: np.random.Generator, owners: np.ndarray, slot: int) -> tuple[np.ndarray, int]:
-        """A collaborator per owner by the configured policy; returns (collaborators, fallbacks)."""
-        w, n = self.world, self.config.devices
+        """A collaborator (an id present in the slot, of another device) per owner by the configured policy;
+        returns (collaborators, fallbacks)."""
+        w, n = self.world, self.world.size
         chosen = np.full(len(owners), -1, dtype=np.int64)
         pending = np.arange(len(owners))
         for _ in range(MAX_DRAWS):
@@ -166,14 +200,16 @@ class Simulator:
                 break
             candidate = rng.integers(0, n, size=len(pending))
             owner = owners[pending]
-            ok = (candidate != owner) & w.available(candidate, slot)
+            ok = (w.physical[candidate] != w.physical[owner]) & w.present(candidate, slot)
+            ok &= w.available(candidate, slot)
             ok &= rng.random(len(pending)) < w.willingness[candidate]
             if self.config.policy is Policy.RANDOM_IN_RANGE:
                 ok &= w.distance(owner, candidate) <= self.config.range_m
             chosen[pending[ok]] = candidate[ok]
             pending = pending[~ok]
         for index in pending:  # isolated owners: the nearest available device, even out of range
-            others = np.flatnonzero(np.arange(n) != owners[index])
+            everyone = np.arange(n)
+            others = everyone[(w.physical != w.physical[owners[index]]) & w.present(everyone, slot)]
             usable = others[w.available(others, slot)]
             pool = usable if len(usable) else others
             chosen[index] = pool[np.argmin(w.distance(np.full(len(pool), owners[index]), pool))]
@@ -185,19 +221,20 @@ class Simulator:
         """One sub-batch of a slot's tasks; also returns owner*N + collaborator keys."""
         c = self.config
         rng = np.random.default_rng([c.seed, 1, slot, sub])
-        owners = rng.integers(0, c.devices, size=len(batch))
+        owners = self.world.active[rng.integers(0, c.devices, size=len(batch))]  # each device's current id
         collabs, fallbacks = self.choose(rng, owners, slot)
         draws = rng.random((2, len(batch)))
         thresholds = rng.uniform(*c.threshold_range, size=len(batch))
         outcome = self.outcome(slot, np.arange(batch.start, batch.stop, dtype=np.int64), tasks, owners, collabs,
                                thresholds, draws)
+        self.record.add(collabs, collaboration_weight(outcome.tr, outcome.com, c.weights))
         summary.events += len(batch)
         summary.tr_success += int(outcome.tr.sum())
         summary.com_success += int(outcome.com.sum())
         summary.fallbacks += fallbacks
         summary.voc_sum += float(outcome.voc.sum())
         summary.reliability_sum += float(outcome.reliability.sum())
-        return outcome.events, owners * c.devices + collabs
+        return outcome.events, owners * self.world.size + collabs
 
     def outcome(self, slot: int, index: np.ndarray, tasks: range, owners: np.ndarray, collabs: np.ndarray,
                 thresholds: np.ndarray, draws: np.ndarray) -> Outcome:
@@ -234,7 +271,7 @@ class Simulator:
 
     def truth_table(self, slot: int, keys: np.ndarray) -> pa.Table:
         """The hidden expected reliability of each pair that collaborated in the slot."""
-        n, weights = self.config.devices, self.config.weights
+        n, weights = self.world.size, self.config.weights
         unique, counts = np.unique(keys, return_counts=True)
         owners, collabs = unique // n, unique % n
         expected = self.world.expected(owners, collabs, slot)

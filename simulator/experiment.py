@@ -23,11 +23,17 @@ from simulator.engine import MemorySink, Simulator
 from simulator.world import World
 
 
+def simulated_world(sim_config: SimConfig) -> tuple[pa.Table, pa.Table, pa.Table, World]:
+    """(events, truth, status) of a simulated run, in memory, and its world as the run left it (whitewashers'
+    ids joined and left where they did)."""
+    memory, simulator = MemorySink(), Simulator(sim_config)
+    simulator.run([memory])
+    return memory["events"], memory["truth"], memory["status"], simulator.world
+
+
 def simulated_run(sim_config: SimConfig) -> tuple[pa.Table, pa.Table, pa.Table]:
     """(events, truth, status) of a simulated run, in memory."""
-    memory = MemorySink()
-    Simulator(sim_config).run([memory])
-    return memory["events"], memory["truth"], memory["status"]
+    return simulated_world(sim_config)[:3]
 
 
 def bayes_forecasts(world: World, events: pa.Table, history: History, train: TrainConfig) -> np.ndarray:
@@ -45,8 +51,7 @@ def evaluate_simulated(sim_config: SimConfig, config: BMConfig, train: TrainConf
     results = []
     for run in range(runs):
         run_config = replace(sim_config, seed=sim_config.seed + run)
-        events, truth, status = simulated_run(run_config)
-        world = World(run_config)
+        events, truth, status, world = simulated_world(run_config)
         # every simulated device has a row (in the world's order), and slot 0 is the clock's first slot
         history = History.from_events(events, sim_config.clock, config.weights,
                                       index=DeviceIndex(tuple(world.ids.to_pylist())), first_slot=0, status=status)

@@ -19,11 +19,12 @@ from model.physics import Cost
 from model.trust import collaboration_weight
 from simulator.channel import Channel, Ns3Channel, RayleighChannel
 from simulator.behaviour import BehaviourParams
-from simulator.config import Behaviour, ChannelModel, SimConfig
+from simulator.config import AttackKind, Behaviour, ChannelModel, SimConfig
 from simulator.hashing import hash_uniform
 
 # hash streams
-_LOAD, _RADIO, _TARGET = 1, 2, 3
+_LOAD, _RADIO, _TARGET, _ATTACKERS = 1, 2, 3, 5
+NEVER = np.iinfo(np.int64).max  # a slot no run reaches: an id not yet joined, or not left
 
 DEVICES_SCHEMA = pa.schema(
     [
@@ -37,6 +38,11 @@ DEVICES_SCHEMA = pa.schema(
         pa.field("behaviour", pa.string(), nullable=False),
         pa.field("high", pa.float64(), nullable=False),
         pa.field("low", pa.float64(), nullable=False),
+        pa.field("attack", pa.string(), nullable=False, metadata={"doc": "the attack this id's device carries "
+                                                                          "out ('' for an honest device)"}),
+        pa.field("physical", pa.string(), nullable=False, metadata={"doc": "the first id of the device behind "
+                                                                            "this id (itself but for an attacker's "
+                                                                            "further ids)"}),
     ],
     metadata={"doc": "simulated devices and their hidden behaviour parameters"},
 )
@@ -68,28 +74,80 @@ class Expected:
 
 
 class World:
-    """Devices with positions, CPUs, willingness and a hidden behaviour over slots."""
+    """Devices with positions, CPUs, willingness and a hidden behaviour over slots.
+
+    A device answers under one id (a row of every per-device array) or, when it attacks (``config.attack``),
+    under several: a Sybil device's ids are all present at once, a whitewasher's one after another (it leaves
+    an id and rejoins under the next when the generator calls :meth:`rejoin`). ``physical`` maps each row to its
+    device (rows ``0 .. devices - 1`` are the devices' first ids, further ids follow), and everything hidden
+    (position, CPU, load, radio, behaviour) belongs to the device, shared by its ids. Without an attack each
+    device has one id and rows are devices.
+    """
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         n = config.devices
         rng = np.random.default_rng([config.seed, 0])
-        self.ids = device_ids(n)
-        self.cpu_hz = rng.choice(np.asarray(config.cpu_choices_hz, dtype=np.float64), size=n)
-        self.x_m, self.y_m = rng.uniform(0.0, config.area_m, size=(2, n))
-        self.tx_w = np.full(n, config.tx_w)
-        self.rx_w = np.full(n, config.rx_w)
-        self.willingness = rng.uniform(*config.willingness_range, size=n)
+        cpu_hz = rng.choice(np.asarray(config.cpu_choices_hz, dtype=np.float64), size=n)
+        x_m, y_m = rng.uniform(0.0, config.area_m, size=(2, n))
+        willingness = rng.uniform(*config.willingness_range, size=n)
         kinds = np.array(sorted(config.mix), dtype=np.int8)
         shares = np.array([config.mix[Behaviour(k)] for k in kinds], dtype=np.float64)
-        self.behaviour = rng.choice(kinds, size=n, p=shares / shares.sum())
-        self.params = BehaviourParams.draw(rng, self.behaviour, config.slots)
+        behaviour = rng.choice(kinds, size=n, p=shares / shares.sum())
+        attack = config.attack
+        attackers = attacking_devices(config)
+        if attack is not None:
+            behaviour[attackers] = attack.behaviour
+        params = BehaviourParams.draw(rng, behaviour, config.slots)  # draws the same whatever the kinds
+        self.physical = np.concatenate([np.arange(n), np.repeat(attackers, attack.ids - 1 if attack else 0)])
+        self.ids = device_ids(len(self.physical))
+        self.cpu_hz, self.x_m, self.y_m = cpu_hz[self.physical], x_m[self.physical], y_m[self.physical]
+        self.tx_w = np.full(self.size, config.tx_w)
+        self.rx_w = np.full(self.size, config.rx_w)
+        self.willingness = willingness[self.physical]
+        self.behaviour = behaviour[self.physical]
+        self.params = params.take(self.physical)
+        self.attack_label = np.where(np.isin(self.physical, attackers), attack.kind.value if attack else "", "")
+        self.joined = np.zeros(self.size, dtype=np.int64)  # the slot each id joins, and the slot it leaves
+        self.left = np.full(self.size, NEVER, dtype=np.int64)
+        self.active = np.arange(n)  # the id (row) each device answers under now, as an owner
+        self.next_id = np.full(self.size, -1, dtype=np.int64)  # a whitewasher's next id
+        if attack is not None and attack.kind is AttackKind.WHITEWASHING:
+            aliases = np.arange(n, self.size)
+            self.joined[aliases] = NEVER
+            chain = np.concatenate([attackers[:, None], aliases.reshape(len(attackers), -1)], axis=1)
+            self.next_id[chain[:, :-1]] = chain[:, 1:]
         self.channel = make_channel(config)
+
+    @property
+    def size(self) -> int:
+        """Rows: ids, one per device and one per further id of an attacker."""
+        return len(self.physical)
+
+    @property
+    def attacker(self) -> np.ndarray:
+        """(rows,) whether each id belongs to an attacking device."""
+        return self.attack_label != ""
+
+    def present(self, rows: np.ndarray, slot: int) -> np.ndarray:
+        """Whether each id is in the system during ``slot`` (a whitewasher's ids only between join and leave)."""
+        return (self.joined[rows] <= slot) & (slot < self.left[rows])
+
+    def rejoin(self, rows: np.ndarray, slot: int) -> np.ndarray:
+        """Whitewashers' ids ``rows`` leave at ``slot`` and their devices rejoin under their next ids (those with a
+        next id); returns the ids that left."""
+        rows = rows[self.next_id[rows] >= 0]
+        following = self.next_id[rows]
+        self.left[rows] = slot
+        self.joined[following] = slot
+        self.active[self.physical[rows]] = following
+        return rows
 
     def devices_table(self) -> pa.Table:
         labels = np.array([b.label for b in Behaviour])
         columns = [self.ids, self.cpu_hz, self.x_m, self.y_m, self.tx_w, self.rx_w, self.willingness,
-                   labels[self.behaviour], self.params.high, self.params.low]
+                   labels[self.behaviour], self.params.high, self.params.low, self.attack_label,
+                   self.ids.take(self.physical)]
         return pa.Table.from_arrays([pa.array(c) for c in columns], schema=DEVICES_SCHEMA)
 
     def load(self, devices: np.ndarray, slot: int) -> np.ndarray:
@@ -97,7 +155,7 @@ class World:
         telemetry, plus the drift of a degrading (or recovering) device's change (:meth:`drift`)."""
         c = self.config
         cycle = self.params.take(devices).cycle(slot)
-        noise = 2 * hash_uniform(c.seed, _LOAD, devices, slot) - 1
+        noise = 2 * hash_uniform(c.seed, _LOAD, self.physical[devices], slot) - 1
         return c.load_mean + c.load_swing * (0.6 * cycle + 0.4 * noise) + self.drift(devices, slot)
 
     def drift(self, devices: np.ndarray, slot: int) -> np.ndarray:
@@ -112,7 +170,7 @@ class World:
         return self.config.load_drift * share
 
     def radio_up(self, devices: np.ndarray, slot: int) -> np.ndarray:
-        return hash_uniform(self.config.seed, _RADIO, devices, slot) >= self.config.radio_down
+        return hash_uniform(self.config.seed, _RADIO, self.physical[devices], slot) >= self.config.radio_down
 
     def available(self, devices: np.ndarray, slot: int) -> np.ndarray:
         """Radio up and not overloaded: the device can take a task this slot (if willing)."""
@@ -120,11 +178,19 @@ class World:
 
     def targeted(self, collabs: np.ndarray, owners: np.ndarray) -> np.ndarray:
         """Whether a selective collaborator misbehaves toward each owner (hidden, fixed per pair)."""
-        return hash_uniform(self.config.seed, _TARGET, collabs, owners) < self.config.selective_targets
+        return (hash_uniform(self.config.seed, _TARGET, self.physical[collabs], self.physical[owners])
+                < self.config.selective_targets)
 
     def behaviour_reliability(self, collabs: np.ndarray, owners: np.ndarray, slot: int) -> np.ndarray:
         """Hidden probability that a collaborator computes honestly for an owner in a slot."""
         return self.params.take(collabs).reliability(slot, self.targeted(collabs, owners), tied=self.config.telemetry)
+
+    def misbehaving(self, collabs: np.ndarray, owners: np.ndarray, slot: int) -> np.ndarray:
+        """Whether each collaborator is an attacker misbehaving toward the owner in ``slot``: its reliability is
+        below its reliable level (an on-off attacker's off stretch, a selective one's targets, always for an
+        unreliable Sybil or whitewasher)."""
+        reliability = self.behaviour_reliability(collabs, owners, slot)
+        return self.attacker[collabs] & (reliability < self.params.high[collabs])
 
     def distance(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.hypot(self.x_m[a] - self.x_m[b], self.y_m[a] - self.y_m[b])
@@ -152,3 +218,13 @@ def on_time_factor(offload_s: np.ndarray, local_s: np.ndarray, deadline_factor: 
     share of an honest computation's success that survives its offload time."""
     deadline = deadline_factor * local_s
     return np.exp(-np.maximum(0.0, offload_s - deadline) / deadline)
+
+
+def attacking_devices(config: SimConfig) -> np.ndarray:
+    """The devices (sorted) that carry out ``config.attack``: ``round(share * devices)`` of them, drawn from a stream of
+    their own so that the rest of the world is drawn as without an attack."""
+    if config.attack is None:
+        return np.zeros(0, dtype=np.int64)
+    rng = np.random.default_rng([config.seed, _ATTACKERS])
+    count = round(config.attack.share * config.devices)
+    return np.sort(rng.choice(config.devices, size=count, replace=False)).astype(np.int64)

@@ -17,7 +17,7 @@ from typing import Callable
 from kafka.errors import KafkaError
 
 from model.config import DEVICES, SlotClock
-from simulator.config import ChannelModel, Policy, SimConfig, parse_mix
+from simulator.config import ChannelModel, Policy, SimConfig, parse_attack, parse_mix
 from trustbeam.progress import Phases, bar
 
 Handler = Callable[[argparse.Namespace], int]
@@ -30,6 +30,12 @@ def _add_device_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=DEVICES, default="auto",
                         help="where the models train: auto = the GPU when PyTorch sees one, else the CPU (the CPU "
                              "path is bit-reproducible per seed; the GPU's equal within float tolerance)")
+
+
+def _add_attack_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--attack", default=None, metavar="KIND=SHARE",
+                        help="a share of the devices attack, one kind a run: on-off, selective, whitewashing or "
+                             "sybil (e.g. sybil=0.2; hidden labels in the devices table's attack column)")
 
 
 def _add_sim_options(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +52,7 @@ def _add_sim_options(parser: argparse.ArgumentParser) -> None:
                         help="transmission success model; ns3 needs the ns3 extra")
     parser.add_argument("--mix", default=None,
                         help="behaviour shares, e.g. stable_reliable=0.5,intermittent=0.5")
+    _add_attack_option(parser)
     parser.add_argument("--status-every", type=int, default=defaults.status_every,
                         help="emit device status every this many slots")
     parser.add_argument("--telemetry", action="store_true",
@@ -56,6 +63,8 @@ def _add_sim_options(parser: argparse.ArgumentParser) -> None:
 
 def sim_config(args: argparse.Namespace) -> SimConfig:
     extra = {"mix": parse_mix(args.mix)} if args.mix else {}
+    if args.attack:
+        extra["attack"] = parse_attack(args.attack)
     return SimConfig(devices=args.devices, tasks=args.tasks, slots=args.slots, seed=args.seed, area_m=args.area,
                      range_m=args.range_m, policy=Policy(args.policy), channel=ChannelModel(args.channel),
                      status_every=args.status_every, telemetry=args.telemetry, **extra)
@@ -212,7 +221,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise ValueError(f"--seed: must be >= 0 (got {args.seed})")
     train = replace(train, device=args.device, seed=args.seed)
-    sim = replace(sim, seed=args.seed, telemetry=args.telemetry, **({"mix": parse_mix(args.mix)} if args.mix else {}))
+    sim = replace(sim, seed=args.seed, telemetry=args.telemetry, **({"mix": parse_mix(args.mix)} if args.mix else {}),
+                  attack=parse_attack(args.attack) if args.attack else None)
+    if args.attack and args.events:
+        raise ValueError("--attack: simulated runs only (attacks are not injected into a recorded --events log yet)")
     if args.test_fraction is not None:
         train = replace(train, test_fraction=args.test_fraction)
     if args.sim_slots is not None:  # the same task density per slot
@@ -225,6 +237,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     def setup(done: int) -> dict:
         return {"runs": runs, "runs_done": done, "seed": args.seed, "mix": args.mix, "telemetry": args.telemetry,
+                "attack": args.attack,
                 "quick": args.quick, "bm": asdict(config), "train": asdict(train),
                 "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots},
                 "seconds": round(time.perf_counter() - started, 1)}
@@ -483,6 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--telemetry", action="store_true",
                           help="simulate the setting with telemetry (statuses carry the CPU load; periodic devices "
                                "fail when busy; changing devices' load drifts) instead of the paper's")
+    _add_attack_option(evaluate)
     evaluate.add_argument("--protocol", choices=["slots", "snapshots"], default="slots",
                           help="slots: next-slot T_col on the last --test-fraction of slots; snapshots: TrustGuard's "
                                "single-timeslot distrust prediction (AUC, MCC) over --snapshots equal-time snapshots "

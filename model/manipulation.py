@@ -1,0 +1,155 @@
+"""What attackers win in the selection experiment: the measures ``trustbeam evaluate --attack`` reports.
+
+A simulated run may hold attackers (``simulator.config.Attack``): devices that misbehave toward some owners in
+some slots (:meth:`simulator.world.World.misbehaving`). Over the test tasks scored once for the VoC experiment
+(:func:`model.voc.scored_tasks`), every method selects by the paper's rule (the highest VoC among candidates
+with T >= the task's own trust threshold, as a scheduler would), and this module counts what the attackers got:
+
+- ``tasks_assigned``: the share of test tasks with a qualifying candidate (a method that trusts no one hands
+  attackers nothing, and no one anything);
+- ``attack_tasks_won``: the share of test tasks handed to an attacker misbehaving toward the task's owner;
+- ``attack_voc_lost``: VoC per test task those tasks are expected to lose (the task's value at the attacker
+  times its chance of failing there);
+- ``attack_slots_to_detect``: per misbehaving stretch of an attacker (consecutive test slots in which it is a
+  candidate of an owner it misbehaves toward), the slots from the stretch's start until the method's T_beh of
+  it (mean over those owners) falls below :data:`DETECT_BELOW`; a stretch never detected counts its whole length (a lower bound),
+  and ``attack_detected`` is the share of stretches detected; ``honest_flagged`` the share of honest candidates
+  whose T_beh is below the same mark (a method that suspects everyone detects every attacker);
+- ``honest_trust_shift``: the mean of T_beh minus the hidden truth over the honest candidates (negative: honest
+  devices' trust pushed down);
+- ``whitewash_share_before`` / ``whitewash_share_after``: a whitewasher's share of a slot's tasks in up to
+  :data:`WHITEWASH_WINDOW` test slots before it left an id, and under its new id in as many after (rejoins with
+  test slots on both sides only).
+
+``oracle`` selects by the hidden truth, ``random`` uniformly among the candidates whatever the threshold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from model.trust import select
+from model.voc import ScoredTasks
+
+DETECT_BELOW = 0.7  # T_beh below the top of the default task thresholds: detected
+WHITEWASH_WINDOW = 10  # slots each side of a rejoin
+
+
+@dataclass
+class _Tally:
+    """One method's running counts over the test slots."""
+
+    assigned: float = 0.0
+    won: float = 0.0
+    lost: float = 0.0
+    shift: float = 0.0
+    flagged: float = 0.0
+    honest: int = 0
+    share: list[np.ndarray] = field(default_factory=list)  # per slot: (ids,) share of its tasks each id got
+    suspicion: list[np.ndarray] = field(default_factory=list)  # per slot: (ids,) mean T_beh toward its victims
+
+
+def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: int = 0,
+                    detect_below: float = DETECT_BELOW) -> dict[str, dict[str, float]]:
+    """{method: {measure: value}} for every scorer of ``scored``, ``oracle`` and ``random`` (see the module's
+    docstring). ``world`` is the simulator's :class:`simulator.world.World` as the run left it; ``events`` the
+    run's events (each task's ``trust_threshold``, in the order :func:`model.voc.scored_tasks` reads owners)."""
+    rng = np.random.default_rng([seed, 11])
+    event_slot, event_threshold = events["slot"].to_numpy(), events["trust_threshold"].to_numpy()
+    tallies: dict[str, _Tally] = {}
+    slots, victims_seen, candidate_seen = [], [], []
+    tasks = 0
+    for owners, pool, beliefs in scored:
+        expected, rows, cols = pool.expected, pool.rows, pool.cols
+        truth = expected.reliability(world.config.weights)
+        misbehaving = world.misbehaving(cols, owners[rows], pool.slot)
+        loss = pool.value * (1.0 - expected.p_tr * expected.p_com_given_tr)
+        voc = pool.dense(pool.value, -np.inf)
+        honest = ~world.attacker[cols]
+        victims = np.bincount(cols[misbehaving], minlength=world.size)
+        slots.append(pool.slot)
+        victims_seen.append(victims)
+        candidate_seen.append(np.bincount(cols[world.attacker[cols]], minlength=world.size))
+        tasks += len(owners)
+        thresholds = event_threshold[event_slot == pool.slot][:, None]  # (tasks, 1)
+        random_choice = np.array([rng.choice(np.flatnonzero(r)) if r.any() else -1 for r in pool.valid])
+        choices = {name: select(pool.dense(t_beh * pool.t_res, 0.0), voc, pool.valid, thresholds)
+                   for name, t_beh in {**beliefs, "oracle": truth}.items()}
+        for name, choice in {**choices, "random": random_choice}.items():
+            tally = tallies.setdefault(name, _Tally())
+            picked = choice >= 0
+            task, column = np.flatnonzero(picked), choice[picked]
+            won = pool.dense(misbehaving, False)[task, column]
+            tally.assigned += float(picked.sum())
+            tally.won += float(won.sum())
+            tally.lost += float(pool.dense(loss, 0.0)[task[won], column[won]].sum())
+            tally.share.append(np.bincount(column, minlength=world.size) / len(owners))
+            t_beh = {**beliefs, "oracle": truth}.get(name)
+            if t_beh is not None:
+                tally.shift += float((t_beh - truth)[honest].sum())
+                tally.flagged += float((t_beh[honest] < detect_below).sum())
+                tally.honest += int(honest.sum())
+                total = np.bincount(cols[misbehaving], weights=t_beh[misbehaving], minlength=world.size)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    tally.suspicion.append(np.where(victims > 0, total / victims, np.nan))
+    out = {}
+    for name, tally in tallies.items():
+        row = {"tasks_assigned": tally.assigned / max(tasks, 1), "attack_tasks_won": tally.won / max(tasks, 1),
+               "attack_voc_lost": tally.lost / max(tasks, 1)}
+        if tally.suspicion:
+            delays = stretch_delays(np.array(slots), np.array(tally.suspicion), np.array(victims_seen) > 0,
+                                    np.array(candidate_seen) > 0, detect_below)
+            row.update(attack_slots_to_detect=float(np.mean([d for d, _ in delays])) if delays else float("nan"),
+                       attack_detected=float(np.mean([hit for _, hit in delays])) if delays else float("nan"),
+                       honest_flagged=tally.flagged / max(tally.honest, 1),
+                       honest_trust_shift=tally.shift / max(tally.honest, 1))
+        before, after = whitewash_shares(world, np.array(slots), np.array(tally.share))
+        row.update(whitewash_share_before=before, whitewash_share_after=after)
+        out[name] = row
+    return out
+
+
+def stretch_delays(slots: np.ndarray, suspicion: np.ndarray, misbehaving: np.ndarray, seen: np.ndarray,
+                   below: float) -> list[tuple[int, bool]]:
+    """Per misbehaving stretch of each id: (slots until detection, detected).
+
+    slots: (S,) absolute test slots in order; suspicion: (S, ids) mean T_beh toward the owners an id misbehaves
+    toward (NaN where none); misbehaving: (S, ids) whether it misbehaved toward a candidate's owner; seen: (S, ids)
+    whether it was a candidate at all. A stretch runs over consecutive observed misbehaving slots and ends at a
+    slot in which the id was a candidate but misbehaved toward no one (an on-off attacker's good stretch)."""
+    out = []
+    for column in np.flatnonzero(misbehaving.any(axis=0)):
+        start, detected = None, False
+        for k in range(len(slots)):
+            if misbehaving[k, column]:
+                if start is None:
+                    start, detected = slots[k], False
+                if not detected and suspicion[k, column] < below:
+                    out.append((int(slots[k] - start), True))
+                    detected = True
+            elif seen[k, column] and start is not None:
+                if not detected:
+                    out.append((int(slots[k] - start), False))
+                start = None
+        if start is not None and not detected:
+            out.append((int(slots[-1] - start + 1), False))
+    return out
+
+
+def whitewash_shares(world, slots: np.ndarray, share: np.ndarray) -> tuple[float, float]:
+    """Mean share of a slot's tasks a whitewasher got in up to :data:`WHITEWASH_WINDOW` test slots before leaving an
+    id and under its new id in as many from rejoining (NaN, NaN without such a rejoin in the test slots)."""
+    before, after = [], []
+    if not len(slots):
+        return float("nan"), float("nan")
+    for old in np.flatnonzero((world.left >= slots[0]) & (world.left <= slots[-1])):
+        new, leave = world.next_id[old], world.left[old]
+        ahead = (slots >= leave - WHITEWASH_WINDOW) & (slots < leave)
+        behind = (slots >= leave) & (slots < leave + WHITEWASH_WINDOW)
+        if ahead.any() and behind.any():
+            before.append(share[ahead, old].mean())
+            after.append(share[behind, new].mean())
+    return (float(np.mean(before)), float(np.mean(after))) if before else (float("nan"), float("nan"))

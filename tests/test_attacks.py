@@ -1,0 +1,166 @@
+"""Attacks in the simulator (``--attack KIND=SHARE``) and what model.manipulation measures of them."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from model.config import TrustWeights
+from model.manipulation import attack_measures, stretch_delays, whitewash_shares
+from model.voc import InRange
+from simulator.config import Attack, AttackKind, SimConfig, parse_attack
+from simulator.experiment import simulated_run, simulated_world
+from simulator.world import NEVER, Expected
+from trustbeam.cli import main
+
+SMALL = SimConfig(devices=80, tasks=2400, slots=30, seed=5)
+
+
+def test_attack_is_parsed_and_bad_ones_are_refused_by_name() -> None:
+    assert parse_attack("sybil=0.2") == Attack(AttackKind.SYBIL, 0.2)
+    assert parse_attack(" On-Off=0.1").kind is AttackKind.ON_OFF
+    for text, message in [("sneaky=0.1", "unknown kind 'sneaky'"), ("bad-mouthing=0.1", "'bad-mouthing' is not "
+                                                                                        "simulated yet"),
+                          ("sybil=1", "must be in [0, 1) (got 1.0)"), ("sybil=-0.1", "(got -0.1)"),
+                          ("sybil", "expected KIND=SHARE"), ("sybil=lots", "share of 'sybil' is not a number")]:
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+            parse_attack(text)
+
+
+def test_no_attackers_leave_the_paper_setting_as_it_was() -> None:
+    plain = simulated_run(SMALL)
+    none = simulated_run(replace(SMALL, attack=Attack(AttackKind.SYBIL, 0.0)))
+    assert all(a.equals(b) for a, b in zip(plain, none))
+
+
+def test_a_sybil_device_answers_under_several_ids_that_share_everything_hidden() -> None:
+    config = replace(SMALL, attack=Attack(AttackKind.SYBIL, 0.25, sybil_ids=3))
+    events, _, status, world = simulated_world(config)
+    attackers = np.flatnonzero(world.attacker[:config.devices])
+    assert len(attackers) == 20 and world.size == 80 + 2 * 20
+    devices = world.devices_table().to_pandas().set_index("device")
+    groups = devices[devices["attack"] == "sybil"].groupby("physical")
+    assert groups.size().eq(3).all() and len(groups) == 20
+    assert (groups[["x_m", "y_m", "cpu_hz", "willingness", "high", "low"]].nunique() == 1).all().all()
+    assert (devices.loc[devices["attack"] == "sybil", "behaviour"] == "stable_unreliable").all()
+    assert set(devices.loc[devices["attack"] == "", "physical"]) == set(devices.index[devices["attack"] == ""])
+    collab = pc.index_in(events["collaborator"], value_set=world.ids).to_numpy()
+    owner = pc.index_in(events["owner"], value_set=world.ids).to_numpy()
+    assert (world.physical[collab] != world.physical[owner]).all()
+    assert np.isin(np.arange(80, world.size), collab).mean() > 0.9  # the further ids take tasks too
+    assert status.num_rows == world.size * config.slots  # every id reports
+    # an id's load is its device's
+    alias = 80
+    assert world.load(np.array([alias]), 4) == world.load(world.physical[[alias]], 4)
+
+
+def test_a_whitewasher_rejoins_under_a_new_id_only_after_a_poor_record() -> None:
+    attack = Attack(AttackKind.WHITEWASHING, 0.2, whitewash_ids=6, whitewash_min_tasks=3, whitewash_below=0.7)
+    config = replace(SMALL, attack=attack)
+    events, _, status, world = simulated_world(config)
+    weights = TrustWeights()
+    collab = pc.index_in(events["collaborator"], value_set=world.ids).to_numpy()
+    owner = pc.index_in(events["owner"], value_set=world.ids).to_numpy()
+    slot = events["slot"].to_numpy()
+    t_col = weights.a_tr * events["tr_success"].to_numpy() + weights.a_com * events["com_success"].to_numpy()
+    status_ids = pc.index_in(status["device"], value_set=world.ids).to_numpy()
+    status_slot = (status["time_ms"].to_numpy() - config.clock.start_ms(0)) // config.clock.slot_ms
+    left = np.flatnonzero(world.left < NEVER)
+    assert len(left) > 10
+    for row in left:
+        mine = collab == row
+        assert mine.sum() >= 3 and t_col[mine].mean() < 0.7 + 1e-9  # it left a poor record
+        following = world.next_id[row]
+        assert world.joined[following] == world.left[row] and world.physical[following] == world.physical[row]
+    for row in range(world.size):  # every id acts, as owner or collaborator, and reports only while present
+        for slots in (slot[(collab == row) | (owner == row)], status_slot[status_ids == row]):
+            assert ((world.joined[row] <= slots) & (slots < world.left[row])).all()
+    never_joined = np.flatnonzero(world.joined == NEVER)
+    assert not np.isin(never_joined, collab).any()
+
+
+def test_misbehaving_is_an_attackers_bad_stretch_or_target() -> None:
+    world = simulated_world(replace(SMALL, attack=Attack(AttackKind.ON_OFF, 0.25)))[3]
+    attackers = np.flatnonzero(world.attacker)
+    owners = np.zeros(len(attackers), dtype=np.int64) + np.flatnonzero(~world.attacker)[0]
+    over = np.array([world.misbehaving(attackers, owners, t) for t in range(30)])
+    assert 0.1 < over.mean() < 0.6  # off stretches of 2-8 slots between good ones of 6-20
+    honest = np.flatnonzero(~world.attacker)
+    assert not world.misbehaving(honest, np.roll(honest, 1), 3).any()
+
+
+def test_stretch_delays_by_hand() -> None:
+    slots = np.arange(10, 15)
+    misbehaving = np.array([[True], [True], [False], [True], [True]])
+    suspicion = np.array([[0.8], [0.6], [np.nan], [0.9], [0.9]])
+    seen = np.ones((5, 1), dtype=bool)
+    assert stretch_delays(slots, suspicion, misbehaving, seen, 0.7) == [(1, True), (2, False)]
+    unseen = seen.copy()
+    unseen[2] = False  # not a candidate in slot 12: the stretch goes on, detected in slot 11
+    assert stretch_delays(slots, suspicion, misbehaving, unseen, 0.7) == [(1, True)]
+
+
+def test_whitewash_shares_by_hand() -> None:
+    world = SimpleNamespace(left=np.array([12, NEVER, NEVER]), next_id=np.array([1, -1, -1]))
+    slots = np.arange(5, 20)
+    share = np.zeros((15, 3))
+    share[slots < 12, 0], share[slots >= 12, 1] = 0.1, 0.05
+    assert whitewash_shares(world, slots, share) == pytest.approx((0.1, 0.05))
+    assert all(math.isnan(v) for v in whitewash_shares(world, np.arange(13, 20), share[8:]))
+
+
+def test_attack_measures_by_hand() -> None:
+    """Two tasks (owners 0, 1) with candidates 2 (honest) and 3 (an attacker misbehaving toward owner 0 only)."""
+    weights = TrustWeights()
+    world = SimpleNamespace(config=SimpleNamespace(weights=weights), size=4,
+                            attacker=np.array([False, False, False, True]),
+                            misbehaving=lambda cols, owners, slot: (cols == 3) & (owners == 0),
+                            left=np.full(4, NEVER), next_id=np.full(4, -1))
+    rows, cols = np.array([0, 0, 1, 1]), np.array([2, 3, 2, 3])
+    valid = np.zeros((2, 4), dtype=bool)
+    valid[rows, cols] = True
+    p_com = np.array([0.95, 0.2, 0.95, 0.95])
+    pool = InRange(5, valid, rows, cols, Expected(np.ones(4), p_com, None, None), np.array([1.0, 2.0, 1.0, 2.0]),
+                   np.ones(4))
+    events = pa.table({"slot": [5, 5], "trust_threshold": [0.75, 0.5]})
+    beliefs = {"m": np.array([0.9, 0.8, 0.9, 0.4])}
+    out = attack_measures(world, events, [(np.array([0, 1]), pool, beliefs)])
+    # m: task 0 picks the attacker (0.8 >= 0.75, higher VoC), task 1 the honest device (0.4 < 0.5)
+    assert out["m"]["tasks_assigned"] == 1.0 and out["m"]["attack_tasks_won"] == 0.5
+    assert out["m"]["attack_voc_lost"] == pytest.approx(2.0 * (1 - 0.2) / 2)
+    assert (out["m"]["attack_slots_to_detect"], out["m"]["attack_detected"]) == (1.0, 0.0)  # 0.8: not detected
+    truth = weights.a_tr + weights.a_com * 0.95
+    assert out["m"]["honest_trust_shift"] == pytest.approx(0.9 - truth) and out["m"]["honest_flagged"] == 0.0
+    # the oracle: the attacker's truth 0.68 < 0.75 (task 0 goes to the honest device) and detected at once
+    assert out["oracle"]["attack_tasks_won"] == 0.0 and out["oracle"]["attack_detected"] == 1.0
+    assert out["oracle"]["attack_slots_to_detect"] == 0.0 and out["oracle"]["honest_trust_shift"] == 0.0
+    assert 0.0 <= out["random"]["attack_tasks_won"] <= 0.5 and out["random"]["tasks_assigned"] == 1.0
+    assert math.isnan(out["m"]["whitewash_share_before"])
+
+
+def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
+    out = tmp_path / "report"
+    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--seed", "11", "--attack", "sybil=0.2",
+                 "--methods", "mean", "channel_beta", "oracle", "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["setup"]["attack"] == "sybil=0.2"
+    for method in ("mean", "channel_beta", "oracle", "random"):
+        won = report[method]["attack_tasks_won"]
+        assert set(won) == {"mean", "std"} and 0 <= won["mean"] <= 1
+    assert report["random"]["attack_tasks_won"]["mean"] > report["oracle"]["attack_tasks_won"]["mean"]
+    assert "attack_tasks_won" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("args, message", [(["--attack", "sybil=1.5"], "share of 'sybil' must be in [0, 1)"),
+                                           (["--attack", "gossip=0.1"], "--attack: unknown kind 'gossip'"),
+                                           (["--attack", "sybil=0.1", "--events", "x.parquet"], "simulated runs only")])
+def test_evaluate_refuses_bad_attacks_by_name(args, message, tmp_path, capsys) -> None:
+    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--out", str(tmp_path), *args]) == 2
+    assert message in capsys.readouterr().err
