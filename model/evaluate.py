@@ -334,22 +334,35 @@ def _behaviour_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
         for method, by in rows.items()])
 
 
-ATTACK_MEASURES = ("tasks_assigned", "attack_tasks_won", "attack_voc_lost", "attack_slots_to_detect", "attack_detected",
-                   "honest_flagged", "honest_trust_shift", "whitewash_share_before", "whitewash_share_after")
+SELECTION_MEASURES = ("tasks_assigned", "attack_tasks_won", "attack_voc_lost", "whitewash_share_before",
+                      "whitewash_share_after")  # per selection rule (model.manipulation)
+BELIEF_MEASURES = ("attack_slots_to_detect", "attack_detected", "honest_flagged", "honest_trust_shift")
 
 
 def _attack_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
-    """What attackers won from each method (:mod:`model.manipulation`), when the run had attackers."""
+    """What attackers won from each method (:mod:`model.manipulation`), when the run had attackers: the selections
+    by each rule, then what each method believed of attackers and honest devices."""
     rows = {m: row for m, row in summary.items() if "attack_tasks_won" in row}
     if not rows:
         return []
-    measures = [m for m in ATTACK_MEASURES if any(m in row for row in rows.values())]
-    lines = ["", "Manipulation: what the attackers won when each method selected by the paper's rule at each task's "
-                 f"own threshold (detected: T_beh below {DETECT_BELOW}; mean ± std over runs; see "
-                 "model.manipulation):", ""]
-    return lines + _table(["method", *measures], [
-        [method, *(f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}" if m in row and not math.isnan(row[m]["mean"])
-                   else "" for m in measures)] for method, row in rows.items()])
+
+    def cell(row: dict, measure: str) -> str:
+        return "" if measure not in row or math.isnan(row[measure]["mean"]) else \
+            f"{row[measure]['mean']:.4f} ± {row[measure]['std']:.4f}"
+
+    lines = []
+    for suffix, rule in (("", "the paper's rule (the highest VoC among T >= the task's threshold)"),
+                         ("_expected", "the expected-value rule (the highest T × VoC among them)")):
+        measures = [m for m in SELECTION_MEASURES if any(f"{m}{suffix}" in row for row in rows.values())]
+        lines += ["", f"Manipulation: what the attackers won when each method selected by {rule} (mean ± std over "
+                      "runs; model.manipulation):", ""]
+        lines += _table(["method", *measures], [[method, *(cell(row, f"{m}{suffix}") for m in measures)]
+                                                 for method, row in rows.items()])
+    lines += ["", f"Manipulation: what each method believed (detected: T_beh toward its victims below {DETECT_BELOW}; "
+                  "honest_flagged: honest candidates below it; honest_trust_shift: T_beh minus the truth over honest "
+                  "candidates):", ""]
+    return lines + _table(["method", *BELIEF_MEASURES], [[method, *(cell(row, m) for m in BELIEF_MEASURES)]
+                                                         for method, row in rows.items() if BELIEF_MEASURES[0] in row])
 
 
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], paired: dict | None = None) -> str:

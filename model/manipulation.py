@@ -3,7 +3,8 @@
 A simulated run may hold attackers (``simulator.config.Attack``): devices that misbehave toward some owners in
 some slots (:meth:`simulator.world.World.misbehaving`). Over the test tasks scored once for the VoC experiment
 (:func:`model.voc.scored_tasks`), every method selects by the paper's rule (the highest VoC among candidates
-with T >= the task's own trust threshold, as a scheduler would), and this module counts what the attackers got:
+with T >= the task's own trust threshold, as a scheduler would; and by the expected-value rule, the highest
+T x VoC among them, under the same names suffixed ``_expected``), and this module counts what the attackers got:
 
 - ``tasks_assigned``: the share of test tasks with a qualifying candidate (a method that trusts no one hands
   attackers nothing, and no one anything);
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from model.trust import select
+from model.trust import SELECTION_RULES, select
 from model.voc import ScoredTasks
 
 DETECT_BELOW = 0.7  # T_beh below the top of the default task thresholds: detected
@@ -39,34 +40,45 @@ WHITEWASH_WINDOW = 10  # slots each side of a rejoin
 
 
 @dataclass
-class _Tally:
-    """One method's running counts over the test slots."""
+class _Selections:
+    """One method's selections by one rule, over the test slots."""
 
     assigned: float = 0.0
     won: float = 0.0
     lost: float = 0.0
+    share: list[np.ndarray] = field(default_factory=list)  # per slot: (ids,) share of its tasks each id got
+
+
+@dataclass
+class _Beliefs:
+    """What one method believes of the attackers and of the honest candidates, over the test slots."""
+
     shift: float = 0.0
     flagged: float = 0.0
     honest: int = 0
-    share: list[np.ndarray] = field(default_factory=list)  # per slot: (ids,) share of its tasks each id got
     suspicion: list[np.ndarray] = field(default_factory=list)  # per slot: (ids,) mean T_beh toward its victims
 
 
 def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: int = 0,
                     detect_below: float = DETECT_BELOW) -> dict[str, dict[str, float]]:
     """{method: {measure: value}} for every scorer of ``scored``, ``oracle`` and ``random`` (see the module's
-    docstring). ``world`` is the simulator's :class:`simulator.world.World` as the run left it; ``events`` the
-    run's events (each task's ``trust_threshold``, in the order :func:`model.voc.scored_tasks` reads owners)."""
+    docstring); the selection measures by the paper's rule under their names, and by the expected-value rule
+    (the highest T x VoC among T >= the threshold, :func:`model.trust.select`) with the suffix ``_expected``.
+    ``world`` is the simulator's :class:`simulator.world.World` as the run left it; ``events`` the run's events
+    (each task's ``trust_threshold``, in the order :func:`model.voc.scored_tasks` reads owners)."""
     rng = np.random.default_rng([seed, 11])
     event_slot, event_threshold = events["slot"].to_numpy(), events["trust_threshold"].to_numpy()
-    tallies: dict[str, _Tally] = {}
+    selections: dict[tuple[str, str], _Selections] = {}
+    beliefs_of: dict[str, _Beliefs] = {}
     slots, victims_seen, candidate_seen = [], [], []
     tasks = 0
     for owners, pool, beliefs in scored:
         expected, rows, cols = pool.expected, pool.rows, pool.cols
         truth = expected.reliability(world.config.weights)
+        beliefs = {**beliefs, "oracle": truth}
         misbehaving = world.misbehaving(cols, owners[rows], pool.slot)
-        loss = pool.value * (1.0 - expected.p_tr * expected.p_com_given_tr)
+        won_at, lost_at = pool.dense(misbehaving, False), pool.dense(pool.value * (1.0 - expected.p_tr *
+                                                                                   expected.p_com_given_tr), 0.0)
         voc = pool.dense(pool.value, -np.inf)
         honest = ~world.attacker[cols]
         victims = np.bincount(cols[misbehaving], minlength=world.size)
@@ -76,39 +88,41 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         tasks += len(owners)
         thresholds = event_threshold[event_slot == pool.slot][:, None]  # (tasks, 1)
         random_choice = np.array([rng.choice(np.flatnonzero(r)) if r.any() else -1 for r in pool.valid])
-        choices = {name: select(pool.dense(t_beh * pool.t_res, 0.0), voc, pool.valid, thresholds)
-                   for name, t_beh in {**beliefs, "oracle": truth}.items()}
-        for name, choice in {**choices, "random": random_choice}.items():
-            tally = tallies.setdefault(name, _Tally())
-            picked = choice >= 0
-            task, column = np.flatnonzero(picked), choice[picked]
-            won = pool.dense(misbehaving, False)[task, column]
-            tally.assigned += float(picked.sum())
-            tally.won += float(won.sum())
-            tally.lost += float(pool.dense(loss, 0.0)[task[won], column[won]].sum())
-            tally.share.append(np.bincount(column, minlength=world.size) / len(owners))
-            t_beh = {**beliefs, "oracle": truth}.get(name)
-            if t_beh is not None:
-                tally.shift += float((t_beh - truth)[honest].sum())
-                tally.flagged += float((t_beh[honest] < detect_below).sum())
-                tally.honest += int(honest.sum())
-                total = np.bincount(cols[misbehaving], weights=t_beh[misbehaving], minlength=world.size)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    tally.suspicion.append(np.where(victims > 0, total / victims, np.nan))
-    out = {}
-    for name, tally in tallies.items():
-        row = {"tasks_assigned": tally.assigned / max(tasks, 1), "attack_tasks_won": tally.won / max(tasks, 1),
-               "attack_voc_lost": tally.lost / max(tasks, 1)}
-        if tally.suspicion:
-            delays = stretch_delays(np.array(slots), np.array(tally.suspicion), np.array(victims_seen) > 0,
-                                    np.array(candidate_seen) > 0, detect_below)
-            row.update(attack_slots_to_detect=float(np.mean([d for d, _ in delays])) if delays else float("nan"),
-                       attack_detected=float(np.mean([hit for _, hit in delays])) if delays else float("nan"),
-                       honest_flagged=tally.flagged / max(tally.honest, 1),
-                       honest_trust_shift=tally.shift / max(tally.honest, 1))
+        for rule in SELECTION_RULES:
+            choices = {name: select(pool.dense(t_beh * pool.t_res, 0.0), voc, pool.valid, thresholds, rule)
+                       for name, t_beh in beliefs.items()}
+            for name, choice in {**choices, "random": random_choice}.items():
+                tally = selections.setdefault((name, rule), _Selections())
+                picked = choice >= 0
+                task, column = np.flatnonzero(picked), choice[picked]
+                won = won_at[task, column]
+                tally.assigned += float(picked.sum())
+                tally.won += float(won.sum())
+                tally.lost += float(lost_at[task[won], column[won]].sum())
+                tally.share.append(np.bincount(column, minlength=world.size) / len(owners))
+        for name, t_beh in beliefs.items():
+            tally = beliefs_of.setdefault(name, _Beliefs())
+            tally.shift += float((t_beh - truth)[honest].sum())
+            tally.flagged += float((t_beh[honest] < detect_below).sum())
+            tally.honest += int(honest.sum())
+            total = np.bincount(cols[misbehaving], weights=t_beh[misbehaving], minlength=world.size)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                tally.suspicion.append(np.where(victims > 0, total / victims, np.nan))
+    out: dict[str, dict[str, float]] = {}
+    for (name, rule), tally in selections.items():
+        suffix = "" if rule == "paper" else f"_{rule}"
         before, after = whitewash_shares(world, np.array(slots), np.array(tally.share))
-        row.update(whitewash_share_before=before, whitewash_share_after=after)
-        out[name] = row
+        out.setdefault(name, {}).update({
+            f"tasks_assigned{suffix}": tally.assigned / max(tasks, 1),
+            f"attack_tasks_won{suffix}": tally.won / max(tasks, 1), f"attack_voc_lost{suffix}": tally.lost / max(tasks, 1),
+            f"whitewash_share_before{suffix}": before, f"whitewash_share_after{suffix}": after})
+    for name, tally in beliefs_of.items():
+        delays = stretch_delays(np.array(slots), np.array(tally.suspicion), np.array(victims_seen) > 0,
+                                np.array(candidate_seen) > 0, detect_below)
+        out[name].update(attack_slots_to_detect=float(np.mean([d for d, _ in delays])) if delays else float("nan"),
+                         attack_detected=float(np.mean([hit for _, hit in delays])) if delays else float("nan"),
+                         honest_flagged=tally.flagged / max(tally.honest, 1),
+                         honest_trust_shift=tally.shift / max(tally.honest, 1))
     return out
 
 

@@ -135,6 +135,7 @@ def test_attack_measures_by_hand() -> None:
     # m: task 0 picks the attacker (0.8 >= 0.75, higher VoC), task 1 the honest device (0.4 < 0.5)
     assert out["m"]["tasks_assigned"] == 1.0 and out["m"]["attack_tasks_won"] == 0.5
     assert out["m"]["attack_voc_lost"] == pytest.approx(2.0 * (1 - 0.2) / 2)
+    assert out["m"]["attack_tasks_won_expected"] == 0.5  # 0.8 x 2 > 0.9 x 1: the attacker again
     assert (out["m"]["attack_slots_to_detect"], out["m"]["attack_detected"]) == (1.0, 0.0)  # 0.8: not detected
     truth = weights.a_tr + weights.a_com * 0.95
     assert out["m"]["honest_trust_shift"] == pytest.approx(0.9 - truth) and out["m"]["honest_flagged"] == 0.0
@@ -164,3 +165,13 @@ def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
 def test_evaluate_refuses_bad_attacks_by_name(args, message, tmp_path, capsys) -> None:
     assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--out", str(tmp_path), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_simulate_writes_the_attackers_hidden_labels(tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    assert main(["simulate", "--devices", "40", "--tasks", "400", "--slots", "10", "--attack", "sybil=0.25",
+                 "--out", str(tmp_path)]) == 0
+    devices = pq.read_table(tmp_path / "devices.parquet").to_pandas()
+    sybils = devices[devices["attack"] == "sybil"]
+    assert len(devices) == 40 + 2 * 10 and len(sybils) == 30 and sybils["physical"].nunique() == 10
