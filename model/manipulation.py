@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from model.trust import SELECTION_RULES, select
-from model.voc import ScoredTasks
+from model.voc import ScoredTasks, uniform_choice
 
 DETECT_BELOW = 0.7  # T_beh below the top of the default task thresholds: detected
 WHITEWASH_WINDOW = 10  # slots each side of a rejoin
@@ -87,7 +87,7 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         candidate_seen.append(np.bincount(cols[world.attacker[cols]], minlength=world.size))
         tasks += len(owners)
         thresholds = event_threshold[event_slot == pool.slot][:, None]  # (tasks, 1)
-        random_choice = np.array([rng.choice(np.flatnonzero(r)) if r.any() else -1 for r in pool.valid])
+        random_choice = uniform_choice(rng, pool.valid)
         for rule in SELECTION_RULES:
             choices = {name: select(pool.dense(t_beh * pool.t_res, 0.0), voc, pool.valid, thresholds, rule)
                        for name, t_beh in beliefs.items()}

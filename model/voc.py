@@ -50,11 +50,16 @@ def voc_curves(world, scored: list[ScoredTasks], thetas: tuple[float, ...] = THE
                 choice = select(trust, voc, pool.valid, theta, rule)
                 picked = np.where(choice >= 0, achieved[np.arange(len(owners)), np.maximum(choice, 0)], 0.0)
                 totals[name][k] += picked.sum()
-        random_choice = np.array([rng.choice(np.flatnonzero(r)) if r.any() else -1 for r in pool.valid])
+        random_choice = uniform_choice(rng, pool.valid)
         picked = np.where(random_choice >= 0, achieved[np.arange(len(owners)), np.maximum(random_choice, 0)], 0.0)
         totals["random"] += picked.sum()
         tasks += len(owners)
     return {name: (total / max(tasks, 1)).tolist() for name, total in totals.items()}
+
+
+def uniform_choice(rng: np.random.Generator, valid: np.ndarray) -> np.ndarray:
+    """Per task (row of ``valid``, (tasks, devices)), a candidate drawn uniformly among its valid ones; -1 for none."""
+    return np.array([rng.choice(np.flatnonzero(row)) if row.any() else -1 for row in valid], dtype=np.int64)
 
 
 def candidate_rmse(world, scored: list[ScoredTasks]) -> dict[str, float]:

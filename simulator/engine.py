@@ -110,8 +110,8 @@ class IdRecord:
         self.t_col = np.zeros(ids)
 
     def add(self, collabs: np.ndarray, t_col: np.ndarray) -> None:
-        np.add.at(self.tasks, collabs, 1.0)
-        np.add.at(self.t_col, collabs, t_col)
+        self.tasks += np.bincount(collabs, minlength=len(self.tasks))
+        self.t_col += np.bincount(collabs, weights=t_col, minlength=len(self.t_col))
 
     def poor(self, min_tasks: int, below: float) -> np.ndarray:
         """(ids,) whether an id has at least ``min_tasks`` tasks and their mean T_col is below ``below``."""
@@ -125,7 +125,9 @@ class Simulator:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.world = World(config)
-        self.record = IdRecord(self.world.size)  # whitewashers' tasks under their current ids
+        attack = config.attack
+        # whitewashers' tasks under their current ids: kept only when there are whitewashers
+        self.record = IdRecord(self.world.size) if attack and attack.kind is AttackKind.WHITEWASHING else None
 
     def slot_tasks(self, slot: int) -> range:
         """Global indices of the tasks executed in a slot."""
@@ -160,7 +162,7 @@ class Simulator:
         """Whitewashers whose record under their current id is poor (``config.attack``) rejoin under their next
         id from the next slot on."""
         attack, w = self.config.attack, self.world
-        if attack is None or attack.kind is not AttackKind.WHITEWASHING:
+        if self.record is None:
             return
         everyone = np.arange(w.size)
         poor = self.record.poor(attack.whitewash_min_tasks, attack.whitewash_below)
@@ -227,7 +229,8 @@ class Simulator:
         thresholds = rng.uniform(*c.threshold_range, size=len(batch))
         outcome = self.outcome(slot, np.arange(batch.start, batch.stop, dtype=np.int64), tasks, owners, collabs,
                                thresholds, draws)
-        self.record.add(collabs, collaboration_weight(outcome.tr, outcome.com, c.weights))
+        if self.record is not None:
+            self.record.add(collabs, collaboration_weight(outcome.tr, outcome.com, c.weights))
         summary.events += len(batch)
         summary.tr_success += int(outcome.tr.sum())
         summary.com_success += int(outcome.com.sum())
