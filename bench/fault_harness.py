@@ -310,6 +310,7 @@ def hostile_messages(valid: dict, seed: int = 0) -> dict[str, bytes]:
         "far_future": wire(event_id="h-future", event_time_ms=far_future),
         "before_origin": wire(event_id="h-past", event_time_ms=5),
         "control_characters": wire(event_id="h-ctl", owner="dev\u0000one"),
+        "foreign_reporter": wire(event_id="h-reporter", reporter=valid["collaborator"]),
         "duplicate": wire(),
     }
 

@@ -96,6 +96,7 @@ def import_log(path: str | Path, mapping: LogMapping, slot_days: float) -> tuple
         "tr_success": pa.nulls(n, pa.bool_()), "com_success": pa.nulls(n, pa.bool_()),
         "reliability": (outcome[rows] - lo) / (hi - lo),
         "t_total_s": nulls, "e_total_j": nulls, "t_local_s": nulls, "e_local_j": nulls, "voc": nulls,
+        "reporter": pa.nulls(n, pa.string()),  # a log does not say who observed its outcomes
         "slot": clock.slot_of(times),
     }
     table = pa.Table.from_pydict(columns, schema=events_file_schema({**clock.metadata(),

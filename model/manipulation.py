@@ -76,7 +76,7 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         expected, rows, cols = pool.expected, pool.rows, pool.cols
         truth = expected.reliability(world.config.weights)
         beliefs = {**beliefs, "oracle": truth}
-        misbehaving = world.misbehaving(cols, owners[rows], pool.slot)
+        misbehaving = world.misbehaving(cols, owners[rows], pool.slot, pool.sizes)
         won_at, lost_at = pool.dense(misbehaving, False), pool.dense(pool.value * (1.0 - expected.p_tr *
                                                                                    expected.p_com_given_tr), 0.0)
         voc = pool.dense(pool.value, -np.inf)

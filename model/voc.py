@@ -83,13 +83,16 @@ def scored_tasks(world, events: pa.Table, first_slot: int, test_slots: list[int]
     config = world.config
     owner_of_event = pc.index_in(events["owner"], value_set=world.ids).to_numpy()  # world rows, once
     slot_of_event = events["slot"].to_numpy()
+    size_of_event = events["task_size_bits"].to_numpy()
     for t in test_slots:
         absolute = first_slot + t
-        owners = owner_of_event[slot_of_event == absolute].astype(np.int64)
+        here = slot_of_event == absolute
+        owners = owner_of_event[here].astype(np.int64)
         if not len(owners):
             continue
-        pool = in_range(world, owners, absolute)
-        profile = np.tile([config.task_size_bits, config.density_cycles_per_bit], (len(pool.rows), 1))
+        pool = in_range(world, owners, absolute, size_of_event[here] if config.task_size_spread != 1 else None)
+        sizes = np.full(len(pool.rows), config.task_size_bits) if pool.sizes is None else pool.sizes
+        profile = np.stack([sizes, np.full(len(pool.rows), config.density_cycles_per_bit)], axis=1)
         yield owners, pool, {name: scorer(owners[pool.rows], pool.cols, t - 1, profile)
                              for name, scorer in scorers.items()}
 
@@ -106,6 +109,7 @@ class InRange:
     expected: Any  # simulator.world.Expected of the pairs
     value: np.ndarray  # (P,) VoC of the task at the candidate if it succeeds
     t_res: np.ndarray  # (P,) T_res of the candidate in the slot
+    sizes: np.ndarray | None = None  # (P,) the size of each pair's task (None: every task the nominal size)
 
     def dense(self, values: np.ndarray, fill: float) -> np.ndarray:
         """(P,) pair values -> (tasks, devices), ``fill`` off the valid pairs."""
@@ -114,17 +118,19 @@ class InRange:
         return out
 
 
-def in_range(world, owners: np.ndarray, slot: int) -> InRange:
-    """The candidates of tasks owned by ``owners`` (world rows) in ``slot``, with their hidden expectations and
-    T_res. ``world`` is the simulator's :class:`simulator.world.World`."""
+def in_range(world, owners: np.ndarray, slot: int, sizes: np.ndarray | None = None) -> InRange:
+    """The candidates of tasks owned by ``owners`` (world rows) in ``slot`` (of ``sizes``, (tasks,) bits; None: the
+    nominal size), with their hidden expectations and T_res. ``world`` is the simulator's
+    :class:`simulator.world.World`."""
     config = world.config
     everyone = np.arange(world.size)
     distance = world.distance(np.repeat(owners, world.size), np.tile(everyone, len(owners)))
     valid = (distance.reshape(len(owners), -1) <= config.range_m) & world.present(everyone, slot)[None, :]
     valid &= world.physical[owners][:, None] != world.physical[everyone][None, :]
     rows, cols = np.nonzero(valid)
-    expected = world.expected(owners[rows], cols, slot)
+    pair_sizes = None if sizes is None else sizes[rows]
+    expected = world.expected(owners[rows], cols, slot, size_bits=pair_sizes)
     value = physics.value_of_completion(expected.offload, expected.local, config.system)
     t_res = resource_trust(world.willingness[cols], world.radio_up(cols, slot),
                            world.load(cols, slot) < config.overload)
-    return InRange(slot, valid, rows, cols, expected, value, t_res)
+    return InRange(slot, valid, rows, cols, expected, value, t_res, pair_sizes)

@@ -126,7 +126,8 @@ def _screen(cls: type[Record], table: pa.Table) -> np.ndarray:
         if not spec.nullable:
             ok &= ~column.is_null().to_numpy(zero_copy_only=False)
         if spec.kind is Kind.ID:
-            ok &= _clean_ids(column, spec.max_len or MAX_ID_CHARS)
+            clean = _clean_ids(column, spec.max_len or MAX_ID_CHARS)
+            ok &= clean | column.is_null().to_numpy(zero_copy_only=False) if spec.nullable else clean
             columns[name] = column.to_numpy(zero_copy_only=False)
             continue
         if spec.kind is Kind.FLOAT:

@@ -16,6 +16,22 @@ from schemas.base import Record, Rule, absent, flag, ident, integer, number, rec
 from schemas.errors import ValidationError
 
 MAX_RANKED = 1000
+MONITOR_PREFIX = "monitor:"  # the id namespace of neutral monitors: a reporter named "monitor:<name>" is one
+
+
+def foreign_reporter(reporter: Any, owner: Any) -> Any:
+    """True where a reporter names neither the task's owner nor a monitor (null: the neutral monitor of a log that
+    does not say), for one record or for object columns of a batch."""
+    if not isinstance(reporter, np.ndarray):
+        return reporter is not None and reporter != owner and not _monitor(reporter)
+    out = np.zeros(len(reporter), bool)
+    named = np.flatnonzero(reporter != None)  # noqa: E711 (elementwise on an object column)
+    out[named] = [r != o and not _monitor(r) for r, o in zip(reporter[named], owner[named])]
+    return out
+
+
+def _monitor(reporter: str) -> bool:
+    return reporter.startswith(MONITOR_PREFIX) and len(reporter) > len(MONITOR_PREFIX)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,7 +41,9 @@ class CollaborationEvent(Record):
     The outcome is either the two flags (``tr_success``, ``com_success``; the
     paper's p_tr and p_com of one task) or, for logs that grade the outcome,
     ``reliability`` in [0, 1]. At least one form must be present; when both are,
-    the flags define T_col.
+    the flags define T_col. ``reporter`` says who observed it: a neutral monitor
+    (null, or an id in the ``monitor:`` namespace) or the owner itself, whose
+    report a dishonest owner may falsify (ballot-stuffing, bad-mouthing).
     """
 
     NAME = "collaboration_event"
@@ -45,9 +63,13 @@ class CollaborationEvent(Record):
     t_local_s: float = number("owner's local execution time for the task", unit="s", ge=0, nullable=True)
     e_local_j: float = number("owner's local execution energy for the task", unit="J", ge=0, nullable=True)
     voc: float = number("achieved value of task completion V", ge=0, le=1, nullable=True)
+    reporter: str = ident(f"who reported the outcome: the owner's id, or a neutral monitor's ('{MONITOR_PREFIX}<name>'; "
+                          "null: a monitor, as in the paper's setting)", nullable=True)
 
     RULES = (
         Rule("collaborator", "must differ from owner", lambda r: r.owner == r.collaborator),
+        Rule("reporter", f"must name the owner or a monitor ('{MONITOR_PREFIX}<name>')",
+             lambda r: foreign_reporter(r.reporter, r.owner)),
         Rule("com_success", "tr_success and com_success come together",
              lambda r: np.logical_and(np.logical_not(absent(r.tr_success)), absent(r.com_success))),
         Rule("tr_success", "tr_success and com_success come together",

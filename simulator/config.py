@@ -40,12 +40,16 @@ class AttackKind(str, enum.Enum):
 
     ON_OFF = "on-off"  # good stretches to earn trust, then bad ones (the intermittent behaviour)
     SELECTIVE = "selective"  # bad only toward a subset of owners
+    OPPORTUNISTIC = "opportunistic"  # good on small (low-value) tasks, bad on large (valuable) ones
     WHITEWASHING = "whitewashing"  # unreliable; rejoins under a new id once its record under the old one is poor
     SYBIL = "sybil"  # one unreliable device behind several ids
+    BALLOT_STUFFING = "ballot-stuffing"  # unreliable colluders that offload to each other and report success
+    BAD_MOUTHING = "bad-mouthing"  # unreliable colluders that report failure for the honest devices they offload to
 
-
-# the issue's further kinds, refused by name until the simulator carries them out
-PLANNED_ATTACKS = ("opportunistic", "ballot-stuffing", "bad-mouthing")
+    @property
+    def false_reports(self) -> bool:
+        """Whether the attack lies in the outcomes its devices report as owners (it needs owner-reported outcomes)."""
+        return self in (AttackKind.BALLOT_STUFFING, AttackKind.BAD_MOUTHING)
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,12 @@ class Attack:
     ``sybil_ids``: ids each Sybil device answers under (all present throughout). ``whitewash_ids``: the most ids a
     whitewasher goes through; it leaves its id (and rejoins under the next) at the end of a slot in which its
     mean observed T_col under that id, over at least ``whitewash_min_tasks`` tasks, is below ``whitewash_below``
-    (the top of the default task thresholds: the id no longer qualifies for demanding tasks)."""
+    (the top of the default task thresholds: the id no longer qualifies for demanding tasks). An opportunistic
+    device is reliable on tasks up to the nominal size (``SimConfig.task_size_bits``, the median of the sizes) and
+    unreliable on larger ones. Ballot-stuffers and bad-mouthers are a colluding group of unreliable devices that lie
+    in the outcomes they report as owners (``SimConfig.owner_reports``): ballot-stuffers offload to one another
+    whenever a fellow colluder is in range and report every such task a success; bad-mouthers offload as everyone
+    does and report the computation of every task an honest device ran for them as failed."""
 
     kind: AttackKind
     share: float
@@ -80,9 +89,9 @@ class Attack:
 
     @property
     def behaviour(self) -> Behaviour:
-        """The hidden behaviour the attackers follow."""
-        return {AttackKind.ON_OFF: Behaviour.INTERMITTENT,
-                AttackKind.SELECTIVE: Behaviour.SELECTIVE}.get(self.kind, Behaviour.STABLE_UNRELIABLE)
+        """The hidden behaviour the attackers follow (an opportunistic device's is reliable but for large tasks)."""
+        return {AttackKind.ON_OFF: Behaviour.INTERMITTENT, AttackKind.SELECTIVE: Behaviour.SELECTIVE,
+                AttackKind.OPPORTUNISTIC: Behaviour.STABLE_RELIABLE}.get(self.kind, Behaviour.STABLE_UNRELIABLE)
 
 
 def parse_attack(text: str) -> Attack:
@@ -92,8 +101,6 @@ def parse_attack(text: str) -> Attack:
     if not sep:
         raise ValueError(f"--attack: expected KIND=SHARE, e.g. sybil=0.2 (got {text!r})")
     known = ", ".join(k.value for k in AttackKind)
-    if name in PLANNED_ATTACKS:
-        raise ValueError(f"--attack: {name!r} is not simulated yet (simulated: {known})")
     try:
         kind = AttackKind(name)
     except ValueError:
@@ -103,6 +110,22 @@ def parse_attack(text: str) -> Attack:
     except ValueError:
         raise ValueError(f"--attack: share of {name!r} is not a number ({share!r}; expected KIND=SHARE)") from None
     return Attack(kind, value)
+
+
+OPPORTUNISTIC_SPREAD = 4.0  # task sizes within 4x of the nominal size, where an opportunistic attack needs them
+
+
+def attack_setting(attack: Attack | None, owner_reports: float | None = None,
+                   task_size_spread: float | None = None) -> dict:
+    """The SimConfig fields of an attack and what it needs where the caller leaves them unset (None): outcomes all
+    reported by owners for an attack by false reports, tasks of differing sizes (:data:`OPPORTUNISTIC_SPREAD`) for
+    an opportunistic one; else the paper's setting (a neutral monitor, one size)."""
+    kind = attack.kind if attack else None
+    if owner_reports is None:
+        owner_reports = 1.0 if kind is not None and kind.false_reports else 0.0
+    if task_size_spread is None:
+        task_size_spread = OPPORTUNISTIC_SPREAD if kind is AttackKind.OPPORTUNISTIC else 1.0
+    return {"attack": attack, "owner_reports": owner_reports, "task_size_spread": task_size_spread}
 
 
 class ChannelModel(str, enum.Enum):
@@ -132,7 +155,8 @@ class SimConfig:
     cpu_choices_hz: tuple[float, ...] = (2e9, 4e9, 6e9)
     tx_w: float = 0.1  # 100 mW
     rx_w: float = 0.08  # 80 mW
-    task_size_bits: float = 5e6 * 8  # 5 MB face-recognition task
+    task_size_bits: float = 5e6 * 8  # 5 MB face-recognition task (the median size where sizes vary)
+    task_size_spread: float = 1.0  # sizes log-uniform in [size / spread, size * spread]; 1: every task the same
     density_cycles_per_bit: float = 2339.0
     threshold_range: tuple[float, float] = (0.3, 0.7)  # each task's theta ~ U(lo, hi)
     outage_snr_db: float = 0.0  # Rayleigh fading: P(tr) = exp(-snr_th / mean SNR)
@@ -154,6 +178,8 @@ class SimConfig:
     load_drift: float = 0.25  # with telemetry: extra load a degrading device takes on as it degrades (a
     #                           recovering one sheds it as it recovers)
     attack: Attack | None = None  # a share of the devices manipulate (hidden labels in the devices table)
+    owner_reports: float = 0.0  # share of tasks whose outcome the owner reports (the event's reporter); the rest a
+    #                             neutral monitor observes (reporter null). 0: the paper's setting
     clock: SlotClock = field(default_factory=SlotClock)
     system: SystemParams = field(default_factory=SystemParams)
     weights: TrustWeights = field(default_factory=TrustWeights)
@@ -187,6 +213,12 @@ class SimConfig:
             raise ValueError("SimConfig.load_*: need 0 <= load_mean - load_swing and "
                              f"load_mean + load_swing (+ load_drift with telemetry) <= load_max < 1 (got "
                              f"{self.load_mean}, {self.load_swing}, {drift}, {self.load_max})")
+        if not 0 <= self.owner_reports <= 1:
+            raise ValueError(f"SimConfig.owner_reports: must be in [0, 1] (got {self.owner_reports!r})")
+        if not self.task_size_spread >= 1:
+            raise ValueError(f"SimConfig.task_size_spread: must be >= 1 (got {self.task_size_spread!r})")
+        if self.attack is not None and self.attack.kind is AttackKind.OPPORTUNISTIC and self.task_size_spread == 1:
+            raise ValueError("--attack opportunistic: needs tasks of differing sizes (task_size_spread > 1)")
         if any(share < 0 for share in self.mix.values()) or sum(self.mix.values()) <= 0:
             raise ValueError(f"SimConfig.mix: shares must be >= 0 with a positive sum (got {self.mix!r})")
 

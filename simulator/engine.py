@@ -23,6 +23,7 @@ from simulator.config import AttackKind, Policy, SimConfig
 from simulator.world import World
 
 SUB_BATCH = 65_536
+_REPORTS, _SIZES = 4, 6  # random streams of their own: which tasks owners report, the tasks' sizes
 MAX_DRAWS = 64  # rejection-sampling rounds before falling back to the nearest available device
 
 STATUS_SCHEMA = arrow_schema(DeviceStatus)
@@ -75,14 +76,15 @@ class Summary:
 
 @dataclass(frozen=True)
 class Outcome:
-    """Executed tasks: their events, the transmission and computation outcomes, the achieved VoC
-    (0 for a failed task) and the hidden expected reliability of each (owner, collaborator)."""
+    """Executed tasks: their events, the transmission and computation outcomes as reported, the achieved VoC
+    (0 for a failed task) and each task's hidden expected reliability."""
 
     events: pa.Table
     tr: np.ndarray
     com: np.ndarray
     voc: np.ndarray
     reliability: np.ndarray
+    p_com: np.ndarray  # each task's hidden P(tr and com)
 
 
 class MemorySink:
@@ -143,14 +145,16 @@ class Simulator:
                 summary.status += status.num_rows
                 self._emit(sinks, "status", status)
             tasks = self.slot_tasks(slot)
-            pairs = []
+            pairs, truths = [], []
             for sub, first in enumerate(range(tasks.start, tasks.stop, SUB_BATCH)):
                 batch = range(first, min(first + SUB_BATCH, tasks.stop))
-                events, keys = self.events_table(slot, sub, batch, tasks, summary)
+                events, keys, truth = self.events_table(slot, sub, batch, tasks, summary)
                 pairs.append(keys)
+                truths.append(truth)
                 self._emit(sinks, "events", events)
             if pairs:
-                truth = self.truth_table(slot, np.concatenate(pairs))
+                per_task = None if self.config.task_size_spread == 1 else np.concatenate(truths)
+                truth = self.truth_table(slot, np.concatenate(pairs), per_task)
                 summary.truth_rows += truth.num_rows
                 self._emit(sinks, "truth", truth)
             self.whitewash(slot)
@@ -192,16 +196,21 @@ class Simulator:
         return pa.Table.from_pydict(columns, schema=STATUS_SCHEMA)
 
     def choose(self, rng: np.random.Generator, owners: np.ndarray, slot: int) -> tuple[np.ndarray, int]:
-        """A collaborator (an id present in the slot, of another device) per owner by the configured policy;
-        returns (collaborators, fallbacks)."""
+        """A collaborator (an id present in the slot, of another device) per owner by the configured policy (a
+        ballot-stuffer draws among its fellow colluders); returns (collaborators, fallbacks)."""
         w, n = self.world, self.world.size
         chosen = np.full(len(owners), -1, dtype=np.int64)
         pending = np.arange(len(owners))
+        attack = self.config.attack
+        colluders = np.flatnonzero(w.attacker) if attack and attack.kind is AttackKind.BALLOT_STUFFING else None
         for _ in range(MAX_DRAWS):
             if not len(pending):
                 break
             candidate = rng.integers(0, n, size=len(pending))
             owner = owners[pending]
+            if colluders is not None and len(colluders):
+                stuffing = w.attacker[owner]
+                candidate[stuffing] = colluders[rng.integers(0, len(colluders), size=int(stuffing.sum()))]
             ok = (w.physical[candidate] != w.physical[owner]) & w.present(candidate, slot)
             ok &= w.available(candidate, slot)
             ok &= rng.random(len(pending)) < w.willingness[candidate]
@@ -219,8 +228,9 @@ class Simulator:
 
     def events_table(
         self, slot: int, sub: int, batch: range, tasks: range, summary: Summary
-    ) -> tuple[pa.Table, np.ndarray]:
-        """One sub-batch of a slot's tasks; also returns owner*N + collaborator keys."""
+    ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+        """One sub-batch of a slot's tasks; also returns owner*N + collaborator keys and each task's hidden
+        (reliability, P(com)) (m, 2)."""
         c = self.config
         rng = np.random.default_rng([c.seed, 1, slot, sub])
         owners = self.world.active[rng.integers(0, c.devices, size=len(batch))]  # each device's current id
@@ -228,7 +238,8 @@ class Simulator:
         draws = rng.random((2, len(batch)))
         thresholds = rng.uniform(*c.threshold_range, size=len(batch))
         outcome = self.outcome(slot, np.arange(batch.start, batch.stop, dtype=np.int64), tasks, owners, collabs,
-                               thresholds, draws)
+                               thresholds, draws, self.task_sizes(slot, sub, len(batch)),
+                               self.owner_reported(slot, sub, len(batch)))
         if self.record is not None:
             self.record.add(collabs, collaboration_weight(outcome.tr, outcome.com, c.weights))
         summary.events += len(batch)
@@ -237,26 +248,63 @@ class Simulator:
         summary.fallbacks += fallbacks
         summary.voc_sum += float(outcome.voc.sum())
         summary.reliability_sum += float(outcome.reliability.sum())
-        return outcome.events, owners * self.world.size + collabs
+        return outcome.events, owners * self.world.size + collabs, np.stack([outcome.reliability, outcome.p_com], 1)
+
+    def task_sizes(self, slot: int, sub: int, m: int) -> np.ndarray | None:
+        """Each task's size, log-uniform within ``task_size_spread`` of the nominal size, from a stream of its own
+        (None where every task has the nominal size)."""
+        spread = self.config.task_size_spread
+        if spread == 1:
+            return None
+        rng = np.random.default_rng([self.config.seed, _SIZES, slot, sub])
+        return self.config.task_size_bits * np.exp(rng.uniform(-np.log(spread), np.log(spread), size=m))
+
+    def owner_reported(self, slot: int, sub: int, m: int) -> np.ndarray:
+        """Whether the owner, not a neutral monitor, reports each task's outcome (``owner_reports`` of them, drawn
+        from a stream of their own)."""
+        share = self.config.owner_reports
+        if share in (0, 1):
+            return np.full(m, bool(share))
+        return np.random.default_rng([self.config.seed, _REPORTS, slot, sub]).random(m) < share
+
+    def reported(self, owners: np.ndarray, collabs: np.ndarray, tr: np.ndarray, com: np.ndarray,
+                 by_owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The (tr, com) flags reported: the outcomes, but where a lying colluder reports as owner
+        (:class:`simulator.config.Attack`): ballot-stuffers report a fellow colluder's task a success, bad-mouthers an
+        honest device's computation failed."""
+        attack, attacker = self.config.attack, self.world.attacker
+        if attack is None or not attack.kind.false_reports:
+            return tr, com
+        lying = by_owner & attacker[owners]
+        if attack.kind is AttackKind.BALLOT_STUFFING:
+            stuffed = lying & attacker[collabs]
+            return tr | stuffed, com | stuffed
+        return tr, com & ~(lying & ~attacker[collabs])
 
     def outcome(self, slot: int, index: np.ndarray, tasks: range, owners: np.ndarray, collabs: np.ndarray,
-                thresholds: np.ndarray, draws: np.ndarray) -> Outcome:
+                thresholds: np.ndarray, draws: np.ndarray, sizes: np.ndarray | None = None,
+                by_owner: np.ndarray | None = None) -> Outcome:
         """Tasks ``index`` (global numbers, within the slot's ``tasks``) of ``owners`` run at ``collabs``:
-        success drawn from the hidden probabilities with ``draws`` (2, m) uniforms, as events."""
+        success drawn from the hidden probabilities with ``draws`` (2, m) uniforms, as events; ``sizes`` the
+        tasks' sizes (None: the nominal size), ``by_owner`` whether the owner reports each outcome (None: a monitor
+        reports all), as it likes (:meth:`reported`)."""
         c, w = self.config, self.world
         m = len(index)
-        expected = w.expected(owners, collabs, slot)
+        by_owner = np.zeros(m, bool) if by_owner is None else by_owner
+        expected = w.expected(owners, collabs, slot, size_bits=sizes)
         tr = draws[0] < expected.p_tr
         com = tr & (draws[1] < expected.p_com_given_tr)
+        tr, com = self.reported(owners, collabs, tr, com, by_owner)
         voc = physics.value_of_completion(expected.offload, expected.local, c.system) * (tr & com)
         offset_ms = ((index - tasks.start) * c.clock.slot_ms) // len(tasks)
         nulls = pa.nulls(m, pa.float64())
+        owner_ids = w.ids.take(owners)
         columns = {
             "event_id": pc.binary_join_element_wise(f"sim{c.seed}-", pa.array(index).cast(pa.string()), ""),
             "event_time_ms": int(c.clock.start_ms(slot)) + offset_ms,
-            "owner": w.ids.take(owners),
+            "owner": owner_ids,
             "collaborator": w.ids.take(collabs),
-            "task_size_bits": np.full(m, c.task_size_bits),
+            "task_size_bits": np.full(m, c.task_size_bits) if sizes is None else sizes,
             "density_cycles_per_bit": np.full(m, c.density_cycles_per_bit),
             "trust_threshold": thresholds,
             "tr_success": tr,
@@ -267,24 +315,30 @@ class Simulator:
             "t_local_s": expected.local.time_s,
             "e_local_j": expected.local.energy_j,
             "voc": voc,
+            "reporter": pc.if_else(pa.array(by_owner), owner_ids, pa.scalar(None, pa.string())),
             "slot": np.full(m, slot, dtype=np.int64),
         }
         events = pa.Table.from_pydict(columns, schema=events_file_schema(c.clock.metadata()))
-        return Outcome(events, tr, com, voc, expected.reliability(c.weights))
+        return Outcome(events, tr, com, voc, expected.reliability(c.weights), expected.p_tr * expected.p_com_given_tr)
 
-    def truth_table(self, slot: int, keys: np.ndarray) -> pa.Table:
-        """The hidden expected reliability of each pair that collaborated in the slot."""
+    def truth_table(self, slot: int, keys: np.ndarray, per_task: np.ndarray | None = None) -> pa.Table:
+        """The hidden expected reliability of each pair that collaborated in the slot: of the nominal task, or with
+        ``per_task`` (the tasks' (reliability, P(com)) (m, 2), in ``keys`` order) the mean over the pair's tasks."""
         n, weights = self.world.size, self.config.weights
-        unique, counts = np.unique(keys, return_counts=True)
+        unique, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
         owners, collabs = unique // n, unique % n
         expected = self.world.expected(owners, collabs, slot)
+        reliability, p_com = expected.reliability(weights), expected.p_tr * expected.p_com_given_tr
+        if per_task is not None:
+            reliability, p_com = (np.bincount(inverse, weights=per_task[:, k], minlength=len(unique)) / counts
+                                  for k in range(2))
         columns = {
             "owner": self.world.ids.take(owners),
             "collaborator": self.world.ids.take(collabs),
             "slot": np.full(len(unique), slot, dtype=np.int64),
-            "reliability": expected.reliability(weights),
+            "reliability": reliability,
             "p_tr": expected.p_tr,
-            "p_com": expected.p_tr * expected.p_com_given_tr,
+            "p_com": p_com,
             "tasks": counts.astype(np.int64),
         }
         return pa.Table.from_pydict(columns, schema=TRUTH_SCHEMA)

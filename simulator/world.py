@@ -180,35 +180,46 @@ class World:
         return (hash_uniform(self.config.seed, _TARGET, self.physical[collabs], self.physical[owners])
                 < self.config.selective_targets)
 
-    def behaviour_reliability(self, collabs: np.ndarray, owners: np.ndarray, slot: int) -> np.ndarray:
-        """Hidden probability that a collaborator computes honestly for an owner in a slot."""
-        return self.params.take(collabs).reliability(slot, self.targeted(collabs, owners), tied=self.config.telemetry)
+    def behaviour_reliability(self, collabs: np.ndarray, owners: np.ndarray, slot: int,
+                              size_bits: np.ndarray | None = None) -> np.ndarray:
+        """Hidden probability that a collaborator computes honestly for an owner in a slot; ``size_bits``: the
+        tasks' sizes (None: the nominal size), which an opportunistic attacker's honesty depends on."""
+        params = self.params.take(collabs)
+        reliability = params.reliability(slot, self.targeted(collabs, owners), tied=self.config.telemetry)
+        attack = self.config.attack
+        if attack is not None and attack.kind is AttackKind.OPPORTUNISTIC and size_bits is not None:
+            large = np.asarray(size_bits) > self.config.task_size_bits
+            reliability = np.where(self.attacker[collabs] & large, params.low, reliability)
+        return reliability
 
-    def misbehaving(self, collabs: np.ndarray, owners: np.ndarray, slot: int) -> np.ndarray:
-        """Whether each collaborator is an attacker misbehaving toward the owner in ``slot``: its reliability is
-        below its reliable level (an on-off attacker's off stretch, a selective one's targets, always for an
-        unreliable Sybil or whitewasher)."""
-        reliability = self.behaviour_reliability(collabs, owners, slot)
+    def misbehaving(self, collabs: np.ndarray, owners: np.ndarray, slot: int,
+                    size_bits: np.ndarray | None = None) -> np.ndarray:
+        """Whether each collaborator is an attacker misbehaving toward the owner in ``slot`` (on a task of
+        ``size_bits``): its reliability is below its reliable level (an on-off attacker's off stretch, a selective
+        one's targets, an opportunistic one's large tasks, always for an unreliable Sybil, whitewasher or
+        colluder)."""
+        reliability = self.behaviour_reliability(collabs, owners, slot, size_bits)
         return self.attacker[collabs] & (reliability < self.params.high[collabs])
 
     def distance(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.hypot(self.x_m[a] - self.x_m[b], self.y_m[a] - self.y_m[b])
 
-    def expected(self, owners: np.ndarray, collabs: np.ndarray, slot: int, load: np.ndarray | None = None
-                 ) -> Expected:
-        """Outcome probabilities and costs of offloading the configured task, pairwise; ``load``: the
-        collaborators' background load to assume (default: their hidden load in the slot)."""
+    def expected(self, owners: np.ndarray, collabs: np.ndarray, slot: int, load: np.ndarray | None = None,
+                 size_bits: np.ndarray | None = None) -> Expected:
+        """Outcome probabilities and costs of offloading a task, pairwise; ``load``: the collaborators' background
+        load to assume (default: their hidden load in the slot); ``size_bits``: each task's size (default: the
+        configured size)."""
         c, params = self.config, self.config.system
         distance = self.distance(owners, collabs)
         p_tr = self.channel.p_tr(distance, self.tx_w[owners])
         load = self.load(collabs, slot) if load is None else load
         effective_hz = self.cpu_hz[collabs] * (1.0 - load)
-        size, density = c.task_size_bits, c.density_cycles_per_bit
+        size, density = c.task_size_bits if size_bits is None else size_bits, c.density_cycles_per_bit
         offload = physics.offload(size, density, distance, self.tx_w[owners], self.rx_w[collabs],
                                   effective_hz, params)
         local = physics.computation(size, density, self.cpu_hz[owners], params)
         on_time = on_time_factor(offload.time_s, local.time_s, c.deadline_factor)
-        p_com = self.behaviour_reliability(collabs, owners, slot) * on_time
+        p_com = self.behaviour_reliability(collabs, owners, slot, size_bits) * on_time
         return Expected(p_tr, p_com, offload, local)
 
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from schemas import CollaborationEvent, CollaboratorRanking, DeviceStatus, RankedCandidate, TrustScore
 from schemas.base import MAX_ID_CHARS, Kind, Record, Spec, specs
+from schemas.records import MONITOR_PREFIX
 
 
 def event(**changes: Any) -> CollaborationEvent:
@@ -69,6 +70,9 @@ def valid_records(cls: type[Record]) -> st.SearchStrategy[Record]:
         fields = st.fixed_dictionaries(fields) if isinstance(fields, dict) else fields
         fields = fields.flatmap(lambda v: st.builds(lambda c: {**v, "collaborator": c},
                                                     ids.filter(lambda c: c != v["owner"])))
+    if cls is CollaborationEvent:  # a reporter the rule admits: none, the owner or a monitor
+        fields = fields.flatmap(lambda v: st.builds(lambda r: {**v, "reporter": r}, st.one_of(
+            st.none(), st.just(v["owner"]), ids.map(lambda name: (MONITOR_PREFIX + name)[:MAX_ID_CHARS].strip()))))
     if cls is TrustScore:
         fields = fields.flatmap(lambda v: st.builds(lambda d: {**v, "slot_end_ms": v["slot_start_ms"] + d},
                                                     st.integers(1, 10**9)))

@@ -26,8 +26,8 @@ SMALL = SimConfig(devices=80, tasks=2400, slots=30, seed=5)
 def test_attack_is_parsed_and_bad_ones_are_refused_by_name() -> None:
     assert parse_attack("sybil=0.2") == Attack(AttackKind.SYBIL, 0.2)
     assert parse_attack(" On-Off=0.1").kind is AttackKind.ON_OFF
-    for text, message in [("sneaky=0.1", "unknown kind 'sneaky'"), ("bad-mouthing=0.1", "'bad-mouthing' is not "
-                                                                                        "simulated yet"),
+    assert parse_attack("bad-mouthing=0.1") == Attack(AttackKind.BAD_MOUTHING, 0.1)
+    for text, message in [("sneaky=0.1", "unknown kind 'sneaky'"),
                           ("sybil=1", "must be in [0, 1) (got 1.0)"), ("sybil=-0.1", "(got -0.1)"),
                           ("sybil", "expected KIND=SHARE"), ("sybil=lots", "share of 'sybil' is not a number")]:
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
@@ -86,6 +86,82 @@ def test_a_whitewasher_rejoins_under_a_new_id_only_after_a_poor_record() -> None
     assert not np.isin(never_joined, collab).any()
 
 
+def _rows(world, ids: pa.ChunkedArray) -> np.ndarray:
+    return pc.index_in(ids, value_set=world.ids).to_numpy()
+
+
+def _flags(events: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    return events["tr_success"].to_numpy(), events["com_success"].to_numpy()
+
+
+@pytest.mark.parametrize("kind", [AttackKind.BALLOT_STUFFING, AttackKind.BAD_MOUTHING])
+def test_colluders_lie_only_in_what_they_report_as_owners(kind: AttackKind) -> None:
+    """The same run with every outcome reported by its owner and with every outcome seen by a monitor: the same tasks
+    and outcomes, but for the colluders' lies."""
+    lying = replace(SMALL, attack=Attack(kind, 0.2), owner_reports=1.0)
+    events, _, _, world = simulated_world(lying)
+    control, _, _, _ = simulated_world(replace(lying, owner_reports=0.0))
+    assert events["reporter"].equals(events["owner"]) and control["reporter"].null_count == control.num_rows
+    for column in ("event_id", "owner", "collaborator", "task_size_bits", "t_total_s"):
+        assert events[column].equals(control[column])
+    owner, collab = world.attacker[_rows(world, events["owner"])], world.attacker[_rows(world, events["collaborator"])]
+    (tr, com), (true_tr, true_com) = _flags(events), _flags(control)
+    if kind is AttackKind.BALLOT_STUFFING:
+        lies = owner & collab
+        assert lies.sum() / owner.sum() > 0.8  # a ballot-stuffer offloads to a fellow colluder in range (when any)
+        assert tr[lies].all() and com[lies].all() and not true_com[lies].all()
+    else:
+        lies = owner & ~collab
+        assert lies.sum() / owner.sum() > 0.6  # a bad-mouther offloads as everyone does
+        assert not com[lies].any() and true_com[lies].mean() > 0.3 and (tr[lies] == true_tr[lies]).all()
+    assert (tr[~lies] == true_tr[~lies]).all() and (com[~lies] == true_com[~lies]).all()
+
+
+def test_owners_report_a_share_of_outcomes_and_nothing_else_moves() -> None:
+    plain, truth, _ = simulated_run(SMALL)
+    half, half_truth, _ = simulated_run(replace(SMALL, owner_reports=0.5))
+    said = half["reporter"].is_valid().to_numpy(zero_copy_only=False)
+    assert 0.4 < said.mean() < 0.6 and half["reporter"].filter(pa.array(said)).equals(half["owner"].filter(pa.array(said)))
+    assert half.drop_columns(["reporter"]).equals(plain.drop_columns(["reporter"])) and half_truth.equals(truth)
+
+
+def test_an_opportunistic_attacker_fails_large_tasks_and_serves_small_ones() -> None:
+    config = replace(SMALL, attack=Attack(AttackKind.OPPORTUNISTIC, 0.25), task_size_spread=4.0)
+    events, truth, _, world = simulated_world(config)
+    sizes = events["task_size_bits"].to_numpy()
+    assert sizes.min() >= config.task_size_bits / 4 and sizes.max() <= config.task_size_bits * 4
+    assert 0.4 < (sizes > config.task_size_bits).mean() < 0.6
+    attackers = np.flatnonzero(world.attacker)
+    honest = np.flatnonzero(~world.attacker)[:len(attackers)]
+    owners = np.zeros(len(attackers), np.int64) + honest[-1]
+    small, large = np.full(len(attackers), config.task_size_bits / 2), np.full(len(attackers), config.task_size_bits * 2)
+    assert (world.behaviour_reliability(attackers, owners, 3, small) == world.params.high[attackers]).all()
+    assert (world.behaviour_reliability(attackers, owners, 3, large) == world.params.low[attackers]).all()
+    assert world.misbehaving(attackers, owners, 3, large).all() and not world.misbehaving(attackers, owners, 3,
+                                                                                            small).any()
+    assert (world.behaviour_reliability(honest, owners, 3, small)  # honest devices do not care about size
+            == world.behaviour_reliability(honest, owners, 3, large)).all()
+    # the truth of a pair in a slot is the mean over its tasks of different sizes
+    slot = 7
+    mine = events["slot"].to_numpy() == slot
+    o, c = _rows(world, events["owner"])[mine], _rows(world, events["collaborator"])[mine]
+    per_task = world.expected(o, c, slot, size_bits=sizes[mine]).reliability(config.weights)
+    rows = truth.filter(pc.equal(truth["slot"], slot))
+    keys = {(a, b): k for k, (a, b) in enumerate(zip(rows["owner"].to_pylist(), rows["collaborator"].to_pylist()))}
+    names = world.ids.to_pylist()
+    at = np.array([keys[(names[a], names[b])] for a, b in zip(o, c)])
+    mean = np.bincount(at, weights=per_task, minlength=len(keys)) / np.bincount(at, minlength=len(keys))
+    assert np.allclose(mean, rows["reliability"].to_numpy())
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"attack": Attack(AttackKind.OPPORTUNISTIC, 0.2)}, "needs tasks of differing sizes"),
+    ({"owner_reports": 1.5}, "owner_reports: must be in [0, 1]"), ({"task_size_spread": 0.5}, "must be >= 1")])
+def test_bad_attack_settings_are_refused_by_name(change: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        replace(SMALL, **change)
+
+
 def test_misbehaving_is_an_attackers_bad_stretch_or_target() -> None:
     world = simulated_world(replace(SMALL, attack=Attack(AttackKind.ON_OFF, 0.25)))[3]
     attackers = np.flatnonzero(world.attacker)
@@ -121,7 +197,7 @@ def test_attack_measures_by_hand() -> None:
     weights = TrustWeights()
     world = SimpleNamespace(config=SimpleNamespace(weights=weights), size=4,
                             attacker=np.array([False, False, False, True]),
-                            misbehaving=lambda cols, owners, slot: (cols == 3) & (owners == 0),
+                            misbehaving=lambda cols, owners, slot, sizes: (cols == 3) & (owners == 0),
                             left=np.full(4, NEVER), next_id=np.full(4, -1))
     rows, cols = np.array([0, 0, 1, 1]), np.array([2, 3, 2, 3])
     valid = np.zeros((2, 4), dtype=bool)

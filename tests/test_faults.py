@@ -40,6 +40,7 @@ def test_every_kind_of_hostile_input_is_dead_lettered_and_counted(broker, tmp_pa
     assert "larger than" in reasons["oversized"] and "unknown version" in reasons["unknown_schema_version"]
     assert "in the future" in reasons["far_future"] and "before the clock's origin" in reasons["before_origin"]
     assert "non-printable" in reasons["control_characters"] and "trust_threshold" in reasons["nan"]
+    assert "reporter: must name the owner or a monitor" in reasons["foreign_reporter"]
     assert result["letters_without_pointer"] == 0  # every letter says where its record came from
     assert result["read"] == result["accounted"] == result["valid_events"] + result["kinds"]
     assert result["outputs_equal_clean_run"] and result["duplicates_published"] == 0

@@ -63,6 +63,8 @@ def rejected(data: bytes | str, cls=CollaborationEvent) -> ValidationError:
         (wire(task_size_bits=True), "task_size_bits", "expected a number"),
         (wire(trust_threshold=1.5), "trust_threshold", "<= 1"),
         (wire(owner="dev-2"), "collaborator", "must differ from owner"),
+        (wire(reporter="dev-7"), "reporter", "must name the owner or a monitor"),
+        (wire(reporter="monitors:gw"), "reporter", "must name the owner or a monitor"),
         (wire(owner=None), "owner", "required field is null"),
         (wire(owner=""), "owner", "must not be empty"),
         (wire(owner="x" * (MAX_ID_CHARS + 1)), "owner", f"longer than {MAX_ID_CHARS}"),
@@ -107,6 +109,22 @@ def test_optional_fields_may_be_absent_and_graded_outcome_suffices() -> None:
     data = b'{"schema_version":1,"event_id":"b-1","event_time_ms":5,"owner":"a","collaborator":"b","reliability":0.25}'
     record = from_json(CollaborationEvent, data)
     assert record.reliability == 0.25 and record.tr_success is None and record.task_size_bits is None
+
+
+def test_a_reporter_is_the_owner_a_monitor_or_unsaid_in_one_record_and_in_a_batch() -> None:
+    from schemas.batch import decode_batch
+
+    said = [None, "dev-1", "monitor:gw-3", "dev-9", "monitor", "monitor:"]
+    messages = [to_json(event(event_id=f"e-{k}")).replace(b'"reporter":null', b'"reporter":' + json.dumps(r).encode())
+                for k, r in enumerate(said)]
+    decoded = decode_batch(CollaborationEvent, messages)
+    assert decoded.table["reporter"].to_pylist() == [None, "dev-1", "monitor:gw-3"]
+    assert decoded.positions.tolist() == [0, 1, 2]
+    assert [(p, e.field, e.value) for p, e in decoded.errors] == [(3, "reporter", "dev-9"), (4, "reporter", "monitor"),
+                                                                   (5, "reporter", "monitor:")]
+    assert event(reporter="dev-1").reporter == "dev-1"
+    with pytest.raises(ValidationError, match="reporter: must name the owner or a monitor"):
+        event(reporter="dev-2")  # the collaborator does not report its own outcome
 
 
 def test_ints_are_accepted_for_floats_and_normalized() -> None:

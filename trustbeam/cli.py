@@ -17,7 +17,7 @@ from typing import Callable
 from kafka.errors import KafkaError
 
 from model.config import DEVICES, SlotClock
-from simulator.config import ChannelModel, Policy, SimConfig, parse_attack, parse_mix
+from simulator.config import AttackKind, ChannelModel, Policy, SimConfig, attack_setting, parse_attack, parse_mix
 from trustbeam.progress import Phases, bar
 
 Handler = Callable[[argparse.Namespace], int]
@@ -33,9 +33,21 @@ def _add_device_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_attack_option(parser: argparse.ArgumentParser) -> None:
+    kinds = ", ".join(kind.value for kind in AttackKind)
     parser.add_argument("--attack", default=None, metavar="KIND=SHARE",
-                        help="a share of the devices attack, one kind a run: on-off, selective, whitewashing or "
-                             "sybil (e.g. sybil=0.2; hidden labels in the devices table's attack column)")
+                        help=f"a share of the devices attack, one kind a run: {kinds} (e.g. sybil=0.2; hidden labels "
+                             "in the devices table's attack column)")
+    parser.add_argument("--owner-reports", type=float, default=None, metavar="SHARE",
+                        help="share of tasks whose outcome the owner reports (the event's reporter) rather than a "
+                             "neutral monitor; default 1 with ballot-stuffing or bad-mouthing, else 0 (the paper)")
+    parser.add_argument("--task-size-spread", type=float, default=None, metavar="X",
+                        help="task sizes log-uniform within X times the nominal 5 MB; default 4 with opportunistic, "
+                             "else 1 (the paper: every task 5 MB)")
+
+
+def _attack_setting(args: argparse.Namespace) -> dict:
+    return attack_setting(parse_attack(args.attack) if args.attack else None, args.owner_reports,
+                          args.task_size_spread)
 
 
 def _add_sim_options(parser: argparse.ArgumentParser) -> None:
@@ -63,9 +75,7 @@ def _add_sim_options(parser: argparse.ArgumentParser) -> None:
 
 def sim_config(args: argparse.Namespace) -> SimConfig:
     extra = {"mix": parse_mix(args.mix)} if args.mix else {}
-    if args.attack:
-        extra["attack"] = parse_attack(args.attack)
-    return SimConfig(devices=args.devices, tasks=args.tasks, slots=args.slots, seed=args.seed, area_m=args.area,
+    return SimConfig(**_attack_setting(args), devices=args.devices, tasks=args.tasks, slots=args.slots, seed=args.seed, area_m=args.area,
                      range_m=args.range_m, policy=Policy(args.policy), channel=ChannelModel(args.channel),
                      status_every=args.status_every, telemetry=args.telemetry, **extra)
 
@@ -222,9 +232,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ValueError(f"--seed: must be >= 0 (got {args.seed})")
     train = replace(train, device=args.device, seed=args.seed)
     sim = replace(sim, seed=args.seed, telemetry=args.telemetry, **({"mix": parse_mix(args.mix)} if args.mix else {}),
-                  attack=parse_attack(args.attack) if args.attack else None)
-    if args.attack and args.events:
-        raise ValueError("--attack: simulated runs only (attacks are not injected into a recorded --events log yet)")
+                  **_attack_setting(args))
+    if args.events and (args.attack or args.owner_reports is not None or args.task_size_spread is not None):
+        raise ValueError("--attack, --owner-reports, --task-size-spread: simulated runs only (attacks are not "
+                         "injected into a recorded --events log yet)")
     if args.test_fraction is not None:
         train = replace(train, test_fraction=args.test_fraction)
     if args.sim_slots is not None:  # the same task density per slot
@@ -237,7 +248,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     def setup(done: int) -> dict:
         return {"runs": runs, "runs_done": done, "seed": args.seed, "mix": args.mix, "telemetry": args.telemetry,
-                "attack": args.attack,
+                "attack": args.attack, "owner_reports": sim.owner_reports, "task_size_spread": sim.task_size_spread,
                 "quick": args.quick, "bm": asdict(config), "train": asdict(train),
                 "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots},
                 "seconds": round(time.perf_counter() - started, 1)}

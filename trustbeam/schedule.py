@@ -117,7 +117,7 @@ def _publish_slot(simulator: Simulator, publisher: KafkaPublisher, slot: int) ->
     status = simulator.status_table(slot)
     publisher.write("status", status)
     tasks = simulator.slot_tasks(slot)
-    events, _ = simulator.events_table(slot, 0, tasks, tasks, Summary())
+    events, _, _ = simulator.events_table(slot, 0, tasks, tasks, Summary())
     publisher.write("events", events)
     publisher.sink.flush()
     return events, status
