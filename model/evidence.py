@@ -42,7 +42,11 @@ PAIR_CHANNELS = COM + 1  # a pair's features read only n, w, f, tr, com: what a 
 ROLES = ("collaborator", "owner", "pair", "population")
 REPORTS = "reports"  # a device's reported loads: a state of its own, fed by statuses rather than by tasks
 REPORT_CHANNELS = ("slots", "load")  # per slot with a report known by its end: 1, and the latest load reported
-STATE_ROLES = (*ROLES, REPORTS)  # the states a holder of evidence keeps
+# what owners reported themselves of a pair's tasks, per pair (tags: its collaborator and owner keys), kept where its
+# collaborator's evidence is and weighed by the owner's credibility where it is read (model.credibility); the
+# collaborator's and the population's roles hold what monitors saw
+REPORTED = "reported"
+STATE_ROLES = (*ROLES, REPORTS, REPORTED)  # the states a holder of evidence keeps
 POPULATION = -1  # the population role's one key (device keys and history rows are >= 0)
 NEVER = 10 ** 9  # slots since the last update of a key never seen
 # the raw sums at the end of the evidence input, per lambda: (role, channel) of the collaborator and the population
@@ -92,8 +96,9 @@ def channels_of(role: str) -> int:
 
 
 def empty_state(role: str, lams: tuple[float, ...] | np.ndarray) -> "EvidenceState":
-    """A role's state with nothing in it."""
-    return EvidenceState(np.asarray(lams, np.float64), channels=channels_of(role))
+    """A role's state with nothing in it (:data:`REPORTED` keys carry two tags: collaborator and owner)."""
+    tags = np.zeros((0, 2) if role == REPORTED else 0, np.int64)
+    return EvidenceState(np.asarray(lams, np.float64), tags=tags, channels=channels_of(role))
 
 
 def find(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -113,8 +118,8 @@ def decay(lams: np.ndarray, gap: np.ndarray) -> np.ndarray:
 class EvidenceState:
     """Decayed sums per int64 key: ``values[k]`` (L, C) as of slot ``slots[k]``, keys sorted.
 
-    ``tags`` holds an int64 given with each key when it is first seen (a pair's owner key), so that
-    a reader can pick keys by it."""
+    ``tags`` holds the int64s given with each key when it is first seen ((m,): a pair's owner key; (m, 2): an
+    owner-reported pair's collaborator and owner keys), so that a reader can pick keys by them."""
 
     lams: np.ndarray
     keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -141,7 +146,7 @@ class EvidenceState:
                ) -> np.ndarray:
         """Add (k, C) increments at ``slot`` (keys unique, slot >= their last update); returns the rows updated."""
         keys = np.asarray(keys, np.int64)
-        tags = np.zeros(len(keys), np.int64) if tags is None else np.asarray(tags, np.int64)
+        tags = np.zeros((len(keys), *self.tags.shape[1:]), np.int64) if tags is None else np.asarray(tags, np.int64)
         order = np.argsort(keys)
         keys, increments, tags = keys[order], increments[order], tags[order]
         at, known = find(self.keys, keys)
@@ -151,7 +156,7 @@ class EvidenceState:
             self.keys = np.insert(self.keys, where, new)
             self.slots = np.insert(self.slots, where, slot)
             self.values = np.insert(self.values, where, 0.0, axis=0)
-            self.tags = np.insert(self.tags, where, tags[~known])
+            self.tags = np.insert(self.tags, where, tags[~known], axis=0)
             at = np.searchsorted(self.keys, keys)
         factor = decay(self.lams, slot - self.slots[at])  # (k, L)
         self.values[at] = self.values[at] * factor[:, :, None] + increments[:, None, :]
@@ -179,22 +184,49 @@ class EvidenceState:
                                                          self.tags[keep])
 
 
-def role_increments(graph: SlotGraph, n: int, config: EvidenceConfig) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """A slot's evidence per role: {role: (keys (k,), increments (k, C))}; pair keys are src * n + dst."""
+MONITORED = ("collaborator", "population")  # the roles that hold what monitors saw (owners' reports: REPORTED)
+
+
+def edge_increments(graph: SlotGraph, config: EvidenceConfig) -> np.ndarray:
+    """(E, C) each edge's evidence; the load channels stay zero (:func:`with_load`)."""
     ton = graph.tr * config.on_time_factor(graph.time_ratio)
-    per_edge = np.zeros((len(graph.src), len(CHANNELS)))  # the load channels stay zero (:func:`with_load`)
+    per_edge = np.zeros((len(graph.src), len(CHANNELS)))
     per_edge[:, [N, W, F, TR, COM, TON]] = np.stack([graph.tasks, graph.t_col * graph.tasks, graph.flagged, graph.tr,
                                                      graph.com, ton], axis=1)
+    return per_edge
+
+
+def sum_by(keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(unique keys (k,), the rows (m, C) summed per key (k, C))."""
+    unique, inverse = np.unique(np.asarray(keys, np.int64), return_inverse=True)
+    sums = np.zeros((len(unique), rows.shape[1]))
+    np.add.at(sums, inverse, rows)
+    return unique, sums
+
+
+def role_keys(graph: SlotGraph, n: int, role: str) -> np.ndarray:
+    """(E,) each edge's key in ``role``: pair keys are src * n + dst."""
+    return {"collaborator": graph.dst, "owner": graph.src, "pair": graph.src * n + graph.dst,
+            "population": np.full(len(graph.src), POPULATION)}[role]
+
+
+def role_increments(graph: SlotGraph, n: int, config: EvidenceConfig) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A slot's evidence per role: {role: (keys (k,), increments (k, C))}, keys in the graph's rows (pair keys src *
+    n + dst). The collaborator's and the population's evidence of an edge is the share of its tasks a monitor saw;
+    the share its owner reported itself goes to :data:`REPORTED`, per pair (weighed where it is read: credibility)."""
+    per_edge = edge_increments(graph, config)
+    share = graph.reported_share
+    monitored = per_edge * (1.0 - share)[:, None] if share.any() else per_edge
     out = {}
-    everyone = np.full(len(graph.src), POPULATION)
-    for role, keys in (("collaborator", graph.dst), ("owner", graph.src), ("pair", graph.src * n + graph.dst),
-                       ("population", everyone)):
-        unique, inverse = np.unique(np.asarray(keys, np.int64), return_inverse=True)
-        sums = np.zeros((len(unique), len(CHANNELS)))
-        np.add.at(sums, inverse, per_edge)
+    for role in ROLES:
+        unique, sums = sum_by(role_keys(graph, n, role), monitored if role in MONITORED else per_edge)
         if role == "owner":
             sums[:, [F, TR, COM, TON]] = 0.0  # an owner's evidence is what it reports: n and w
+        if role == "collaborator" and share.any():  # a collaborator only owners reported of: in REPORTED alone
+            unique, sums = unique[sums[:, N] > 0], sums[sums[:, N] > 0]
         out[role] = (unique, sums)
+    reported = np.flatnonzero(share > 0)  # an edge per pair in a slot: the pair keys are unique
+    out[REPORTED] = (role_keys(graph, n, "pair")[reported], per_edge[reported] * share[reported, None])
     return out
 
 

@@ -35,6 +35,7 @@ EDGES_SCHEMA = pa.schema([
     pa.field("size_bits", pa.float64(), nullable=False),  # mean task size (NaN where none is known)
     pa.field("density", pa.float64(), nullable=False),  # mean cycles per bit (NaN where none is known)
     pa.field("time_ratio", pa.float64(), nullable=False),  # mean reported offload time / local time (NaN: none)
+    pa.field("reported", pa.int64(), nullable=False),  # of the tasks, those whose outcome the owner reported itself
 ])
 
 
@@ -56,9 +57,17 @@ def reported_time_ratio(events: pa.Table) -> np.ndarray:
         return np.where((local > 0) & (offload > 0), offload / local, np.nan)
 
 
+def reported_by_owner(events: pa.Table) -> np.ndarray:
+    """(m,) whether the owner itself reported each task's outcome (the ``reporter`` column names it; a log without the
+    column, or a null reporter, was observed by a neutral monitor)."""
+    if "reporter" not in events.column_names:
+        return np.zeros(events.num_rows, bool)
+    return pc.fill_null(pc.equal(events["reporter"], events["owner"]), False).to_numpy(zero_copy_only=False)
+
+
 def slot_edges(events: pa.Table, clock: SlotClock, weights: TrustWeights) -> pa.Table:
-    """One row per (slot, owner, collaborator): T_col, the evidence counts, the mean in-slot offset and
-    the mean task profile."""
+    """One row per (slot, owner, collaborator): T_col, the evidence counts, the mean in-slot offset, the mean
+    task profile, and what of it the owner reported itself."""
     times = events["event_time_ms"].to_numpy()
     slots = clock.slot_of(times)
     offsets = (times - clock.start_ms(slots)) / clock.slot_ms
@@ -68,10 +77,10 @@ def slot_edges(events: pa.Table, clock: SlotClock, weights: TrustWeights) -> pa.
                       "w": task_weight(events, weights), "offset": offsets, "flagged": flagged.astype(np.int64),
                       "tr": np.nan_to_num(tr).astype(np.int64), "com": np.nan_to_num(com).astype(np.int64),
                       "size": _floats(events, "task_size_bits"), "density": _floats(events, "density_cycles_per_bit"),
-                      "ratio": reported_time_ratio(events)})
+                      "ratio": reported_time_ratio(events), "by_owner": reported_by_owner(events).astype(np.int64)})
     grouped = table.group_by(["slot", "owner", "collaborator"]).aggregate(
         [("w", "mean"), ("w", "count"), ("offset", "mean"), ("flagged", "sum"), ("tr", "sum"), ("com", "sum"),
-         ("size", "mean"), ("density", "mean"), ("ratio", "mean")])
+         ("size", "mean"), ("density", "mean"), ("ratio", "mean"), ("by_owner", "sum")])
 
     def profile(name: str) -> pa.Array:  # the mean of the known values; NaN where the edge's tasks have none
         return pc.fill_null(pc.cast(grouped[f"{name}_mean"], pa.float64()), float("nan"))
@@ -79,7 +88,8 @@ def slot_edges(events: pa.Table, clock: SlotClock, weights: TrustWeights) -> pa.
     out = pa.table({"slot": grouped["slot"], "owner": grouped["owner"], "collaborator": grouped["collaborator"],
                     "t_col": grouped["w_mean"], "tasks": grouped["w_count"], "offset": grouped["offset_mean"],
                     "flagged": grouped["flagged_sum"], "tr": grouped["tr_sum"], "com": grouped["com_sum"],
-                    "size_bits": profile("size"), "density": profile("density"), "time_ratio": profile("ratio")},
+                    "size_bits": profile("size"), "density": profile("density"), "time_ratio": profile("ratio"),
+                    "reported": grouped["by_owner_sum"]},
                    schema=EDGES_SCHEMA)
     return out.sort_by([("slot", "ascending"), ("owner", "ascending"), ("collaborator", "ascending")])
 
@@ -144,14 +154,21 @@ class SlotGraph:
     com: np.ndarray | None = None  # (E,) computations that succeeded
     profile: np.ndarray | None = None  # (E, 2) mean task size (bit) and density (cycle/bit), NaN unknown
     time_ratio: np.ndarray | None = None  # (E,) mean reported offload time / local time, NaN unknown
+    reported: np.ndarray | None = None  # (E,) of those, tasks whose outcome the owner reported itself
 
     def __post_init__(self) -> None:
         e = len(self.src)
         defaults = {"tasks": np.ones(e), "flagged": np.zeros(e), "tr": np.zeros(e), "com": np.zeros(e),
-                    "profile": np.full((e, 2), np.nan), "time_ratio": np.full(e, np.nan)}
+                    "profile": np.full((e, 2), np.nan), "time_ratio": np.full(e, np.nan),
+                    "reported": np.zeros(e)}
         for name, value in defaults.items():
             object.__setattr__(self, name, value if getattr(self, name) is None
                                else np.asarray(getattr(self, name), dtype=np.float64))
+
+    @property
+    def reported_share(self) -> np.ndarray:
+        """(E,) the share of each edge's tasks whose outcome its owner reported (0: all seen by a monitor)."""
+        return self.reported / np.maximum(self.tasks, 1e-12)
 
     @property
     def active(self) -> np.ndarray:
@@ -166,7 +183,8 @@ def slot_graphs(edges: pa.Table, index: DeviceIndex) -> dict[int, SlotGraph]:
     slots = edges["slot"].to_numpy()[known]
     src, dst = src[known], dst[known]
     column = {name: edges[name].to_numpy()[known].astype(np.float64)
-              for name in ("t_col", "offset", "tasks", "flagged", "tr", "com", "size_bits", "density", "time_ratio")}
+              for name in ("t_col", "offset", "tasks", "flagged", "tr", "com", "size_bits", "density", "time_ratio",
+                           "reported")}
     profile = np.stack([column["size_bits"], column["density"]], axis=1)
     graphs = {}
     bounds = np.flatnonzero(np.diff(slots)) + 1  # edges are sorted by slot
@@ -175,5 +193,5 @@ def slot_graphs(edges: pa.Table, index: DeviceIndex) -> dict[int, SlotGraph]:
             s = int(slots[part[0]])
             graphs[s] = SlotGraph(s, src[part], dst[part], column["t_col"][part], column["offset"][part],
                                   column["tasks"][part], column["flagged"][part], column["tr"][part],
-                                  column["com"][part], profile[part], column["time_ratio"][part])
+                                  column["com"][part], profile[part], column["time_ratio"][part], column["reported"][part])
     return graphs

@@ -21,7 +21,8 @@ import pyarrow as pa
 
 from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import pair_physics
-from model.evidence import (POPULATION, REPORTS, STATE_ROLES, EvidenceConfig, EvidenceTrack, channels_of,
+from model.credibility import credited
+from model.evidence import (NEVER, POPULATION, REPORTED, REPORTS, STATE_ROLES, EvidenceConfig, EvidenceTrack, channels_of,
                             pair_evidence_features, report_increments, role_increments, with_load)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.status import LOAD, TELEMETRY, StatusLog, status_values, telemetry_of
@@ -35,6 +36,7 @@ class History:
     status: StatusLog | None = None  # keys are index rows
     clock: SlotClock = field(default_factory=SlotClock)
     _tracks: dict = field(default_factory=dict, compare=False, repr=False)  # EvidenceConfig -> tracks
+    _credited: dict = field(default_factory=dict, compare=False, repr=False)  # (EvidenceConfig, slot) -> credited
 
     @classmethod
     def from_events(cls, events: pa.Table, clock: SlotClock, weights: TrustWeights,
@@ -105,8 +107,8 @@ class History:
                 if graph is not None and len(graph.src):
                     load = self.load(devices, np.full(n, t))  # every device's latest reported load by the slot's end
                     for role, (keys, increments) in role_increments(graph, n, config).items():
-                        if role == "collaborator":  # the loads its collaborators had reported
-                            increments = with_load(increments, load[keys])
+                        if role in ("collaborator", REPORTED):  # the loads its collaborators had reported
+                            increments = with_load(increments, load[keys % n if role == REPORTED else keys])
                         updates[role].append((t, keys, increments))
                     if self.status is not None:
                         updates[REPORTS].append((t, *report_increments(devices, load)))
@@ -124,8 +126,35 @@ class History:
         pair, _ = tracks["pair"].query(src * len(self.index) + dst, end)
         population, _ = tracks["population"].query(np.full(len(src), POPULATION), end)
         reports, _ = tracks[REPORTS].query(dst, end)
+        if len(tracks[REPORTED].keys):  # what owners reported themselves, weighed by their credibility then
+            end = np.broadcast_to(end, np.shape(dst))
+            for slot in np.unique(end):
+                rows = end == slot
+                by_collaborator, whole, served = self.credited(config, int(slot))
+                collaborator[rows] += by_collaborator[dst[rows]]
+                population[rows] += whole
+                since[rows] = np.minimum(since[rows], served[dst[rows]])
         return pair_evidence_features(collaborator, owner, pair, since, config, population,
                                       self.load(dst, np.broadcast_to(end, np.shape(dst))), reports=reports)
+
+    def credited(self, config: EvidenceConfig, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(per device (n, L, C), the population's (L, C), per device the slots since an owner last reported of it
+        (n,)): what owners reported themselves through relative slot ``slot``, weighed by their credibility as of
+        then (:func:`model.credibility.credited`; cached)."""
+        key = (config, slot)
+        if key not in self._credited:
+            n = len(self.index)
+            tracks = self.tracks(config)
+            pairs = np.unique(tracks[REPORTED].keys)  # a key per update: each pair once
+            reports, since = tracks[REPORTED].query(pairs, slot)
+            owners, collaborators = pairs // n, pairs % n
+            monitored, _ = tracks["collaborator"].query(collaborators, slot)
+            weighed = credited(owners, collaborators, reports, monitored)
+            by_collaborator, served = np.zeros((n, *weighed.shape[1:])), np.full(n, NEVER, np.int64)
+            np.add.at(by_collaborator, collaborators, weighed)
+            np.minimum.at(served, collaborators, since)
+            self._credited[key] = (by_collaborator, weighed.sum(axis=0), served)
+        return self._credited[key]
 
     def load(self, devices: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """(P,) each device's latest reported load by the end of its relative slot (NaN: none)."""

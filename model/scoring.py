@@ -42,9 +42,10 @@ import pyarrow.compute as pc
 from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
-from model.evidence import (CHANNELS, N, PAIR_CHANNELS, POPULATION, REPORTS, ROLES, STATE_ROLES, W, EvidenceBlocks,
-                            EvidenceConfig, EvidenceState, decay, empty_state, report_increments, role_increments,
-                            with_load)
+from model.credibility import credited
+from model.evidence import (CHANNELS, N, PAIR_CHANNELS, POPULATION, REPORTED, REPORTS, ROLES, STATE_ROLES, W,
+                            EvidenceBlocks, EvidenceConfig, EvidenceState, decay, empty_state, find, report_increments,
+                            role_increments, with_load)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift
@@ -61,6 +62,12 @@ def shard_of(keys: np.ndarray, shards: int) -> np.ndarray:
     return np.asarray(keys, np.int64) % shards
 
 
+def held_by(role: str, keys: np.ndarray, tags: np.ndarray) -> np.ndarray:
+    """The device keys whose shard holds each key of a role: a pair goes with its owner (its tag), what an owner
+    reported of a pair with its collaborator (its first tag), everything else with its own key."""
+    return {"pair": lambda: tags, REPORTED: lambda: tags[:, 0]}.get(role, lambda: keys)()
+
+
 @dataclass
 class SlotPart:
     """One slot's contribution for a set of devices, as plain numpy arrays (keys sorted)."""
@@ -75,19 +82,23 @@ class SlotPart:
     evidence: dict[str, tuple[np.ndarray, np.ndarray]]  # role -> (keys, increments (k, C)); pairs: pair keys
     pair_owners: np.ndarray  # (p,) the owner key of each pair increment
     has_tasks: bool = True  # whether the slot had any task (in any shard): its devices' reports count only then
+    # (r, 2) the collaborator and owner keys of each owner-reported pair (REPORTED increments: pair keys)
+    reported_pairs: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
 
     def select(self, shard: int, shards: int) -> "SlotPart":
-        """The part restricted to the devices of one shard (pairs go with their owner)."""
+        """The part restricted to the devices of one shard (pairs go with their owner, what an owner reported of a
+        pair with its collaborator)."""
         def mine(keys: np.ndarray) -> np.ndarray:
             return shard_of(keys, shards) == shard
 
         evidence = {}
         for role, (keys, increments) in self.evidence.items():
-            keep = mine(self.pair_owners if role == "pair" else keys)
+            keep = mine(held_by(role, keys, self.pair_owners if role == "pair" else self.reported_pairs))
             evidence[role] = (keys[keep], increments[keep])
         k, a, o, p = mine(self.keys), mine(self.active), mine(self.owners), mine(self.pair_owners)
+        r = mine(self.reported_pairs[:, 0])
         return SlotPart(self.slot, self.keys[k], self.ids[k], self.active[a], self.embeddings[a], self.owners[o],
-                        self.profile[o], evidence, self.pair_owners[p], self.has_tasks)
+                        self.profile[o], evidence, self.pair_owners[p], self.has_tasks, self.reported_pairs[r])
 
 
 def slot_part(stages: Stages, events: pa.Table, slot: int) -> SlotPart:
@@ -97,7 +108,7 @@ def slot_part(stages: Stages, events: pa.Table, slot: int) -> SlotPart:
     d = config.gnn.out_dim
     if events.num_rows == 0:
         empty = np.zeros(0, dtype=np.int64)
-        nothing = {role: (empty, np.zeros((0, len(CHANNELS)))) for role in ROLES}
+        nothing = {role: (empty, np.zeros((0, len(CHANNELS)))) for role in (*ROLES, REPORTED)}
         return SlotPart(slot, empty, np.zeros(0, object), empty, np.zeros((0, d), np.float32), empty,
                         np.zeros((0, 4)), nothing, empty, has_tasks=False)
     edges = slot_edges(events, config.clock, config.weights)
@@ -110,11 +121,15 @@ def slot_part(stages: Stages, events: pa.Table, slot: int) -> SlotPart:
     else:  # the head reads no Y: no slot GNN
         positions, embeddings = np.zeros(0, np.int64), np.zeros((0, d), np.float32)
     n = len(local)
-    evidence, pair_owners = {}, np.zeros(0, np.int64)
+    evidence, pair_owners, reported = {}, np.zeros(0, np.int64), np.zeros((0, 2), np.int64)
     for role, (local_keys, increments) in role_increments(graph, n, config.evidence).items():
-        if role == "pair":
+        if role in ("pair", REPORTED):
             owner, collaborator = keys[local_keys // n], keys[local_keys % n]
-            evidence[role], pair_owners = (pair_keys(owner, collaborator), increments), owner
+            evidence[role] = (pair_keys(owner, collaborator), increments)
+            if role == "pair":
+                pair_owners = owner
+            else:
+                reported = np.stack([collaborator, owner], axis=1)
         elif role == "population":  # one key, the same everywhere
             evidence[role] = (local_keys, increments)
         else:
@@ -127,7 +142,8 @@ def slot_part(stages: Stages, events: pa.Table, slot: int) -> SlotPart:
     owners = device_keys(owner_ids[first].tolist())
     by_key, by_owner, by_active = np.argsort(keys), np.argsort(owners), np.argsort(keys[positions])
     return SlotPart(slot, keys[by_key], np.asarray(local.ids, object)[by_key], keys[positions][by_active],
-                    embeddings[by_active], owners[by_owner], np.stack(columns, axis=1)[by_owner], evidence, pair_owners)
+                    embeddings[by_active], owners[by_owner], np.stack(columns, axis=1)[by_owner], evidence, pair_owners,
+                    reported_pairs=reported)
 
 
 def first_occurrences(events: pa.Table) -> np.ndarray:
@@ -180,18 +196,29 @@ class DeviceFrame:
     pair_evidence: np.ndarray  # (m, L, PAIR_CHANNELS): the channels a pair's features read (most of a frame's bytes)
     population: np.ndarray  # (1, L, C) the population's evidence this frame holds (one shard holds it all)
     reports: np.ndarray  # (n, L, 2) each device's REPORTS sums (model.evidence.load_memory)
+    # what owners reported themselves of their pairs (model.credibility), each frame's of its devices as collaborators:
+    reported: np.ndarray  # (r,) pair keys
+    reported_pairs: np.ndarray  # (r, 2) their collaborator and owner keys
+    reported_evidence: np.ndarray  # (r, L, C) what the owner reported
+    reported_monitored: np.ndarray  # (r, C) what monitors saw of the collaborator, at the longest memory
 
     PAIR_FIELDS = ("pairs", "pair_owners", "pair_evidence")
+    REPORTED_FIELDS = ("reported", "reported_pairs", "reported_evidence", "reported_monitored")
     WHOLE_FIELDS = ("population",)  # not per device: summed when frames are joined, kept whole in a piece
 
     @classmethod
     def concat(cls, frames: list["DeviceFrame"]) -> "DeviceFrame":
         joined = {f.name: np.concatenate([getattr(frame, f.name) for frame in frames]) for f in fields(cls)
                   if f.name not in cls.WHOLE_FIELDS}
-        devices, pairs = np.argsort(joined["keys"]), np.argsort(joined["pairs"])
+        order = {"devices": np.argsort(joined["keys"]), "pairs": np.argsort(joined["pairs"]),
+                 "reported": np.argsort(joined["reported"])}
         whole = {name: sum(getattr(frame, name) for frame in frames) for name in cls.WHOLE_FIELDS}
-        return cls(**{name: value[pairs if name in cls.PAIR_FIELDS else devices] for name, value in joined.items()},
-                   **whole)
+        return cls(**{name: value[order[cls.ordered_by(name)]] for name, value in joined.items()}, **whole)
+
+    @classmethod
+    def ordered_by(cls, name: str) -> str:
+        """Which rows a field's are: devices, pairs or owner-reported pairs."""
+        return "pairs" if name in cls.PAIR_FIELDS else "reported" if name in cls.REPORTED_FIELDS else "devices"
 
     def select(self, devices: np.ndarray, owners: np.ndarray) -> "DeviceFrame":
         """The frame of the rows in ``devices`` or ``owners`` ((n,) bool), where only ``owners`` are scored as
@@ -200,9 +227,11 @@ class DeviceFrame:
         recent = self.recent_owner & owners
         mine = np.isin(self.pair_owners, self.keys[recent])
 
-        def part(name: str) -> np.ndarray:
+        def part(name: str) -> np.ndarray:  # every piece judges every reporter: it holds every owner-reported pair
             value = getattr(self, name)
-            return value if name in self.WHOLE_FIELDS else value[mine if name in self.PAIR_FIELDS else rows]
+            if name in self.WHOLE_FIELDS or name in self.REPORTED_FIELDS:
+                return value
+            return value[mine if name in self.PAIR_FIELDS else rows]
 
         return DeviceFrame(**{f.name: part(f.name) for f in fields(self) if f.name != "recent_owner"},
                            recent_owner=recent[rows])
@@ -287,7 +316,7 @@ class DeviceHistory:
         for slot in sorted(s for s in self.parts if self.folded_through < s <= through_slot):
             for role in STATE_ROLES:
                 keys, increments = self.increments(role, slot)
-                tags = self.parts[slot].pair_owners if role == "pair" else None
+                tags = {"pair": self.parts[slot].pair_owners, REPORTED: self.parts[slot].reported_pairs}.get(role)
                 if len(keys):
                     self.evidence[role].update(keys, slot, increments, tags)
         self.folded_through = max(self.folded_through, through_slot)
@@ -302,9 +331,10 @@ class DeviceHistory:
             keys = np.unique(self.status.keys) if part.has_tasks else np.zeros(0, np.int64)
             return report_increments(keys, self.status.latest(keys, end)[:, LOAD])
         keys, increments = part.evidence[role]
-        if role != "collaborator" or not len(keys):
+        if role not in ("collaborator", REPORTED) or not len(keys):
             return keys, increments
-        return keys, with_load(increments, self.status.latest(keys, end)[:, LOAD])
+        collaborators = part.reported_pairs[:, 0] if role == REPORTED else keys
+        return keys, with_load(increments, self.status.latest(collaborators, end)[:, LOAD])
 
     def prune(self, before_slot: int, status_before_ms: int) -> None:
         """Forget slot parts before ``before_slot`` (folded first), statuses superseded before
@@ -363,8 +393,26 @@ class DeviceHistory:
         pair_evidence = np.ascontiguousarray(pair_evidence[..., :PAIR_CHANNELS])
         population, _ = self._evidence("population", np.array([POPULATION]), slot)
         reports, _ = self._evidence(REPORTS, keys, slot)
+        reported, reported_pairs, reported_evidence, monitored, reported_since = self.reported(slot)
+        at, held = find(keys, reported_pairs[:, 0])
+        np.minimum.at(since, at[held], reported_since[held])  # an owner's report of it says it served too
         return DeviceFrame(keys, ids, y, status, profile[:, 1:], recent, collaborator, since, owner, pairs,
-                           tags[first].astype(np.int64), pair_evidence, population, reports)
+                           tags[first].astype(np.int64), pair_evidence, population, reports, reported, reported_pairs,
+                           reported_evidence, monitored)
+
+    def reported(self, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The :data:`DeviceFrame.REPORTED_FIELDS` at the end of ``slot``: every owner-reported pair of this history's
+        collaborators, and what monitors saw of its collaborator; and the slots since each pair's last report."""
+        state = self.evidence[REPORTED]
+        pending = [self.parts[s] for s in self.parts if self.folded_through < s <= slot]
+        keys = np.concatenate([state.keys, *(p.evidence[REPORTED][0] for p in pending)])
+        pairs = np.concatenate([state.tags, *(p.reported_pairs for p in pending)])
+        keys, first = np.unique(keys, return_index=True)
+        pairs = pairs[first]
+        evidence, since = self._evidence(REPORTED, keys, slot)
+        collaborators, at = np.unique(pairs[:, 0], return_inverse=True)
+        monitored, _ = self._evidence("collaborator", collaborators, slot)
+        return keys, pairs, evidence, monitored[at, -1, :], since
 
     def sequences(self, stages: Stages, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(n, S, d) slot embeddings over [max(slot - S + 1, 0), slot], right-padded by the last; (n,) lengths;
@@ -418,7 +466,7 @@ class EvidenceSnapshot:
         """The part of one device shard (pairs go with their owner, the tag)."""
         states = {}
         for role, state in self.states.items():
-            mine = shard_of(state.tags if role == "pair" else state.keys, shards) == shard
+            mine = shard_of(held_by(role, state.keys, state.tags), shards) == shard
             states[role] = EvidenceState(state.lams, state.keys[mine], state.slots[mine], state.values[mine],
                                          state.tags[mine])
         return EvidenceSnapshot(self.folded_through, states)
@@ -553,13 +601,27 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
     if len(src):
         physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
         pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
-        blocks = EvidenceBlocks.of(frame.collaborator, frame.owner, pair_table, frame.since, stages.config.evidence,
-                                   frame.population, frame.status[:, LOAD], frame.reports)
+        collaborator, population = credited_evidence(frame)
+        blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, frame.since, stages.config.evidence,
+                                   population, frame.status[:, LOAD], frame.reports)
         t_beh = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
         status_j = frame.status[dst]
         t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])
         voc = physics.value(params)
     return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc)
+
+
+def credited_evidence(frame: DeviceFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(collaborator (n, L, C), population (1, L, C)) of a frame's devices: what monitors saw, and what owners
+    reported themselves weighed by their credibility (:func:`model.credibility.credited`)."""
+    if not len(frame.reported):
+        return frame.collaborator, frame.population
+    weighed = credited(frame.reported_pairs[:, 1], frame.reported_pairs[:, 0], frame.reported_evidence,
+                       frame.reported_monitored)
+    collaborator = frame.collaborator.copy()
+    at, held = find(frame.keys, frame.reported_pairs[:, 0])
+    np.add.at(collaborator, at[held], weighed[held])
+    return collaborator, frame.population + weighed.sum(axis=0)
 
 
 def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,

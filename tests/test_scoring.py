@@ -13,23 +13,27 @@ import torch
 
 from model.bm import BM, PairQuery
 from model.config import RankingConfig, SlotClock, SystemParams
-from simulator.experiment import simulated_run
+from simulator.experiment import simulated_run, simulated_world
+from model.credibility import credibility
 from model.evidence import REPORTS
 from model.graphs import DeviceIndex, device_keys
 from model.history import History
-from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, ranked, score_log, score_slot, shard_of, slot_part,
+from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, credited_evidence, ranked, score_log,
+                           score_slot, shard_of, slot_part,
                            status_arrays, window_read)
 from model.stages import TorchStages
-from simulator.config import SimConfig
+from simulator.config import Attack, AttackKind, SimConfig
 from tests.pipeline_fixtures import forget_y
 from tests.test_bm import SMALL
 
 SIM = SimConfig(devices=40, tasks=600, slots=12, seed=3, telemetry=True)
+# owners report most outcomes, and a fifth of them bad-mouth: their reports weigh by their credibility
+REPORTED = replace(SIM, attack=Attack(AttackKind.BAD_MOUTHING, 0.2), owner_reports=0.7)
 
 
-@pytest.fixture(scope="module")
-def log():
-    events, _, status = simulated_run(SIM)
+@pytest.fixture(scope="module", params=[SIM, REPORTED], ids=["monitored", "owner-reported"])
+def log(request):
+    events, _, status = simulated_run(request.param)
     history = History.from_events(events, SIM.clock, SMALL.weights, status=status)
     torch.manual_seed(0)
     model = BM(SMALL, np.random.default_rng(0).normal(size=(len(history.index), 8)).astype(np.float32)).eval()
@@ -84,6 +88,34 @@ def test_shards_give_the_same_frame_as_one_history(log) -> None:
         np.testing.assert_allclose(getattr(one, name), getattr(joined, name), rtol=1e-9, atol=1e-6)
     np.testing.assert_array_equal(np.isnan(one.profile), np.isnan(joined.profile))
     assert one.recent_owner.sum() > 5 and len(one.pairs) > 5
+
+
+def test_bad_mouthers_lose_their_credibility_alike_offline_and_in_the_scorer() -> None:
+    config = replace(REPORTED, devices=60, tasks=2400, slots=24)
+    events, _, status, world = simulated_world(config)
+    index = DeviceIndex(tuple(world.ids.to_pylist()))
+    model = BM(SMALL, np.zeros((world.size, 8), np.float32)).eval()
+    stages = TorchStages(model, index)
+    history = DeviceHistory(SMALL.evidence)
+    history.add_status(*status_arrays(status))
+    slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
+    for slot in range(config.slots):
+        history.add_part(slot_part(stages, events.filter(slot_of == slot), slot))
+        history.fold(slot)
+    keys, pairs, reports, monitored, _ = history.reported(config.slots - 1)
+    weight = credibility(pairs[:, 1], pairs[:, 0], reports[:, -1, :], monitored)
+    owner = pc.index_in(pa.array(np.array(history.names[1])[np.searchsorted(history.names[0], pairs[:, 1])].tolist()),
+                        value_set=world.ids).to_numpy()
+    liar = world.attacker[owner]
+    assert liar.any() and weight[liar].max() < 0.1 and np.median(weight[~liar]) > 0.95
+    # the offline path weighs the same reports alike
+    offline = History.from_events(events, SIM.clock, SMALL.weights, index=index, first_slot=0, status=status)
+    by_collaborator, _, _ = offline.credited(SMALL.evidence, config.slots - 1)
+    frame = history.frame(stages, config.slots - 1, RankingConfig())
+    collaborator, _ = credited_evidence(frame)
+    rows = index.lookup(pa.array(frame.ids.tolist()))
+    monitored_now, _ = offline.tracks(SMALL.evidence)["collaborator"].query(rows, config.slots - 1)
+    np.testing.assert_allclose(collaborator, monitored_now + by_collaborator[rows], rtol=1e-9, atol=1e-9)
 
 
 def test_an_updated_slot_replaces_its_evidence_instead_of_adding_it(log) -> None:

@@ -10,6 +10,7 @@ already forgotten (the shards refuse it: a late event never triggers scoring).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import apache_beam as beam
@@ -24,6 +25,7 @@ from beam_pipeline.pipeline import JOB_HEADER, streaming_pipeline
 from model.recalibration import OnlineShift
 from model.scoring import score_log
 from schemas import CollaborationEvent, CollaboratorRanking, DeviceStatus, TrustScore, from_json
+from simulator.config import Attack, AttackKind, SimConfig
 from tests.pipeline_fixtures import SIM, Keep, at, job, kept, run_tables, write_checkpoint
 from tests.test_transforms import raw
 from exporters.kafka_client import KafkaSettings
@@ -53,10 +55,10 @@ def timeline(events: pa.Table, lateness: int, rng: np.random.Generator) -> list[
 
 
 def run_stream(root: Path, lateness: int, extra: list | None = None, tombstone_slots: int = 64,
-               reads_y: bool = True) -> dict:
+               reads_y: bool = True, sim: SimConfig = SIM) -> dict:
     checkpoint = write_checkpoint(root / "model", reads_y=reads_y)
     config = job(checkpoint, lateness_slots=lateness, tombstone_slots=tombstone_slots)
-    events, status = run_tables()
+    events, status = run_tables(sim)
     events = events.filter(pc.less(events["slot"], SLOTS))
     status = status.filter(pc.less(status["time_ms"], SIM.clock.end_ms(SLOTS)))
     steps = timeline(events, lateness, np.random.default_rng(lateness)) + (extra or [])
@@ -118,6 +120,15 @@ def test_a_model_that_reads_no_y_streams_like_its_offline_twin(tmp_path) -> None
     result = run_stream(tmp_path, 2, reads_y=False)
     stages, _ = result["config"].stages()
     assert not stages.uses_encoder  # no slot GNN, no sequence encoder, one slot of statuses kept per device
+    equals_its_twin(result)
+
+
+def test_owners_reports_weighed_by_their_credibility_stream_like_the_offline_twin(tmp_path) -> None:
+    """Owners report their tasks' outcomes and a fifth of them bad-mouth: each shard holds what owners reported of its
+    collaborators, and every slot's scorer weighs it by the reporters' credibility as the offline twin does."""
+    sim = replace(SIM, attack=Attack(AttackKind.BAD_MOUTHING, 0.2), owner_reports=1.0)
+    result = run_stream(tmp_path, 2, sim=sim)
+    assert result["events"]["reporter"].null_count == 0
     equals_its_twin(result)
 
 
