@@ -96,13 +96,3 @@ def credibility(owners: np.ndarray, collaborators: np.ndarray, reports: np.ndarr
         with np.errstate(over="ignore"):  # judged on the rate it agrees with least (a liar may tell the rest true)
             weight = np.minimum(1.0, 1.0 / ((1 - prior) + prior * np.exp(-ratio.min(axis=1))))[owner]
     return weight
-
-
-def credited(owners: np.ndarray, collaborators: np.ndarray, reports: np.ndarray, monitored: np.ndarray,
-             config: CredibilityConfig = CredibilityConfig()) -> np.ndarray:
-    """(r, L, C) each owner-reported pair's sums ``reports`` (r, L, C) weighed by its owner's credibility, judged at
-    the longest memory against ``monitored`` (r, L, C or C): what the pair adds to its collaborator's and the
-    population's evidence."""
-    at_longest = monitored[:, -1, :] if monitored.ndim == 3 else monitored
-    weight = credibility(owners, collaborators, reports[:, -1, :], at_longest, config)
-    return reports * weight[:, None, None]

@@ -21,11 +21,21 @@ import pyarrow as pa
 
 from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import pair_physics
-from model.credibility import credited
+from model.credibility import credibility
 from model.evidence import (NEVER, POPULATION, REPORTED, REPORTS, STATE_ROLES, EvidenceConfig, EvidenceTrack, channels_of,
                             pair_evidence_features, report_increments, role_increments, with_load)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.status import LOAD, TELEMETRY, StatusLog, status_values, telemetry_of
+
+
+@dataclass(frozen=True)
+class Credited:
+    """What owners reported themselves as of one slot, weighed by their credibility (:mod:`model.credibility`)."""
+
+    collaborator: np.ndarray  # (n, L, C) per device as collaborator
+    population: np.ndarray  # (L, C)
+    served: np.ndarray  # (n,) slots since an owner last reported of each device (NEVER: none did)
+    credibility: np.ndarray  # (n,) each device's as a reporter (1: it reported nothing, or is believed)
 
 
 @dataclass(frozen=True)
@@ -130,17 +140,16 @@ class History:
             end = np.broadcast_to(end, np.shape(dst))
             for slot in np.unique(end):
                 rows = end == slot
-                by_collaborator, whole, served = self.credited(config, int(slot))
-                collaborator[rows] += by_collaborator[dst[rows]]
-                population[rows] += whole
-                since[rows] = np.minimum(since[rows], served[dst[rows]])
+                credited = self.credited(config, int(slot))
+                collaborator[rows] += credited.collaborator[dst[rows]]
+                population[rows] += credited.population
+                since[rows] = np.minimum(since[rows], credited.served[dst[rows]])
         return pair_evidence_features(collaborator, owner, pair, since, config, population,
                                       self.load(dst, np.broadcast_to(end, np.shape(dst))), reports=reports)
 
-    def credited(self, config: EvidenceConfig, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(per device (n, L, C), the population's (L, C), per device the slots since an owner last reported of it
-        (n,)): what owners reported themselves through relative slot ``slot``, weighed by their credibility as of
-        then (:func:`model.credibility.credited`; cached)."""
+    def credited(self, config: EvidenceConfig, slot: int) -> Credited:
+        """What owners reported themselves through relative slot ``slot``, weighed by their credibility as of then
+        (:mod:`model.credibility`; cached)."""
         key = (config, slot)
         if key not in self._credited:
             n = len(self.index)
@@ -149,11 +158,14 @@ class History:
             reports, since = tracks[REPORTED].query(pairs, slot)
             owners, collaborators = pairs // n, pairs % n
             monitored, _ = tracks["collaborator"].query(collaborators, slot)
-            weighed = credited(owners, collaborators, reports, monitored)
-            by_collaborator, served = np.zeros((n, *weighed.shape[1:])), np.full(n, NEVER, np.int64)
-            np.add.at(by_collaborator, collaborators, weighed)
-            np.minimum.at(served, collaborators, since)
-            self._credited[key] = (by_collaborator, weighed.sum(axis=0), served)
+            weight = credibility(owners, collaborators, reports[:, -1, :], monitored[:, -1, :])
+            weighed = reports * weight[:, None, None]
+            out = Credited(np.zeros((n, *weighed.shape[1:])), weighed.sum(axis=0), np.full(n, NEVER, np.int64),
+                           np.ones(n))
+            np.add.at(out.collaborator, collaborators, weighed)
+            np.minimum.at(out.served, collaborators, since)
+            out.credibility[owners] = weight
+            self._credited[key] = out
         return self._credited[key]
 
     def load(self, devices: np.ndarray, slots: np.ndarray) -> np.ndarray:

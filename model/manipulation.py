@@ -14,10 +14,10 @@ T x VoC among them, under the same names suffixed ``_expected``), and this modul
 - ``attack_slots_to_detect``: per misbehaving stretch of an attacker (consecutive test slots in which it is a
   candidate of an owner it misbehaves toward), the slots from the stretch's start until the method's T_beh of
   it (mean over those owners) falls below :data:`DETECT_BELOW`; a stretch never detected counts its whole length (a lower bound),
-  and ``attack_detected`` is the share of stretches detected; ``honest_flagged`` the share of honest candidates
-  whose T_beh is below the same mark (a method that suspects everyone detects every attacker);
-- ``honest_trust_shift``: the mean of T_beh minus the hidden truth over the honest candidates (negative: honest
-  devices' trust pushed down);
+  and ``attack_detected`` is the share of stretches detected; ``honest_flagged`` the share of honest candidates (of
+  honest owners) whose T_beh is below the same mark (a method that suspects everyone detects every attacker);
+- ``honest_trust_shift``: the mean of T_beh minus the hidden truth over the honest candidates of honest owners
+  (negative: honest devices' trust pushed down; what a liar believes, or says it does, selects nothing honest);
 - ``whitewash_share_before`` / ``whitewash_share_after``: a whitewasher's share of a slot's tasks in up to
   :data:`WHITEWASH_WINDOW` test slots before it left an id, and under its new id in as many after (rejoins with
   test slots on both sides only).
@@ -80,7 +80,7 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         won_at, lost_at = pool.dense(misbehaving, False), pool.dense(pool.value * (1.0 - expected.p_tr *
                                                                                    expected.p_com_given_tr), 0.0)
         voc = pool.dense(pool.value, -np.inf)
-        honest = ~world.attacker[cols]
+        honest = ~world.attacker[cols] & ~world.attacker[owners[rows]]  # as honest owners see honest devices
         victims = np.bincount(cols[misbehaving], minlength=world.size)
         slots.append(pool.slot)
         victims_seen.append(victims)

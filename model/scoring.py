@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
-from model.credibility import credited
+from model.credibility import credibility
 from model.evidence import (CHANNELS, N, PAIR_CHANNELS, POPULATION, REPORTED, REPORTS, ROLES, STATE_ROLES, W,
                             EvidenceBlocks, EvidenceConfig, EvidenceState, decay, empty_state, find, report_increments,
                             role_increments, with_load)
@@ -613,11 +613,12 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
 
 def credited_evidence(frame: DeviceFrame) -> tuple[np.ndarray, np.ndarray]:
     """(collaborator (n, L, C), population (1, L, C)) of a frame's devices: what monitors saw, and what owners
-    reported themselves weighed by their credibility (:func:`model.credibility.credited`)."""
+    reported themselves weighed by their credibility (:func:`model.credibility.credibility`)."""
     if not len(frame.reported):
         return frame.collaborator, frame.population
-    weighed = credited(frame.reported_pairs[:, 1], frame.reported_pairs[:, 0], frame.reported_evidence,
-                       frame.reported_monitored)
+    weight = credibility(frame.reported_pairs[:, 1], frame.reported_pairs[:, 0], frame.reported_evidence[:, -1, :],
+                         frame.reported_monitored)
+    weighed = frame.reported_evidence * weight[:, None, None]
     collaborator = frame.collaborator.copy()
     at, held = find(frame.keys, frame.reported_pairs[:, 0])
     np.add.at(collaborator, at[held], weighed[held])

@@ -34,6 +34,7 @@ from tqdm import tqdm
 from model.bm import BM, BMConfig, PairQuery, Readout
 from model.channel import OnTimeCurve, OutageCurve
 from model.config import SystemParams
+from model.evidence import EvidenceConfig
 from model.experts import fit_rate_prior, fit_stack
 from model.head import PairTargets
 from model.history import History
@@ -108,8 +109,11 @@ class Targets:
                              for v in (self.t_col, self.tasks, self.flagged, self.tr, self.com)))
 
 
-def targets(history: History, slots: Iterable[int]) -> Targets:
-    """The edges of the target slots, predicted from the end of the slot before each."""
+def targets(history: History, slots: Iterable[int], credible: EvidenceConfig | None = None) -> Targets:
+    """The edges of the target slots, predicted from the end of the slot before each. With ``credible``, the outcome
+    counts an edge's owner reported itself weigh by its credibility as of the target slot
+    (:meth:`model.history.History.credited`), as they do in the evidence: what is learned from is what is believed
+    (T_col stays what was reported)."""
     graphs = [(t, history.graphs[t]) for t in sorted(set(slots)) if history.graphs[t] is not None]
 
     def joined(name: str) -> np.ndarray:
@@ -118,8 +122,12 @@ def targets(history: History, slots: Iterable[int]) -> Targets:
     src, dst = joined("src").astype(np.int64), joined("dst").astype(np.int64)
     end = np.concatenate([np.full(len(g.src), t - 1) for t, g in graphs]) if graphs else np.zeros(0, np.int64)
     profile = np.concatenate([g.profile for _, g in graphs]) if graphs else np.zeros((0, 2))
-    return Targets(PairQuery(src, dst, end, profile), joined("t_col"), joined("tasks"), joined("flagged"),
-                   joined("tr"), joined("com"), joined("time_ratio"))
+    counts = [joined(name) for name in ("tasks", "flagged", "tr", "com")]
+    if credible is not None and any(g.reported.any() for _, g in graphs):
+        owner = np.concatenate([history.credited(credible, t).credibility[g.src] for t, g in graphs])
+        weight = 1.0 - joined("reported_share") * (1.0 - owner)
+        counts = [count * weight for count in counts]
+    return Targets(PairQuery(src, dst, end, profile), joined("t_col"), *counts, joined("time_ratio"))
 
 
 def predict(model: BM, history: History, slots: Iterable[int], readout: Readout | None = None,
@@ -147,7 +155,7 @@ def validation_loss(model: BM, history: History, slots: Iterable[int], chunk_slo
     model.eval()
     with torch.no_grad():
         for k in range(0, len(ordered), chunk_slots):
-            batch = targets(history, ordered[k:k + chunk_slots])
+            batch = targets(history, ordered[k:k + chunk_slots], model.config.evidence)
             if len(batch):
                 wanted = batch.tensors(model.device)
                 share = model.loss_units(wanted)
@@ -164,7 +172,8 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
     validation slots together for that many epochs (the validation slots are the most recent ones): call it
     only once the validation slots have judged what they judge. Costs no encoder run: the inputs are
     computed once."""
-    batches = {"fit": targets(history, fit_slots), "val": targets(history, val_slots)}
+    credible = model.config.evidence
+    batches = {"fit": targets(history, fit_slots, credible), "val": targets(history, val_slots, credible)}
     if not len(batches["fit"]) or not len(batches["val"]):
         return lambda: None
     inputs = {name: (*model.pair_inputs(history, batch.query), batch.tensors(model.device))
@@ -238,7 +247,7 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
         model.train()
         losses = []
         for index in generator.permutation(len(chunks)):
-            batch = targets(history, chunks[index])
+            batch = targets(history, chunks[index], model.config.evidence)
             if not len(batch):
                 continue
             loss = model.loss(model.pair_outputs(history, batch.query), batch.tensors(model.device))
@@ -267,7 +276,7 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
 def fit_expert_stack(model: BM, history: History, slots: Sequence[int]) -> np.ndarray | None:
     """The published mixture's weights (:func:`model.experts.fit_stack`): the head's own forecast and its rule
     experts on the target slots' edges, against T_col weighted by tasks. None without edges."""
-    batch = targets(history, slots)
+    batch = targets(history, slots, model.config.evidence)
     if not len(batch):
         return None
     model.eval()
@@ -298,9 +307,11 @@ def known_devices(history: History, slots: Iterable[int]) -> np.ndarray:
     return known
 
 
-def fit_outage(history: History, slots: Iterable[int], system: SystemParams) -> OutageCurve:
-    """The P_tr curve fitted to the transmissions of the given slots' edges (the paper's curve without them)."""
-    batch = targets(history, [s for s in slots if s >= 1])
+def fit_outage(history: History, slots: Iterable[int], system: SystemParams,
+               credible: EvidenceConfig | None = None) -> OutageCurve:
+    """The P_tr curve fitted to the transmissions of the given slots' edges (the paper's curve without them;
+    ``credible``: as :func:`targets` weighs them)."""
+    batch = targets(history, [s for s in slots if s >= 1], credible)
     prior = OutageCurve.prior(system)
     if not len(batch) or history.status is None:
         return prior
@@ -430,11 +441,12 @@ def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
     seen = range(train_slots[-1] + 1)
     with deterministic():
         features = node2vec_table(history, seen, config, train.seed)
-    batch = targets(history, train_slots)
+    batch = targets(history, train_slots, config.evidence)
     on_time = OnTimeCurve.fit(batch.time_ratio, batch.tr, batch.com)
     q = batch.query
     physics_ratio = history.pair_physics(q.src, q.dst, q.end + 1, q.profile, config.system)[:, 3].astype(np.float64)
-    return Prepared(features, known_devices(history, seen), fit_outage(history, train_slots, config.system), on_time,
+    return Prepared(features, known_devices(history, seen), fit_outage(history, train_slots, config.system,
+                                                                       config.evidence), on_time,
                     OnTimeCurve.fit(physics_ratio, batch.tr, batch.com),
                     rate_prior(batch, len(history.index), history.has_flags, on_time),
                     float((batch.tr.sum() + 1) / (batch.flagged.sum() + 2)))

@@ -110,7 +110,7 @@ def test_bad_mouthers_lose_their_credibility_alike_offline_and_in_the_scorer() -
     assert liar.any() and weight[liar].max() < 0.1 and np.median(weight[~liar]) > 0.95
     # the offline path weighs the same reports alike
     offline = History.from_events(events, SIM.clock, SMALL.weights, index=index, first_slot=0, status=status)
-    by_collaborator, _, _ = offline.credited(SMALL.evidence, config.slots - 1)
+    by_collaborator = offline.credited(SMALL.evidence, config.slots - 1).collaborator
     frame = history.frame(stages, config.slots - 1, RankingConfig())
     collaborator, _ = credited_evidence(frame)
     rows = index.lookup(pa.array(frame.ids.tolist()))
