@@ -365,6 +365,22 @@ def _attack_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
                                                          for method, row in rows.items() if BELIEF_MEASURES[0] in row])
 
 
+INJECTION_MEASURES = ("rmse_genuine_clean", "rmse_genuine_attacked", "victim_shift", "colluder_shift")
+
+
+def _injection_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
+    """What an attack injected into a recorded log moved (:func:`model.manipulation.injection_measures`)."""
+    rows = {m: row for m, row in summary.items() if INJECTION_MEASURES[0] in row}
+    if not rows:
+        return []
+    lines = ["", "Injected attack: on the genuine test edges (honest raters' own), the RMSE on the clean log and on the "
+                 "attacked one, and how far the forecasts toward the accounts fake ratings named (victim) and toward "
+                 "colluders moved (attacked minus clean; mean ± std over runs):", ""]
+    return lines + _table(["method", *INJECTION_MEASURES], [
+        [method, *("" if math.isnan(row[m]["mean"]) else f"{row[m]['mean']:+.4f} ± {row[m]['std']:.4f}"
+                   for m in INJECTION_MEASURES)] for method, row in rows.items()])
+
+
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], paired: dict | None = None) -> str:
     metrics = [m for m in ("rmse", "mae", "rmse_truth", "rmse_truth_candidates", "mae_truth", "ece", "ece_truth",
                            "seconds", "kept_epoch")
@@ -374,6 +390,7 @@ def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], 
                      else f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}") for m in metrics]
         for method, row in summary.items() if any(m in row for m in metrics)])
     lines += _behaviour_lines(summary) + (_paired_lines(paired) if paired else []) + _attack_lines(summary)
+    lines += _injection_lines(summary)
     for metric, rule in (("voc", "the paper's rule: the highest VoC among T >= θ"),
                          ("voc_expected", "the expected-value rule: the highest T x VoC among T >= θ")):
         curves = {method: row[metric] for method, row in summary.items() if metric in row}

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from model.trust import SELECTION_RULES, select
 from model.voc import ScoredTasks, uniform_choice
@@ -167,3 +168,27 @@ def whitewash_shares(world, slots: np.ndarray, share: np.ndarray) -> tuple[float
             before.append(share[ahead, old].mean())
             after.append(share[behind, new].mean())
     return (float(np.mean(before)), float(np.mean(after))) if before else (float("nan"), float("nan"))
+
+
+def injection_measures(clean: pa.Table, attacked: pa.Table, colluders: np.ndarray, victims: np.ndarray,
+                       methods: list[str]) -> dict[str, dict[str, float]]:
+    """{method: measures} of an attack injected into a recorded log (:mod:`simulator.inject`), from each run's test-edge
+    forecasts on the clean log and on the attacked one (:func:`model.evaluate.predictions_table`): on the genuine test
+    edges (honest raters' own, in both), ``rmse_genuine_clean`` / ``rmse_genuine_attacked`` against what they rated,
+    ``victim_shift`` (the attacked forecast minus the clean one, on those toward the accounts fake ratings named)
+    and ``colluder_shift`` (the same toward colluders); NaN where no such edge."""
+    keys = ["slot", "owner", "collaborator"]
+    honest = pc.invert(pc.is_in(attacked["owner"], value_set=pa.array(colluders, pa.string())))
+    joined = attacked.filter(honest).join(clean.select([*keys, *methods]), keys=keys, right_suffix="_clean")
+    target, collaborator = joined["target"].to_numpy(), joined["collaborator"]
+    toward = {"victim": pc.is_in(collaborator, value_set=pa.array(victims, pa.string())).to_numpy(),
+              "colluder": pc.is_in(collaborator, value_set=pa.array(colluders, pa.string())).to_numpy()}
+    out = {}
+    for method in methods:
+        now, before = joined[method].to_numpy(), joined[f"{method}_clean"].to_numpy()
+        row = {"rmse_genuine_clean": float(np.sqrt(np.mean((before - target) ** 2))),
+               "rmse_genuine_attacked": float(np.sqrt(np.mean((now - target) ** 2)))}
+        for name, rows in toward.items():
+            row[f"{name}_shift"] = float(np.mean(now[rows] - before[rows])) if rows.any() else float("nan")
+        out[method] = row
+    return out

@@ -1,4 +1,5 @@
-"""The paper's experiments on simulated runs: a run in memory, and the evaluation of every method on it.
+"""The paper's experiments on simulated runs (a run in memory, and the evaluation of every method on it), and on recorded
+logs with attacks injected.
 
 The simulator sits above ``model``: it takes the physics from there, and hands its runs, with what only a
 simulation has (the hidden truth, the world for the selection experiment), to :mod:`model.evaluate`.
@@ -16,10 +17,12 @@ from model.bm import BMConfig
 from model.evaluate import RunOutput, Simulated, evaluate_run
 from model.graphs import DeviceIndex
 from model.history import History
+from model.manipulation import injection_measures
 from model.train import TrainConfig, targets, time_split
 from simulator.bayes import BayesFilter
-from simulator.config import SimConfig
+from simulator.config import Attack, SimConfig
 from simulator.engine import MemorySink, Simulator
+from simulator.inject import inject
 from simulator.world import World
 
 
@@ -60,6 +63,30 @@ def evaluate_simulated(sim_config: SimConfig, config: BMConfig, train: TrainConf
         results.append(evaluate_run(history, replace(config, clock=sim_config.clock),
                                     replace(train, seed=train.seed + run), methods,
                                     Simulated(truth, world, events, behaviour), voc, references))
+        progress(f"run {run + 1}/{runs} done")
+        each_run(results)
+    return results
+
+
+def evaluate_injected(events: pa.Table, attack: Attack, config: BMConfig, train: TrainConfig, runs: int,
+                      methods: list[str], progress: Callable[[str], None] = lambda _: None,
+                      each_run: Callable[[list[RunOutput]], None] = lambda _: None) -> list[RunOutput]:
+    """Every method on a recorded log with ``attack`` injected (:mod:`simulator.inject`, drawn with ``train.seed``) and
+    on its clean twin, ``runs`` training seeds: the attacked runs' figures, each method's with what the attack moved
+    (:func:`model.manipulation.injection_measures`)."""
+    injected = inject(events, attack, train.seed)
+    clean = History.from_events(injected.clean, config.clock, config.weights)
+    attacked = History.from_events(injected.attacked, config.clock, config.weights, index=clean.index,
+                                   first_slot=clean.first_slot)
+    results = []
+    for run in range(runs):
+        seeded = replace(train, seed=train.seed + run)
+        twin, result = (evaluate_run(history, config, seeded, methods) for history in (clean, attacked))
+        forecasts = [name for name in result.scores if name in result.predictions.column_names]
+        for method, measures in injection_measures(twin.predictions, result.predictions, injected.colluders,
+                                                   injected.victims, forecasts).items():
+            result.scores[method].update(measures)
+        results.append(result)
         progress(f"run {run + 1}/{runs} done")
         each_run(results)
     return results

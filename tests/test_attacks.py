@@ -237,7 +237,9 @@ def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
 
 @pytest.mark.parametrize("args, message", [(["--attack", "sybil=1.5"], "share of 'sybil' must be in [0, 1)"),
                                            (["--attack", "gossip=0.1"], "--attack: unknown kind 'gossip'"),
-                                           (["--attack", "sybil=0.1", "--events", "x.parquet"], "simulated runs only")])
+                                           (["--attack", "sybil=0.1", "--events", "x.parquet"],
+                                            "'sybil' cannot be injected into a recorded log"),
+                                           (["--owner-reports", "0.5", "--events", "x.parquet"], "simulated runs only")])
 def test_evaluate_refuses_bad_attacks_by_name(args, message, tmp_path, capsys) -> None:
     assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--out", str(tmp_path), *args]) == 2
     assert message in capsys.readouterr().err

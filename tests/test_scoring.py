@@ -22,6 +22,7 @@ from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotSco
                            score_slot, shard_of, slot_part,
                            status_arrays, window_read)
 from model.stages import TorchStages
+from model.train import targets
 from simulator.config import Attack, AttackKind, SimConfig
 from tests.pipeline_fixtures import forget_y
 from tests.test_bm import SMALL
@@ -116,6 +117,12 @@ def test_bad_mouthers_lose_their_credibility_alike_offline_and_in_the_scorer() -
     rows = index.lookup(pa.array(frame.ids.tolist()))
     monitored_now, _ = offline.tracks(SMALL.evidence)["collaborator"].query(rows, config.slots - 1)
     np.testing.assert_allclose(collaborator, monitored_now + by_collaborator[rows], rtol=1e-9, atol=1e-9)
+    # and training learns from what it believes: a liar's reported outcomes weigh by its credibility in the targets
+    plain, believed = targets(offline, [config.slots - 1]), targets(offline, [config.slots - 1], SMALL.evidence)
+    lying = world.attacker[plain.query.src] & (offline.graphs[config.slots - 1].reported_share == 1)
+    assert lying.any() and (believed.flagged[lying] < 0.1 * plain.flagged[lying]).all()
+    assert np.median(believed.flagged[~lying] / plain.flagged[~lying]) > 0.95
+    np.testing.assert_array_equal(believed.t_col, plain.t_col)
 
 
 def test_an_updated_slot_replaces_its_evidence_instead_of_adding_it(log) -> None:

@@ -214,7 +214,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from model.bimamba import MambaConfig
     from model.bm import BMConfig
     from model.evaluate import evaluate_log, write_predictions, write_report
-    from simulator.experiment import evaluate_simulated
+    from simulator.experiment import evaluate_injected, evaluate_simulated
+    from simulator.inject import injectable
     from model.gnn import GNNConfig
     from model.node2vec import Node2VecConfig
     from model.train import TrainConfig
@@ -233,9 +234,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     train = replace(train, device=args.device, seed=args.seed)
     sim = replace(sim, seed=args.seed, telemetry=args.telemetry, **({"mix": parse_mix(args.mix)} if args.mix else {}),
                   **_attack_setting(args))
-    if args.events and (args.attack or args.owner_reports is not None or args.task_size_spread is not None):
-        raise ValueError("--attack, --owner-reports, --task-size-spread: simulated runs only (attacks are not "
-                         "injected into a recorded --events log yet)")
+    if args.events and sim.attack is not None:
+        injectable(sim.attack)
+    if args.events and (args.owner_reports is not None or args.task_size_spread is not None):
+        raise ValueError("--owner-reports, --task-size-spread: simulated runs only (a recorded --events log says who "
+                         "reported and how large its tasks were)")
     if args.test_fraction is not None:
         train = replace(train, test_fraction=args.test_fraction)
     if args.sim_slots is not None:  # the same task density per slot
@@ -267,7 +270,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         status = pq.read_table(args.status) if args.status else None
         title, notes = f"trustbeam evaluation on {Path(args.events).name}", ["no hidden truth: scores are against "
                                                                            "the observed next-slot T_col only"]
-        results = evaluate_log(events, config, train, runs, methods, say, status, each_run=keep)
+        if args.attack:
+            title += f" with {args.attack} injected"
+            notes.append("every rating reported by its rater; the figures above are on the attacked log "
+                         "(simulator.inject), the injected-attack table sets them against the clean twin")
+            results = evaluate_injected(events, sim.attack, config, train, runs, methods, say, each_run=keep)
+        else:
+            results = evaluate_log(events, config, train, runs, methods, say, status, each_run=keep)
     else:
         title, notes = "trustbeam evaluation on the simulated paper setting", [
             "rmse/mae: against the observed next-slot T_col; *_truth: against the simulator's hidden expected "

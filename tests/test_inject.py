@@ -1,0 +1,96 @@
+"""Attacks injected into a recorded ratings log (simulator.inject) and what model.manipulation measures of them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from model.manipulation import injection_measures
+from simulator.config import Attack, AttackKind
+from simulator.inject import MIN_RATINGS, inject
+from tests.test_snapshots import write_log
+from trustbeam.cli import main
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory) -> str:
+    """A graded log of 3,000 ratings among 40 accounts (``import-log``'s events.parquet)."""
+    root = tmp_path_factory.mktemp("log")
+    write_log(root / "log.csv")
+    assert main(["import-log", "--csv", str(root / "log.csv"), "--no-header", "--owner-col", "0",
+                 "--collaborator-col", "1", "--outcome-col", "2", "--time-col", "3", "--outcome-range", "-10", "10",
+                 "--slot-days", "7", "--out", str(root / "log")]) == 0
+    return str(root / "log" / "events.parquet")
+
+
+def _column(table: pa.Table, name: str) -> np.ndarray:
+    return table[name].to_numpy(zero_copy_only=False)
+
+
+@pytest.mark.parametrize("kind", [AttackKind.BALLOT_STUFFING, AttackKind.BAD_MOUTHING])
+def test_colluders_add_one_fake_rating_per_real_one_at_its_time(log: str, kind: AttackKind) -> None:
+    import pyarrow.parquet as pq
+
+    events = pq.read_table(log)
+    injected = inject(events, Attack(kind, 0.25), seed=3)
+    clean, attacked, colluders = injected.clean, injected.attacked, injected.colluders
+    raters, given = np.unique(_column(events, "owner"), return_counts=True)
+    assert len(colluders) == round(0.25 * (given >= MIN_RATINGS).sum())
+    assert clean.drop_columns(["reporter"]).equals(events.drop_columns(["reporter"]))
+    assert clean["reporter"].equals(clean["owner"]) and attacked["reporter"].equals(attacked["owner"])
+    fake = attacked.filter(pc.ends_with(attacked["event_id"], "-fake"))
+    real_of_colluders = np.isin(_column(events, "owner"), colluders).sum()
+    assert 0.9 * real_of_colluders <= fake.num_rows <= real_of_colluders  # a rating of its own is dropped
+    assert attacked.num_rows == clean.num_rows + fake.num_rows and len(set(_column(attacked, "event_id"))) == attacked.num_rows
+    assert np.isin(_column(fake, "owner"), colluders).all()
+    assert (np.diff(_column(attacked, "event_time_ms")) >= 0).all()
+    assert set(_column(fake, "event_time_ms")) <= set(_column(events, "event_time_ms"))
+    targets = _column(fake, "collaborator")
+    assert (targets != _column(fake, "owner")).all()
+    if kind is AttackKind.BALLOT_STUFFING:
+        assert np.isin(targets, colluders).all() and (_column(fake, "reliability") == 1.0).all()
+        assert not len(injected.victims)
+    else:
+        assert not np.isin(targets, colluders).any() and (_column(fake, "reliability") == 0.0).all()
+        first_rated = {}
+        for when, name in zip(_column(events, "event_time_ms"), _column(events, "collaborator")):
+            first_rated.setdefault(name, when)
+        assert all(first_rated[t] <= w for t, w in zip(targets, _column(fake, "event_time_ms")))
+        assert set(injected.victims) == set(targets)
+
+
+def test_a_log_cannot_carry_a_sybil_and_the_same_seed_injects_the_same(log: str) -> None:
+    import pyarrow.parquet as pq
+
+    events = pq.read_table(log)
+    with pytest.raises(ValueError, match="'sybil' cannot be injected into a recorded log"):
+        inject(events, Attack(AttackKind.SYBIL, 0.2), seed=0)
+    a, b = (inject(events, Attack(AttackKind.BAD_MOUTHING, 0.2), seed=5) for _ in range(2))
+    assert a.attacked.equals(b.attacked)
+
+
+def test_injection_measures_by_hand() -> None:
+    """Honest rater h rated victim v (target 1.0) and colluder c (target 0.0); colluder c's own edge is left out."""
+    keys = {"slot": [7, 7, 7], "owner": ["h", "h", "c"], "collaborator": ["v", "c", "v"], "target": [1.0, 0.0, 0.0]}
+    clean = pa.table({**keys, "m": [0.9, 0.3, 0.5]})
+    attacked = pa.table({**keys, "m": [0.6, 0.5, 0.1]})
+    out = injection_measures(clean, attacked, np.array(["c"]), np.array(["v"]), ["m"])["m"]
+    assert out["victim_shift"] == pytest.approx(-0.3) and out["colluder_shift"] == pytest.approx(0.2)
+    assert out["rmse_genuine_clean"] == pytest.approx(np.sqrt((0.1 ** 2 + 0.3 ** 2) / 2))
+    assert out["rmse_genuine_attacked"] == pytest.approx(np.sqrt((0.4 ** 2 + 0.5 ** 2) / 2))
+
+
+def test_evaluate_reports_what_an_injected_attack_moved(log: str, tmp_path) -> None:
+    out = tmp_path / "report"
+    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--events", log, "--attack", "bad-mouthing=0.25",
+                 "--methods", "mean", "channel_beta", "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert "bad-mouthing=0.25 injected" in report["title"]
+    for method in ("mean", "channel_beta"):
+        assert set(report[method]["victim_shift"]) == {"mean", "std"}
+    assert report["channel_beta"]["victim_shift"]["mean"] < 0  # a rule believes every report
+    assert "Injected attack" in (out / "report.md").read_text()
