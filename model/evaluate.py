@@ -152,10 +152,12 @@ def by_label(prediction: np.ndarray, target: np.ndarray, labels: np.ndarray) -> 
 
 
 def accuracy(prediction: np.ndarray, observed: np.ndarray, hidden: np.ndarray | None, edge_slot: np.ndarray,
-             test_slots: list[int], median: np.ndarray | None = None, behaviour: np.ndarray | None = None) -> dict:
+             test_slots: list[int], median: np.ndarray | None = None, behaviour: np.ndarray | None = None,
+             honest: np.ndarray | None = None) -> dict:
     """RMSE/MAE (MAE of ``median`` when given), the per-slot RMSE curve and the calibration bins against the
     observed T_col (and the truth; with ``behaviour``, the collaborators' hidden labels, also the RMSE against
-    the truth per label)."""
+    the truth per label; with ``honest``, whether each edge's owner is honest, the RMSE against the truth of honest
+    owners' edges: an attacker's own edges, whose reports may be lies, left out)."""
     s = scores(prediction, observed, median)
     row = {"rmse": s.rmse, "mae": s.mae, "ece": expected_calibration_error(prediction, observed, CALIBRATION_BINS),
            "rmse_per_slot": per_slot_rmse(prediction, observed, edge_slot, test_slots),
@@ -167,6 +169,8 @@ def accuracy(prediction: np.ndarray, observed: np.ndarray, hidden: np.ndarray | 
                    calibration_mean_truth=calibration(prediction, hidden)["mean_target"])
         if behaviour is not None:
             row["rmse_truth_by_behaviour"] = by_label(prediction, hidden, behaviour)
+        if honest is not None:
+            row["rmse_truth_honest"] = rmse(prediction[honest], hidden[honest])
     return row
 
 
@@ -200,6 +204,8 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
     observed, edge_slot = batch.t_col, batch.query.end + 1
     hidden = truth_for(history, test_slots, simulated.truth) if simulated else None
     behaviour = simulated.behaviour[batch.query.dst] if simulated else None
+    attacker = simulated.world.attacker if simulated else np.zeros(0, bool)
+    honest = ~attacker[batch.query.src] if attacker.any() else None  # history rows are the world's ids
     out: dict[str, dict] = {}
     forecasts: dict[str, np.ndarray] = {}
     scorers: dict[str, Scorer] = {}
@@ -237,10 +243,10 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
         for name, prediction in predicted.items():
             forecasts[name] = prediction
             out[name] = {"seconds": seconds, **facts, **accuracy(prediction, observed, hidden, edge_slot, test_slots,
-                                                                 medians.get(name), behaviour)}
+                                                                 medians.get(name), behaviour, honest)}
     for name, prediction in (references or {}).items():
         forecasts[name] = prediction
-        out[name] = accuracy(prediction, observed, hidden, edge_slot, test_slots, None, behaviour)
+        out[name] = accuracy(prediction, observed, hidden, edge_slot, test_slots, None, behaviour, honest)
     if simulated is not None and voc:
         scored = list(scored_tasks(simulated.world, simulated.events, history.first_slot, test_slots, scorers))
         for method, rmse in candidate_rmse(simulated.world, scored).items():
@@ -382,8 +388,8 @@ def _injection_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
 
 
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], paired: dict | None = None) -> str:
-    metrics = [m for m in ("rmse", "mae", "rmse_truth", "rmse_truth_candidates", "mae_truth", "ece", "ece_truth",
-                           "seconds", "kept_epoch")
+    metrics = [m for m in ("rmse", "mae", "rmse_truth", "rmse_truth_honest", "rmse_truth_candidates", "mae_truth", "ece",
+                           "ece_truth", "seconds", "kept_epoch")
                if any(m in row for row in summary.values())]
     lines = [f"# {title}", ""] + _table(["method", *metrics], [
         [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m in ("seconds", "kept_epoch")

@@ -1,8 +1,8 @@
 """What attackers win in the selection experiment: the measures ``trustbeam evaluate --attack`` reports.
 
 A simulated run may hold attackers (``simulator.config.Attack``): devices that misbehave toward some owners in
-some slots (:meth:`simulator.world.World.misbehaving`). Over the test tasks scored once for the VoC experiment
-(:func:`model.voc.scored_tasks`), every method selects by the paper's rule (the highest VoC among candidates
+some slots (:meth:`simulator.world.World.misbehaving`). Over the test tasks of honest owners, scored once for the VoC
+experiment (:func:`model.voc.scored_tasks`; what attackers hand one another wins them nothing), every method selects by the paper's rule (the highest VoC among candidates
 with T >= the task's own trust threshold, as a scheduler would; and by the expected-value rule, the highest
 T x VoC among them, under the same names suffixed ``_expected``), and this module counts what the attackers got:
 
@@ -77,7 +77,8 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         expected, rows, cols = pool.expected, pool.rows, pool.cols
         truth = expected.reliability(world.config.weights)
         beliefs = {**beliefs, "oracle": truth}
-        misbehaving = world.misbehaving(cols, owners[rows], pool.slot, pool.sizes)
+        mine = ~world.attacker[owners]  # the tasks of honest owners: what attackers hand each other wins nothing
+        misbehaving = world.misbehaving(cols, owners[rows], pool.slot, pool.sizes) & mine[rows]
         won_at, lost_at = pool.dense(misbehaving, False), pool.dense(pool.value * (1.0 - expected.p_tr *
                                                                                    expected.p_com_given_tr), 0.0)
         voc = pool.dense(pool.value, -np.inf)
@@ -86,7 +87,7 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         slots.append(pool.slot)
         victims_seen.append(victims)
         candidate_seen.append(np.bincount(cols[world.attacker[cols]], minlength=world.size))
-        tasks += len(owners)
+        tasks += int(mine.sum())
         thresholds = event_threshold[event_slot == pool.slot][:, None]  # (tasks, 1)
         random_choice = uniform_choice(rng, pool.valid)
         for rule in SELECTION_RULES:
@@ -94,13 +95,13 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
                        for name, t_beh in beliefs.items()}
             for name, choice in {**choices, "random": random_choice}.items():
                 tally = selections.setdefault((name, rule), _Selections())
-                picked = choice >= 0
+                picked = (choice >= 0) & mine
                 task, column = np.flatnonzero(picked), choice[picked]
                 won = won_at[task, column]
                 tally.assigned += float(picked.sum())
                 tally.won += float(won.sum())
                 tally.lost += float(lost_at[task[won], column[won]].sum())
-                tally.share.append(np.bincount(column, minlength=world.size) / len(owners))
+                tally.share.append(np.bincount(column, minlength=world.size) / max(int(mine.sum()), 1))
         for name, t_beh in beliefs.items():
             tally = beliefs_of.setdefault(name, _Beliefs())
             tally.shift += float((t_beh - truth)[honest].sum())
