@@ -220,6 +220,11 @@ def test_attack_measures_by_hand() -> None:
     assert out["oracle"]["attack_slots_to_detect"] == 0.0 and out["oracle"]["honest_trust_shift"] == 0.0
     assert 0.0 <= out["random"]["attack_tasks_won"] <= 0.5 and out["random"]["tasks_assigned"] == 1.0
     assert math.isnan(out["m"]["whitewash_share_before"])
+    # an attacker's own tasks count for nothing: with owner 1 a colluder, the one honest task went to the attacker
+    world.attacker = np.array([False, True, False, True])
+    out = attack_measures(world, events, [(np.array([0, 1]), pool, beliefs)])
+    assert out["m"]["attack_tasks_won"] == 1.0 and out["m"]["tasks_assigned"] == 1.0
+    assert out["m"]["honest_trust_shift"] == pytest.approx(0.9 - truth)  # owner 0's view of device 2 alone
 
 
 def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
@@ -232,6 +237,7 @@ def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
         won = report[method]["attack_tasks_won"]
         assert set(won) == {"mean", "std"} and 0 <= won["mean"] <= 1
     assert report["random"]["attack_tasks_won"]["mean"] > report["oracle"]["attack_tasks_won"]["mean"]
+    assert 0 < report["channel_beta"]["rmse_truth_honest"]["mean"] < 1  # honest owners' test edges
     assert "attack_tasks_won" in (out / "report.md").read_text()
 
 
