@@ -79,7 +79,8 @@ def credibility(owners: np.ndarray, collaborators: np.ndarray, reports: np.ndarr
     """(r,) the credibility in [0, 1] of the owner of each owner-reported pair (see the module's docstring).
 
     owners, collaborators: (r,) keys of each pair's owner and collaborator; reports: (r, C) what the owner reported of
-    it; monitored: (r, C) what monitors saw of its collaborator (its collaborator role's evidence), all at one memory."""
+    it; monitored: (r, C) what monitors saw of its collaborator (its collaborator role's evidence); all at one
+    memory."""
     if not len(owners):
         return np.zeros(0)
     _, owner = np.unique(owners, return_inverse=True)

@@ -379,17 +379,17 @@ def _injection_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
     rows = {m: row for m, row in summary.items() if INJECTION_MEASURES[0] in row}
     if not rows:
         return []
-    lines = ["", "Injected attack: on the genuine test edges (honest raters' own), the RMSE on the clean log and on the "
-                 "attacked one, and how far the forecasts toward the accounts fake ratings named (victim) and toward "
-                 "colluders moved (attacked minus clean; mean ± std over runs):", ""]
+    lines = ["", "Injected attack: on the genuine test edges (honest raters' own), the RMSE on the clean log and on "
+                 "the attacked one, and how far the forecasts toward the accounts fake ratings named (victim) and "
+                 "toward colluders moved (attacked minus clean; mean ± std over runs):", ""]
     return lines + _table(["method", *INJECTION_MEASURES], [
         [method, *("" if math.isnan(row[m]["mean"]) else f"{row[m]['mean']:+.4f} ± {row[m]['std']:.4f}"
                    for m in INJECTION_MEASURES)] for method, row in rows.items()])
 
 
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], paired: dict | None = None) -> str:
-    metrics = [m for m in ("rmse", "mae", "rmse_truth", "rmse_truth_honest", "rmse_truth_candidates", "mae_truth", "ece",
-                           "ece_truth", "seconds", "kept_epoch")
+    metrics = [m for m in ("rmse", "mae", "rmse_truth", "rmse_truth_honest", "rmse_truth_candidates", "mae_truth",
+                           "ece", "ece_truth", "seconds", "kept_epoch")
                if any(m in row for row in summary.values())]
     lines = [f"# {title}", ""] + _table(["method", *metrics], [
         [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m in ("seconds", "kept_epoch")

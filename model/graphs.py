@@ -193,5 +193,6 @@ def slot_graphs(edges: pa.Table, index: DeviceIndex) -> dict[int, SlotGraph]:
             s = int(slots[part[0]])
             graphs[s] = SlotGraph(s, src[part], dst[part], column["t_col"][part], column["offset"][part],
                                   column["tasks"][part], column["flagged"][part], column["tr"][part],
-                                  column["com"][part], profile[part], column["time_ratio"][part], column["reported"][part])
+                                  column["com"][part], profile[part], column["time_ratio"][part],
+                                  column["reported"][part])
     return graphs

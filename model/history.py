@@ -22,8 +22,8 @@ import pyarrow as pa
 from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import pair_physics
 from model.credibility import credibility
-from model.evidence import (NEVER, POPULATION, REPORTED, REPORTS, STATE_ROLES, EvidenceConfig, EvidenceTrack, channels_of,
-                            pair_evidence_features, report_increments, role_increments, with_load)
+from model.evidence import (NEVER, POPULATION, REPORTED, REPORTS, STATE_ROLES, EvidenceConfig, EvidenceTrack,
+                            channels_of, pair_evidence_features, report_increments, role_increments, with_load)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.status import LOAD, TELEMETRY, StatusLog, status_values, telemetry_of
 

@@ -2,9 +2,10 @@
 
 A simulated run may hold attackers (``simulator.config.Attack``): devices that misbehave toward some owners in
 some slots (:meth:`simulator.world.World.misbehaving`). Over the test tasks of honest owners, scored once for the VoC
-experiment (:func:`model.voc.scored_tasks`; what attackers hand one another wins them nothing), every method selects by the paper's rule (the highest VoC among candidates
-with T >= the task's own trust threshold, as a scheduler would; and by the expected-value rule, the highest
-T x VoC among them, under the same names suffixed ``_expected``), and this module counts what the attackers got:
+experiment (:func:`model.voc.scored_tasks`; what attackers hand one another wins them nothing), every method selects
+by the paper's rule (the highest VoC among candidates with T >= the task's own trust threshold, as a scheduler would;
+and by the expected-value rule, the highest T x VoC among them, under the same names suffixed ``_expected``), and
+this module counts what the attackers got:
 
 - ``tasks_assigned``: the share of test tasks with a qualifying candidate (a method that trusts no one hands
   attackers nothing, and no one anything);

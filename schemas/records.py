@@ -63,8 +63,8 @@ class CollaborationEvent(Record):
     t_local_s: float = number("owner's local execution time for the task", unit="s", ge=0, nullable=True)
     e_local_j: float = number("owner's local execution energy for the task", unit="J", ge=0, nullable=True)
     voc: float = number("achieved value of task completion V", ge=0, le=1, nullable=True)
-    reporter: str = ident(f"who reported the outcome: the owner's id, or a neutral monitor's ('{MONITOR_PREFIX}<name>'; "
-                          "null: a monitor, as in the paper's setting)", nullable=True)
+    reporter: str = ident("who reported the outcome: the owner's id, or a neutral monitor's "
+                          f"('{MONITOR_PREFIX}<name>'; null: a monitor, as in the paper's setting)", nullable=True)
 
     RULES = (
         Rule("collaborator", "must differ from owner", lambda r: r.owner == r.collaborator),

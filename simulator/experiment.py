@@ -1,5 +1,5 @@
-"""The paper's experiments on simulated runs (a run in memory, and the evaluation of every method on it), and on recorded
-logs with attacks injected.
+"""The paper's experiments on simulated runs (a run in memory, and the evaluation of every method on it), and on
+recorded logs with attacks injected.
 
 The simulator sits above ``model``: it takes the physics from there, and hands its runs, with what only a
 simulation has (the hidden truth, the world for the selection experiment), to :mod:`model.evaluate`.

@@ -75,7 +75,8 @@ def inject(events: pa.Table, attack: Attack, seed: int) -> Injected:
     ids = pc.binary_join_element_wise(fake["event_id"], pa.scalar("-fake"), "")
     fake = (fake.set_column(fake.column_names.index("event_id"), "event_id", ids)
             .set_column(fake.column_names.index("collaborator"), "collaborator", pa.array(targets, pa.string()))
-            .set_column(fake.column_names.index("reliability"), "reliability", pa.array(np.full(len(rows), reliability))))
+            .set_column(fake.column_names.index("reliability"), "reliability",
+                        pa.array(np.full(len(rows), reliability))))
     attacked = pa.concat_tables([clean, reported_by_raters(fake).cast(clean.schema)])
     order = np.argsort(attacked["event_time_ms"].to_numpy(), kind="stable")
     victims = np.unique(targets) if attack.kind is AttackKind.BAD_MOUTHING else np.zeros(0, str)

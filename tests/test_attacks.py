@@ -121,7 +121,8 @@ def test_owners_report_a_share_of_outcomes_and_nothing_else_moves() -> None:
     plain, truth, _ = simulated_run(SMALL)
     half, half_truth, _ = simulated_run(replace(SMALL, owner_reports=0.5))
     said = half["reporter"].is_valid().to_numpy(zero_copy_only=False)
-    assert 0.4 < said.mean() < 0.6 and half["reporter"].filter(pa.array(said)).equals(half["owner"].filter(pa.array(said)))
+    owners_said = half["owner"].filter(pa.array(said))
+    assert 0.4 < said.mean() < 0.6 and half["reporter"].filter(pa.array(said)).equals(owners_said)
     assert half.drop_columns(["reporter"]).equals(plain.drop_columns(["reporter"])) and half_truth.equals(truth)
 
 
@@ -134,7 +135,7 @@ def test_an_opportunistic_attacker_fails_large_tasks_and_serves_small_ones() -> 
     attackers = np.flatnonzero(world.attacker)
     honest = np.flatnonzero(~world.attacker)[:len(attackers)]
     owners = np.zeros(len(attackers), np.int64) + honest[-1]
-    small, large = np.full(len(attackers), config.task_size_bits / 2), np.full(len(attackers), config.task_size_bits * 2)
+    small, large = (np.full(len(attackers), config.task_size_bits * factor) for factor in (0.5, 2.0))
     assert (world.behaviour_reliability(attackers, owners, 3, small) == world.params.high[attackers]).all()
     assert (world.behaviour_reliability(attackers, owners, 3, large) == world.params.low[attackers]).all()
     assert world.misbehaving(attackers, owners, 3, large).all() and not world.misbehaving(attackers, owners, 3,
@@ -245,7 +246,8 @@ def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
                                            (["--attack", "gossip=0.1"], "--attack: unknown kind 'gossip'"),
                                            (["--attack", "sybil=0.1", "--events", "x.parquet"],
                                             "'sybil' cannot be injected into a recorded log"),
-                                           (["--owner-reports", "0.5", "--events", "x.parquet"], "simulated runs only")])
+                                           (["--owner-reports", "0.5", "--events", "x.parquet"],
+                                            "simulated runs only")])
 def test_evaluate_refuses_bad_attacks_by_name(args, message, tmp_path, capsys) -> None:
     assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--out", str(tmp_path), *args]) == 2
     assert message in capsys.readouterr().err

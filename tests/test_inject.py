@@ -45,7 +45,8 @@ def test_colluders_add_one_fake_rating_per_real_one_at_its_time(log: str, kind: 
     fake = attacked.filter(pc.ends_with(attacked["event_id"], "-fake"))
     real_of_colluders = np.isin(_column(events, "owner"), colluders).sum()
     assert 0.9 * real_of_colluders <= fake.num_rows <= real_of_colluders  # a rating of its own is dropped
-    assert attacked.num_rows == clean.num_rows + fake.num_rows and len(set(_column(attacked, "event_id"))) == attacked.num_rows
+    assert attacked.num_rows == clean.num_rows + fake.num_rows
+    assert len(set(_column(attacked, "event_id"))) == attacked.num_rows
     assert np.isin(_column(fake, "owner"), colluders).all()
     assert (np.diff(_column(attacked, "event_time_ms")) >= 0).all()
     assert set(_column(fake, "event_time_ms")) <= set(_column(events, "event_time_ms"))

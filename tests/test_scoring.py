@@ -18,8 +18,8 @@ from model.credibility import credibility
 from model.evidence import REPORTS
 from model.graphs import DeviceIndex, device_keys
 from model.history import History
-from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, credited_evidence, ranked, score_log,
-                           score_slot, shard_of, slot_part,
+from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, credited_evidence, ranked,
+                           score_log, score_slot, shard_of, slot_part,
                            status_arrays, window_read)
 from model.stages import TorchStages
 from model.train import targets
