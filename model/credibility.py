@@ -17,7 +17,9 @@ its owner's credibility wherever a collaborator's (and the population's) evidenc
 starting from c = 1 and refined ``rounds`` times. A reporter with few reports, or reports like the others' of the same
 collaborators, keeps its full weight; a bad-mouther, whose reports of honest devices say failed where most others say
 succeeded, loses it. An honest owner that happened to pick poor collaborators agrees with the others about them.
-Everything is read from the sums as of one slot (at the longest memory), so the offline path and the scorer (every
+Everything is read from the sums as of one slot, owners' reports at their own longest memory
+(:data:`model.evidence.JUDGING_MEMORY`: a liar lies all along, and ~20 reports an owner makes in 100 slots of the paper's
+setting judge it far better than the ~10 the model's longest memory keeps), so the offline path and the scorer (every
 piece of a slot holds every owner-reported pair) weigh alike, and in the paper's setting, where a monitor sees every
 task, nothing is weighed and nothing changes.
 

@@ -46,6 +46,7 @@ REPORT_CHANNELS = ("slots", "load")  # per slot with a report known by its end: 
 # collaborator's evidence is and weighed by the owner's credibility where it is read (model.credibility); the
 # collaborator's and the population's roles hold what monitors saw
 REPORTED = "reported"
+JUDGING_MEMORY = 0.995  # REPORTED's extra, longest memory, at which owners are judged: a liar lies all along
 STATE_ROLES = (*ROLES, REPORTS, REPORTED)  # the states a holder of evidence keeps
 POPULATION = -1  # the population role's one key (device keys and history rows are >= 0)
 NEVER = 10 ** 9  # slots since the last update of a key never seen
@@ -95,10 +96,17 @@ def channels_of(role: str) -> int:
     return len(REPORT_CHANNELS if role == REPORTS else CHANNELS)
 
 
+def role_lams(role: str, lams: tuple[float, ...] | np.ndarray) -> np.ndarray:
+    """The forgetting factors a role's sums are kept at: the config's, and for :data:`REPORTED` also
+    :data:`JUDGING_MEMORY` (last)."""
+    return np.asarray((*lams, JUDGING_MEMORY) if role == REPORTED else lams, np.float64)
+
+
 def empty_state(role: str, lams: tuple[float, ...] | np.ndarray) -> "EvidenceState":
-    """A role's state with nothing in it (:data:`REPORTED` keys carry two tags: collaborator and owner)."""
+    """A role's state with nothing in it, at :func:`role_lams` (:data:`REPORTED` keys carry two tags: collaborator
+    and owner)."""
     tags = np.zeros((0, 2) if role == REPORTED else 0, np.int64)
-    return EvidenceState(np.asarray(lams, np.float64), tags=tags, channels=channels_of(role))
+    return EvidenceState(role_lams(role, lams), tags=tags, channels=channels_of(role))
 
 
 def find(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

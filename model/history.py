@@ -23,7 +23,8 @@ from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import pair_physics
 from model.credibility import credibility
 from model.evidence import (NEVER, POPULATION, REPORTED, REPORTS, STATE_ROLES, EvidenceConfig, EvidenceTrack,
-                            channels_of, pair_evidence_features, report_increments, role_increments, with_load)
+                            channels_of, pair_evidence_features, report_increments, role_increments, role_lams,
+                            with_load)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.status import LOAD, TELEMETRY, StatusLog, status_values, telemetry_of
 
@@ -122,8 +123,8 @@ class History:
                         updates[role].append((t, keys, increments))
                     if self.status is not None:
                         updates[REPORTS].append((t, *report_increments(devices, load)))
-            lams = np.asarray(config.lams)
-            self._tracks[config] = {role: EvidenceTrack.record(lams, updates[role], channels_of(role))
+            self._tracks[config] = {role: EvidenceTrack.record(role_lams(role, config.lams), updates[role],
+                                                               channels_of(role))
                                     for role in STATE_ROLES}
         return self._tracks[config]
 
@@ -158,8 +159,8 @@ class History:
             reports, since = tracks[REPORTED].query(pairs, slot)
             owners, collaborators = pairs // n, pairs % n
             monitored, _ = tracks["collaborator"].query(collaborators, slot)
-            weight = credibility(owners, collaborators, reports[:, -1, :], monitored[:, -1, :])
-            weighed = reports * weight[:, None, None]
+            weight = credibility(owners, collaborators, reports[:, -1, :], monitored[:, -1, :])  # judged all along
+            weighed = reports[:, :len(config.lams)] * weight[:, None, None]
             out = Credited(np.zeros((n, *weighed.shape[1:])), weighed.sum(axis=0), np.full(n, NEVER, np.int64),
                            np.ones(n))
             np.add.at(out.collaborator, collaborators, weighed)

@@ -199,7 +199,7 @@ class DeviceFrame:
     # what owners reported themselves of their pairs (model.credibility), each frame's of its devices as collaborators:
     reported: np.ndarray  # (r,) pair keys
     reported_pairs: np.ndarray  # (r, 2) their collaborator and owner keys
-    reported_evidence: np.ndarray  # (r, L, C) what the owner reported
+    reported_evidence: np.ndarray  # (r, L + 1, C) what the owner reported (model.evidence.role_lams)
     reported_monitored: np.ndarray  # (r, C) what monitors saw of the collaborator, at the longest memory
 
     PAIR_FIELDS = ("pairs", "pair_owners", "pair_evidence")
@@ -354,7 +354,7 @@ class DeviceHistory:
         """(values (k, L, C), slots since the last update) of ``keys`` at the end of ``slot``: the folded state
         plus the pending parts up to the slot."""
         values, since = self.evidence[role].query(keys, slot)
-        lams = np.asarray(self.evidence_config.lams)
+        lams = self.evidence[role].lams
         for s in sorted(p for p in self.parts if self.folded_through < p <= slot):
             part_keys, increments = self.increments(role, s)
             at = np.searchsorted(keys, part_keys)
@@ -475,7 +475,8 @@ class EvidenceSnapshot:
         """As .npz (no pickle: loading never runs code)."""
         arrays = {"folded_through": np.array(self.folded_through), "lams": self.states["collaborator"].lams}
         for role, state in self.states.items():
-            arrays.update({f"{role}.{name}": getattr(state, name) for name in ("keys", "slots", "values", "tags")})
+            arrays.update({f"{role}.{name}": getattr(state, name) for name in ("keys", "slots", "values", "tags",
+                                                                               "lams")})
         with open(path, "wb") as handle:
             np.savez(handle, **arrays)
 
@@ -483,8 +484,8 @@ class EvidenceSnapshot:
     def load(cls, path: str | Path) -> "EvidenceSnapshot":
         """A saved snapshot; a role it does not hold (saved before the role existed) starts empty."""
         with np.load(path, allow_pickle=False) as data:
-            states = {role: EvidenceState(data["lams"], *(data[f"{role}.{name}"] for name in
-                                                          ("keys", "slots", "values", "tags")))
+            states = {role: EvidenceState(data.get(f"{role}.lams", data["lams"]),
+                                          *(data[f"{role}.{name}"] for name in ("keys", "slots", "values", "tags")))
                       if f"{role}.keys" in data else empty_state(role, data["lams"]) for role in STATE_ROLES}
             return cls(int(data["folded_through"]), states)
 
@@ -617,8 +618,8 @@ def credited_evidence(frame: DeviceFrame) -> tuple[np.ndarray, np.ndarray]:
     if not len(frame.reported):
         return frame.collaborator, frame.population
     weight = credibility(frame.reported_pairs[:, 1], frame.reported_pairs[:, 0], frame.reported_evidence[:, -1, :],
-                         frame.reported_monitored)
-    weighed = frame.reported_evidence * weight[:, None, None]
+                         frame.reported_monitored)  # judged at the judging memory, added at the model's
+    weighed = frame.reported_evidence[:, :frame.collaborator.shape[1]] * weight[:, None, None]
     collaborator = frame.collaborator.copy()
     at, held = find(frame.keys, frame.reported_pairs[:, 0])
     np.add.at(collaborator, at[held], weighed[held])
