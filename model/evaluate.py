@@ -227,8 +227,9 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             if head == "paper":  # the paper's literal readout of the same model: the most probable level
                 predicted[f"{method}_max"] = predict(model, history, test_slots, readout="max")[0]
                 scorers[f"{method}_max"] = learned_scorer(model, history, readout="max")
-            if method == "bm":
-                shift = replayed_shifts(predicted[method], observed, batch.tasks, edge_slot, RecalibrationConfig())
+            if method == "bm":  # what owners reported weighs by their credibility, as in the job's publisher
+                believed = targets(history, test_slots, config.evidence).tasks
+                shift = replayed_shifts(predicted[method], observed, believed, edge_slot, RecalibrationConfig())
                 predicted[ONLINE] = np.clip(predicted[method] + shift, 0.0, 1.0)
                 if method in medians:  # the median readout stays: a skewed target's mean moves, its mode need not
                     medians[ONLINE] = medians[method]

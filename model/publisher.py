@@ -21,8 +21,9 @@ from model.recalibration import OnlineShift
 if TYPE_CHECKING:  # model.scoring publishes through this module
     from model.scoring import PairScores, SlotScores
 
-Outcomes = tuple[np.ndarray, np.ndarray, np.ndarray]  # a slot's observed pairs: (k,) pair keys, T_col, tasks
-NO_OUTCOMES: Outcomes = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+# a slot's observed pairs: (k,) pair keys, T_col, tasks, the share of them their owner reported
+Outcomes = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+NO_OUTCOMES: Outcomes = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
 
 
 @dataclass
@@ -85,8 +86,7 @@ class SlotPublisher:
                 recent.before = state.copy()
                 shift = state.advance(slot, *(recent.outcomes[1] if recent.outcomes else NO_OUTCOMES))
                 forecasts = [piece.forecasts() for piece in recent.pieces.values()]
-                state.remember(slot, np.concatenate([keys for keys, _ in forecasts]),
-                               np.concatenate([t_beh for _, t_beh in forecasts]))
+                state.remember(slot, *(np.concatenate(column) for column in zip(*forecasts)))
             again = set(recent.pieces) if shift != recent.shift else recent.changed
             for number in sorted(again):
                 revision = recent.revisions.get(number, 0)

@@ -105,6 +105,7 @@ class OnlineShift:
     slot: int = -1  # the last slot published
     pairs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (m,) its pairs' keys, sorted
     forecasts: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (m,) their raw T_beh (before the shift)
+    believed: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (m,) their owners' credibility as reporters
 
     @classmethod
     def start(cls, config: RecalibrationConfig | None) -> "OnlineShift | None":
@@ -113,31 +114,41 @@ class OnlineShift:
 
     def copy(self) -> "OnlineShift":
         """An independent state (the arrays are never written in place)."""
-        return OnlineShift(replace(self.level), self.slot, self.pairs, self.forecasts)
+        return OnlineShift(replace(self.level), self.slot, self.pairs, self.forecasts, self.believed)
 
-    def advance(self, slot: int, pairs: np.ndarray, outcome: np.ndarray, tasks: np.ndarray) -> float:
-        """The shift for ``slot``'s forecasts, after setting its outcomes (pair keys, observed T_col, tasks: (k,)
-        each) against the last published slot's forecasts of the same pairs."""
+    def advance(self, slot: int, pairs: np.ndarray, outcome: np.ndarray, tasks: np.ndarray,
+                reported: np.ndarray | None = None) -> float:
+        """The shift for ``slot``'s forecasts, after setting its outcomes (pair keys, observed T_col, tasks, and the
+        share of those the owner reported: (k,) each) against the last published slot's forecasts of the same pairs;
+        what an owner reported weighs by its credibility then (:mod:`model.credibility`)."""
         if slot <= self.slot:
             raise ValueError(f"OnlineShift.advance: slot {slot} is not after the last published slot {self.slot}")
         at, hit = find(self.pairs, pairs)
         if hit.any():  # a slot none of whose pairs was forecast ages nothing (as replayed_shifts)
-            self.level.update(self.forecasts[at[hit]], outcome[hit], tasks[hit])
+            weight = tasks[hit]
+            if reported is not None:
+                weight = weight * (1.0 - reported[hit] * (1.0 - self.believed[at[hit]]))
+            self.level.update(self.forecasts[at[hit]], outcome[hit], weight)
         return self.level.shift
 
-    def remember(self, slot: int, pairs: np.ndarray, forecasts: np.ndarray) -> None:
-        """Keep ``slot``'s raw forecasts ((m,) pair keys and T_beh): the next slot's outcomes meet them."""
+    def remember(self, slot: int, pairs: np.ndarray, forecasts: np.ndarray, believed: np.ndarray | None = None
+                 ) -> None:
+        """Keep ``slot``'s raw forecasts ((m,) pair keys and T_beh, and how far each owner's reports are believed:
+        1 where None): the next slot's outcomes meet them."""
         order = np.argsort(pairs)
-        self.slot, self.pairs, self.forecasts = slot, np.asarray(pairs, np.int64)[order], np.asarray(forecasts)[order]
+        believed = np.ones(len(order)) if believed is None else np.asarray(believed, float)
+        self.slot, self.pairs = slot, np.asarray(pairs, np.int64)[order]
+        self.forecasts, self.believed = np.asarray(forecasts)[order], believed[order]
 
     def save(self, path: str | Path) -> None:
         level = self.level
         np.savez(path, sums=np.array([level.weight, level.weight_sq, level.residual, level.residual_sq]),
-                 slot=np.array(self.slot), pairs=self.pairs, forecasts=self.forecasts)
+                 slot=np.array(self.slot), pairs=self.pairs, forecasts=self.forecasts, believed=self.believed)
 
     @classmethod
     def load(cls, path: str | Path, config: RecalibrationConfig) -> "OnlineShift":
         """What :meth:`save` wrote, continued under ``config``."""
         with np.load(path) as saved:
+            believed = saved["believed"] if "believed" in saved else np.ones(len(saved["pairs"]))
             return cls(LevelShift(config, *saved["sums"].tolist()), int(saved["slot"]), saved["pairs"],
-                       saved["forecasts"])
+                       saved["forecasts"], believed)

@@ -546,10 +546,12 @@ class PairScores:
     t_beh: np.ndarray  # (P,) raw T_beh
     t_res: np.ndarray  # (P,)
     voc: np.ndarray  # (P,)
+    believed: np.ndarray | None = None  # (P,) each pair's owner's credibility as a reporter (None: 1, all believed)
 
-    def forecasts(self) -> tuple[np.ndarray, np.ndarray]:
-        """((P,) pair keys, (P,) raw T_beh)."""
-        return pair_keys(self.keys[self.src], self.keys[self.dst]), self.t_beh
+    def forecasts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """((P,) pair keys, (P,) raw T_beh, (P,) how far the owner's report of the pair's outcome is believed)."""
+        believed = np.ones(len(self.src)) if self.believed is None else self.believed
+        return pair_keys(self.keys[self.src], self.keys[self.dst]), self.t_beh, believed
 
     def publish(self, ranking: RankingConfig, model_version: str, clock: SlotClock, shift: float = 0.0,
                 revision: int = 0) -> SlotScores:
@@ -598,32 +600,37 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
     thresholds = np.where(np.isnan(thresholds), ranking.default_threshold, thresholds)
     if ranking.threshold_floor is not None:
         thresholds = np.minimum(thresholds, ranking.threshold_floor)
-    t_beh, t_res, voc = np.zeros(len(src)), np.zeros(len(src)), np.zeros(len(src))
+    t_beh, t_res, voc, believed = np.zeros(len(src)), np.zeros(len(src)), np.zeros(len(src)), np.ones(len(src))
     if len(src):
         physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
         pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
-        collaborator, population = credited_evidence(frame)
+        collaborator, population, reporters = credited_evidence(frame)
+        at, known = find(reporters[0], frame.keys[src])
+        believed[known] = reporters[1][at[known]]
         blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, frame.since, stages.config.evidence,
                                    population, frame.status[:, LOAD], frame.reports)
         t_beh = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
         status_j = frame.status[dst]
         t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])
         voc = physics.value(params)
-    return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc)
+    return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc,
+                      believed)
 
 
-def credited_evidence(frame: DeviceFrame) -> tuple[np.ndarray, np.ndarray]:
+def credited_evidence(frame: DeviceFrame) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """(collaborator (n, L, C), population (1, L, C)) of a frame's devices: what monitors saw, and what owners
-    reported themselves weighed by their credibility (:func:`model.credibility.credibility`)."""
+    reported themselves weighed by their credibility (:func:`model.credibility.credibility`); and (the reporting
+    owners' keys (o,), sorted, their credibility (o,))."""
     if not len(frame.reported):
-        return frame.collaborator, frame.population
+        return frame.collaborator, frame.population, (np.zeros(0, np.int64), np.zeros(0))
     weight = credibility(frame.reported_pairs[:, 1], frame.reported_pairs[:, 0], frame.reported_evidence[:, -1, :],
                          frame.reported_monitored)  # judged at the judging memory, added at the model's
     weighed = frame.reported_evidence[:, :frame.collaborator.shape[1]] * weight[:, None, None]
     collaborator = frame.collaborator.copy()
     at, held = find(frame.keys, frame.reported_pairs[:, 0])
     np.add.at(collaborator, at[held], weighed[held])
-    return collaborator, frame.population + weighed.sum(axis=0)
+    owners, first = np.unique(frame.reported_pairs[:, 1], return_index=True)
+    return collaborator, frame.population + weighed.sum(axis=0), (owners, weight[first])
 
 
 def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,
@@ -633,12 +640,17 @@ def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingCo
         ranking, model_version, stages.config.clock, revision=revision)
 
 
-def slot_outcomes(part: SlotPart) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A slot's observed pairs ((k,) pair keys, their T_col, their tasks) from its evidence: what the online
-    recalibration sets against the forecasts published before it."""
+def slot_outcomes(part: SlotPart) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A slot's observed pairs ((k,) pair keys, their T_col, their tasks, the share of those their owner reported)
+    from its evidence: what the online recalibration sets against the forecasts published before it."""
     keys, increments = part.evidence["pair"]
     tasks = increments[:, N]
-    return keys, increments[:, W] / np.maximum(tasks, 1e-12), tasks
+    reported = np.zeros(len(keys))
+    reported_keys, reported_increments = part.evidence.get(REPORTED, (np.zeros(0, np.int64), np.zeros((0, N + 1))))
+    at, hit = find(np.sort(keys), reported_keys)
+    order = np.argsort(keys)
+    reported[order[at[hit]]] = reported_increments[hit, N]
+    return keys, increments[:, W] / np.maximum(tasks, 1e-12), tasks, reported / np.maximum(tasks, 1e-12)
 
 
 def ranked(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, top_k: int) -> np.ndarray:

@@ -23,7 +23,7 @@ def piece(slot: int, version: int, level: float) -> PairScores:
 
 
 def outcomes(p: PairScores, level: float) -> tuple:
-    keys, _ = p.forecasts()
+    keys, _, _ = p.forecasts()
     return keys, np.full(len(keys), level), np.full(len(keys), 2.0)
 
 

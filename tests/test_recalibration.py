@@ -79,6 +79,18 @@ def test_online_shift_sets_outcomes_against_the_last_published_forecasts_by_hand
     assert OnlineShift.start(None) is None  # recalibration off
 
 
+def test_what_an_owner_reported_weighs_by_its_credibility_in_the_shift() -> None:
+    online = OnlineShift.start(RecalibrationConfig(memory=0.5, guard=0.0))
+    online.remember(0, np.array([9, 5, 7]), np.array([0.1, 0.5, 0.6]), believed=np.array([1.0, 0.0, 0.5]))
+    # pair 5's owner is not believed and reported all of its outcome: nothing; pair 7's half-believed owner reported
+    # half of its: 3 tasks x (1 - 0.5 x 0.5) = 2.25 of weight on its residual 0.1
+    shift = online.advance(1, np.array([5, 7]), np.array([0.9, 0.7]), np.array([1.0, 3.0]),
+                           reported=np.array([1.0, 0.5]))
+    assert shift == pytest.approx(0.1)
+    online.remember(1, np.array([5]), np.array([0.5]))  # believed by default
+    assert online.advance(2, np.array([5]), np.array([0.9]), np.array([2.0]), reported=np.array([1.0])) > 0.1
+
+
 def test_online_shift_replays_like_evaluate_when_every_edge_was_forecast() -> None:
     rng = np.random.default_rng(1)
     slot = np.repeat(np.arange(6), 40)

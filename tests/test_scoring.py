@@ -113,7 +113,7 @@ def test_bad_mouthers_lose_their_credibility_alike_offline_and_in_the_scorer() -
     offline = History.from_events(events, SIM.clock, SMALL.weights, index=index, first_slot=0, status=status)
     by_collaborator = offline.credited(SMALL.evidence, config.slots - 1).collaborator
     frame = history.frame(stages, config.slots - 1, RankingConfig())
-    collaborator, _ = credited_evidence(frame)
+    collaborator, _, _ = credited_evidence(frame)
     rows = index.lookup(pa.array(frame.ids.tolist()))
     monitored_now, _ = offline.tracks(SMALL.evidence)["collaborator"].query(rows, config.slots - 1)
     np.testing.assert_allclose(collaborator, monitored_now + by_collaborator[rows], rtol=1e-9, atol=1e-9)
