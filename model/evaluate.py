@@ -132,6 +132,20 @@ def learned_scorer(model, history: History, readout: Readout | None = None) -> S
     return score
 
 
+def shifted_scorer(scorer: Scorer, slots: np.ndarray, shifts: np.ndarray) -> Scorer:
+    """``scorer`` with the online level shift of the slot it forecasts, as the job publishes it: ``slots`` (k,) the
+    sorted test slots that had edges, ``shifts`` (k,) the shift each got (:func:`model.recalibration.replayed_shifts`).
+    A slot without edges gets the next such slot's (no outcome came between them); one after the last, the last's."""
+    if not len(slots):
+        return scorer
+
+    def score(src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray) -> np.ndarray:
+        at = min(int(np.searchsorted(slots, end + 1)), len(slots) - 1)
+        return np.clip(scorer(src, dst, end, profile) + shifts[at], 0.0, 1.0)
+
+    return score
+
+
 def online_scorer(scorer: OnlineScorer, history: History) -> Scorer:
     """A rule scorer advanced lazily through the history (ends must not decrease)."""
     read = 0
@@ -231,6 +245,8 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
                 believed = targets(history, test_slots, config.evidence).tasks
                 shift = replayed_shifts(predicted[method], observed, believed, edge_slot, RecalibrationConfig())
                 predicted[ONLINE] = np.clip(predicted[method] + shift, 0.0, 1.0)
+                slots, first = np.unique(edge_slot, return_index=True)  # an edge's shift is its slot's
+                scorers[ONLINE] = shifted_scorer(scorers[method], slots, shift[first])  # selects as published
                 if method in medians:  # the median readout stays: a skewed target's mean moves, its mode need not
                     medians[ONLINE] = medians[method]
         elif method in RULES:

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from model.evaluate import (CALIBRATION_BINS, by_label, calibration, paired_differences, per_slot_rmse, scores,
-                            summarize, truth_for)
+                            shifted_scorer, summarize, truth_for)
 from model.metrics import expected_calibration_error
 from model.graphs import DeviceIndex, SlotGraph
 from model.history import History
@@ -159,6 +159,7 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     assert curves["oracle"][-1] <= curves["oracle"][0] + 0.05  # a strict threshold leaves tasks unserved
     assert "Achieved VoC" in (tmp_path / "report.md").read_text() and "expected-value rule" in (tmp_path / "report.md").read_text()
     assert len(report["oracle"]["voc_expected"]["mean"]) == 9
+    assert len(report["bm_online"]["voc"]["mean"]) == 9  # bm_online selects too, with the shift it publishes
     for method in ("bm", "bm_paper_max", "qs_trust"):  # the reliability diagram covers every prediction
         assert sum(report[method]["calibration_share"]["mean"]) == pytest.approx(1.0)
     assert "Calibration on the test edges" in (tmp_path / "report.md").read_text()
@@ -188,6 +189,18 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     assert paired["best_other"] != "bm_online"
     for png in ("voc_vs_theta.png", "rmse_per_slot.png", "reliability.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({png})" in (tmp_path / "report.md").read_text()
+
+
+def test_the_online_scorer_adds_the_shift_of_the_slot_it_forecasts_by_hand() -> None:
+    def constant(src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray) -> np.ndarray:
+        return np.full(len(src), 0.5)
+
+    scorer = shifted_scorer(constant, np.array([3, 5]), np.array([0.1, 0.7]))
+    pair = (np.zeros(2, np.int64), np.ones(2, np.int64))
+    assert scorer(*pair, 2, np.zeros((2, 2))) == pytest.approx([0.6, 0.6])  # slot 3
+    assert scorer(*pair, 3, np.zeros((2, 2))) == pytest.approx([1.0, 1.0])  # slot 4, no edges: slot 5's, clipped
+    assert scorer(*pair, 9, np.zeros((2, 2))) == pytest.approx([1.0, 1.0])  # after the last slot: the last's
+    assert shifted_scorer(constant, np.zeros(0, np.int64), np.zeros(0)) is constant
 
 
 def test_selection_rule_by_hand() -> None:
