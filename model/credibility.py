@@ -76,6 +76,12 @@ def agreement(owner: np.ndarray, reports: np.ndarray, others: np.ndarray) -> np.
     return out
 
 
+def believed_share(reported_share: np.ndarray, credibility: np.ndarray) -> np.ndarray:
+    """(k,) how much of each edge's tasks is believed: what monitors saw in full, the share its owner reported
+    itself (``reported_share`` (k,)) at the owner's ``credibility`` (k,)."""
+    return 1.0 - reported_share * (1.0 - credibility)
+
+
 def credibility(owners: np.ndarray, collaborators: np.ndarray, reports: np.ndarray, monitored: np.ndarray,
                 config: CredibilityConfig = CredibilityConfig()) -> np.ndarray:
     """(r,) the credibility in [0, 1] of the owner of each owner-reported pair (see the module's docstring).

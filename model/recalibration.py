@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from model.credibility import believed_share
 from model.evidence import find
 
 
@@ -127,7 +128,7 @@ class OnlineShift:
         if hit.any():  # a slot none of whose pairs was forecast ages nothing (as replayed_shifts)
             weight = tasks[hit]
             if reported is not None:
-                weight = weight * (1.0 - reported[hit] * (1.0 - self.believed[at[hit]]))
+                weight = weight * believed_share(reported[hit], self.believed[at[hit]])
             self.level.update(self.forecasts[at[hit]], outcome[hit], weight)
         return self.level.shift
 

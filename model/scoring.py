@@ -647,8 +647,8 @@ def slot_outcomes(part: SlotPart) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     tasks = increments[:, N]
     reported = np.zeros(len(keys))
     reported_keys, reported_increments = part.evidence.get(REPORTED, (np.zeros(0, np.int64), np.zeros((0, N + 1))))
-    at, hit = find(np.sort(keys), reported_keys)
     order = np.argsort(keys)
+    at, hit = find(keys[order], reported_keys)
     reported[order[at[hit]]] = reported_increments[hit, N]
     return keys, increments[:, W] / np.maximum(tasks, 1e-12), tasks, reported / np.maximum(tasks, 1e-12)
 

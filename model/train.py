@@ -34,6 +34,7 @@ from tqdm import tqdm
 from model.bm import BM, BMConfig, PairQuery, Readout
 from model.channel import OnTimeCurve, OutageCurve
 from model.config import SystemParams
+from model.credibility import believed_share
 from model.evidence import EvidenceConfig
 from model.experts import fit_rate_prior, fit_stack
 from model.head import PairTargets
@@ -125,7 +126,7 @@ def targets(history: History, slots: Iterable[int], credible: EvidenceConfig | N
     counts = [joined(name) for name in ("tasks", "flagged", "tr", "com")]
     if credible is not None and any(g.reported.any() for _, g in graphs):
         owner = np.concatenate([history.credited(credible, t).credibility[g.src] for t, g in graphs])
-        weight = 1.0 - joined("reported_share") * (1.0 - owner)
+        weight = believed_share(joined("reported_share"), owner)
         counts = [count * weight for count in counts]
     return Targets(PairQuery(src, dst, end, profile), joined("t_col"), *counts, joined("time_ratio"))
 

@@ -76,9 +76,9 @@ def _add_sim_options(parser: argparse.ArgumentParser) -> None:
 def sim_config(args: argparse.Namespace) -> SimConfig:
     extra = {"mix": parse_mix(args.mix)} if args.mix else {}
     return SimConfig(**_attack_setting(args), devices=args.devices, tasks=args.tasks, slots=args.slots, seed=args.seed,
-                     area_m=args.area,
-                     range_m=args.range_m, policy=Policy(args.policy), channel=ChannelModel(args.channel),
-                     status_every=args.status_every, telemetry=args.telemetry, **extra)
+                     area_m=args.area, range_m=args.range_m, policy=Policy(args.policy),
+                     channel=ChannelModel(args.channel), status_every=args.status_every, telemetry=args.telemetry,
+                     **extra)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
