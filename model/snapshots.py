@@ -6,15 +6,18 @@ and predicts the ratings of snapshot k + 1 whose two devices it saw in 1..k; the
 negative rating: a graded outcome below one half); AUC and MCC are averaged over the rounds.
 
 Here every method scores distrust from what it knows at the end of snapshot k: BM as ``1 - T_beh`` of the
-pair (its history through snapshot k, no test data), the rule as the trustee's smoothed share of distrust
-received. MCC needs a threshold: each round chooses it on the last training snapshot (snapshot k predicted
-from 1..k-1, by the same model), never on the test snapshot. BM's slots are ``slots_per_snapshot`` equal
-parts of a snapshot, so snapshot boundaries are slot boundaries.
+pair (its history through snapshot k, no test data), the simple rule (``distrust_share``) as the trustee's
+smoothed share of distrust received, and the learned rule (``distrust_logit``, :mod:`model.distrust`) as the
+probability a logistic regression on raters' and trustees' figures gives, fitted on snapshots 2..k (each
+rating's features as of its snapshot's start). MCC needs a threshold, never chosen on the test snapshot: BM and
+the simple rule choose it on the last training snapshot (snapshot k predicted from 1..k-1, by the same model);
+the learned rule, whose probabilities are calibrated, flags as many ratings as they expect. BM's slots are
+``slots_per_snapshot`` equal parts of a snapshot, so snapshot boundaries are slot boundaries.
 
 ``bm_blend`` never trusts BM further than it has shown out of sample: its score is a mix of BM's and the
-rule's scores as percentiles, with the weight (and the threshold, in percentiles) that did best on the
+learned rule's scores as percentiles, with the weight (and the threshold, in percentiles) that did best on the
 previous round's test snapshot, which that round predicted without seeing it and which is training data now;
-the first round, with no such evidence, takes the rule alone.
+the first round, with no such evidence, takes the learned rule alone.
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ import torch
 
 from model.bm import BM, BMConfig, PairQuery
 from model.config import SlotClock
+from model.distrust import DISTRUST, DistrustLogit, RatingLog, expected_count_threshold, features
 from model.history import History
 from model.train import TrainConfig, train_bm
 
-DISTRUST = 0.5  # a graded outcome below this is a negative rating
 
 
 def auc(score: np.ndarray, label: np.ndarray) -> float:
@@ -161,10 +164,19 @@ def snapshot_clock(events: pa.Table, snapshots: int, slots_per_snapshot: int) ->
     return SlotClock(origin_ms=first, slot_ms=max(slot_ms, 1))
 
 
+def rating_log(events: pa.Table, snapshot: np.ndarray, before: int) -> RatingLog:
+    """The ratings of snapshots before ``before``, aged in snapshots from the last of them."""
+    known = events.filter(pa.array(snapshot < before))
+    return RatingLog(known["owner"].to_numpy(zero_copy_only=False), known["collaborator"].to_numpy(zero_copy_only=False),
+                     known["reliability"].to_numpy(zero_copy_only=False).astype(np.float64),
+                     (before - 1 - snapshot[snapshot < before]).astype(np.float64))
+
+
 def evaluate_snapshots(events: pa.Table, config: BMConfig, train: TrainConfig, snapshots: int = 10,
                        slots_per_snapshot: int = 10, progress: Callable[[str], None] = lambda _: None) -> dict:
-    """Every round's AUC and MCC for BM, the rule and their blend, and their means over rounds: {method: {"auc",
-    "mcc", "rounds": [{"k", "auc", "mcc", "threshold", "ratings"} (the blend: and its "weight" on BM)]}}."""
+    """Every round's AUC and MCC for BM, the two rules and BM's blend with the learned one, and their means over
+    rounds: {method: {"auc", "mcc", "rounds": [{"k", "auc", "mcc", "threshold", "ratings"} (the blend: and its
+    "weight" on BM)]}}."""
     if snapshots < 3:
         raise ValueError(f"--snapshots: need at least 3 (got {snapshots})")
     if "reliability" not in events.column_names or pc.all(pc.is_null(events["reliability"])).as_py():
@@ -172,12 +184,16 @@ def evaluate_snapshots(events: pa.Table, config: BMConfig, train: TrainConfig, s
     clock = snapshot_clock(events, snapshots, slots_per_snapshot)
     snapshot = clock.slot_of(events["event_time_ms"].to_numpy()) // slots_per_snapshot
     config = replace(config, clock=clock)
-    rounds: dict[str, list[dict]] = {"bm": [], "distrust_share": [], "bm_blend": []}
-    previous: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the last round's test: bm, rule, labels
-    for k in range(2, snapshots):  # train on snapshots 1..k (0..k-1 here), test on k + 1 (k here)
+    rounds: dict[str, list[dict]] = {"bm": [], "distrust_share": [], "distrust_logit": [], "bm_blend": []}
+    labelled: list[tuple[np.ndarray, np.ndarray]] = []  # per snapshot j >= 1: its ratings' features as of its start, labels
+    previous: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the last round's test: bm, logit, labels
+    for k in range(1, snapshots):  # train on snapshots 1..k (0..k-1 here), test on k + 1 (k here)
         known = events.filter(pa.array(snapshot < k))
         seen = set(known["owner"].to_pylist()) | set(known["collaborator"].to_pylist())
         test = Ratings.of(events.filter(pa.array(snapshot == k)), seen)
+        labelled.append((features(rating_log(events, snapshot, k), test.owner, test.collaborator), test.distrust))
+        if k < 2:
+            continue
         earlier = events.filter(pa.array(snapshot < k - 1))
         seen_before = set(earlier["owner"].to_pylist()) | set(earlier["collaborator"].to_pylist())
         tune = Ratings.of(events.filter(pa.array(snapshot == k - 1)), seen_before)
@@ -191,16 +207,33 @@ def evaluate_snapshots(events: pa.Table, config: BMConfig, train: TrainConfig, s
             threshold = best_threshold(score_tune(tune), tune.distrust) if len(tune.distrust) else 0.5
             tested[method] = score_test(test)
             rounds[method].append(scored(k, tested[method], test.distrust, threshold))
-        if previous is None:  # no out-of-sample evidence for BM yet: the rule, at its own threshold
-            rounds["bm_blend"].append({**rounds["distrust_share"][-1], "weight": 0.0})
+        tested["distrust_logit"] = learned_rule(labelled[:-1], labelled[-1][0])
+        if tested["distrust_logit"] is None:  # no distrust (or no trust) to learn from yet: the simple rule
+            tested["distrust_logit"] = tested["distrust_share"]
+            rounds["distrust_logit"].append(rounds["distrust_share"][-1])
+        else:
+            rounds["distrust_logit"].append(scored(k, tested["distrust_logit"], test.distrust,
+                                                   expected_count_threshold(tested["distrust_logit"])))
+        if previous is None:  # no out-of-sample evidence for BM yet: the learned rule, at its own threshold
+            rounds["bm_blend"].append({**rounds["distrust_logit"][-1], "weight": 0.0})
         else:
             bm_before, rule_before, label_before = previous
             weight = blend_weight(bm_before, rule_before, label_before)
             threshold = best_threshold(blend(bm_before, rule_before, weight), label_before)
-            mixed = blend(tested["bm"], tested["distrust_share"], weight)
+            mixed = blend(tested["bm"], tested["distrust_logit"], weight)
             rounds["bm_blend"].append({**scored(k, mixed, test.distrust, threshold), "weight": weight})
-        previous = (tested["bm"], tested["distrust_share"], test.distrust)
+        previous = (tested["bm"], tested["distrust_logit"], test.distrust)
         progress(f"snapshot round {k - 1}/{snapshots - 2} done")
     return {method: {"auc": float(np.nanmean([r["auc"] for r in rows])),
                      "mcc": float(np.mean([r["mcc"] for r in rows])), "rounds": rows}
             for method, rows in rounds.items()}
+
+
+def learned_rule(training: list[tuple[np.ndarray, np.ndarray]], test: np.ndarray) -> np.ndarray | None:
+    """P(distrust) of the test ratings (their features) from :class:`DistrustLogit` fitted on the earlier snapshots'
+    (features, labels); None where those lack distrust or trust."""
+    x = np.concatenate([x_j for x_j, _ in training])
+    label = np.concatenate([label_j for _, label_j in training])
+    if not label.any() or label.all():
+        return None
+    return DistrustLogit().fit(x, label).probability(test)

@@ -1,5 +1,5 @@
 """TrustGuard's single-timeslot protocol: AUC and MCC by hand, thresholds from the last training snapshot, and
-the protocol end to end on a small graded log where distrust follows the trustee."""
+the protocol end to end on a small graded log where distrust follows the trustee (the learned rule too)."""
 
 from __future__ import annotations
 
@@ -63,14 +63,14 @@ def test_the_protocol_end_to_end(tmp_path, capsys) -> None:
     assert main(["evaluate", "--quick", "--epochs", "1", "--quiet", "--protocol", "snapshots", "--snapshots", "5",
                  "--events", str(tmp_path / "log" / "events.parquet"), "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
-    for method in ("bm", "distrust_share"):
+    for method in ("bm", "distrust_share", "distrust_logit"):
         rounds = report[method]["rounds"]
         assert [r["k"] for r in rounds] == [3, 4, 5]  # train on 1..k, predict k + 1
         assert all(r["ratings"] > 100 for r in rounds)
         assert report[method]["auc"] == pytest.approx(np.mean([r["auc"] for r in rounds]))
         assert report[method]["auc"] > 0.8 and report[method]["mcc"] > 0.5  # distrust follows the trustee
-    blend, rule = report["bm_blend"]["rounds"], report["distrust_share"]["rounds"]
-    assert blend[0] == {**rule[0], "weight": 0.0}  # no out-of-sample evidence for BM yet: the rule alone
+    blend, rule = report["bm_blend"]["rounds"], report["distrust_logit"]["rounds"]
+    assert blend[0] == {**rule[0], "weight": 0.0}  # no out-of-sample evidence for BM yet: the learned rule alone
     assert [r["k"] for r in blend] == [3, 4, 5] and all(0.0 <= r["weight"] <= 1.0 for r in blend)
     assert report["bm_blend"]["auc"] > 0.8
     assert "| bm |" in (out / "report.md").read_text() and "| bm_blend |" in (out / "report.md").read_text()

@@ -311,8 +311,10 @@ def snapshot_report(args: argparse.Namespace, config, train, say: Callable[[str]
             for m, r in result.items()]
     rounds = [f"k+1={x['k']}" for x in next(iter(result.values()))["rounds"]]
     lines = [f"# {report['title']}", "", "Distrust (a negative rating) of each rating in snapshot k+1 between devices "
-             "seen in 1..k; AUC and MCC per round (threshold chosen on snapshot k; bm_blend's weight on BM and threshold "
-             "on the previous round's test snapshot, the rule alone in the first round), and their means:", "",
+             "seen in 1..k; AUC and MCC per round (bm's and distrust_share's threshold chosen on snapshot k; distrust_logit "
+             "flags as many ratings as its probabilities expect; bm_blend's weight on BM against distrust_logit and its "
+             "threshold on the previous round's test snapshot, distrust_logit alone in the first round), and their "
+             "means:", "",
              "| method | AUC | MCC | " + " | ".join(rounds) + " |", "|---" * (3 + len(rounds)) + "|", *rows]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     print(json.dumps({m: {"auc": r["auc"], "mcc": r["mcc"]} for m, r in result.items()}, indent=2))
