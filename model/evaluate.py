@@ -208,11 +208,13 @@ def predictions_table(history: History, test_slots: list[int], batch, forecasts:
 
 def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods: list[str],
                  simulated: Simulated | None = None, voc: bool = True,
-                 references: dict[str, np.ndarray] | None = None) -> RunOutput:
+                 references: dict[str, np.ndarray] | None = None,
+                 reference_scorers: dict[str, Scorer] | None = None) -> RunOutput:
     """One run: every method's scores on the test period, its seconds, and (simulated, ``voc``) its VoC curve.
 
     ``references``: forecasts of the test edges (in :func:`targets` order) made outside this module, scored like
-    the methods' (the simulator's Bayes filter: what any learner could reach at best)."""
+    the methods' (the simulator's Bayes filter: what any learner could reach at best); ``reference_scorers``: the
+    same references' scorers of any pair, which select in the VoC and manipulation experiments as the methods do."""
     train_slots, test_slots = time_split(history, train.test_fraction)
     batch = targets(history, test_slots)
     observed, edge_slot = batch.t_col, batch.query.end + 1
@@ -265,6 +267,7 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
         forecasts[name] = prediction
         out[name] = accuracy(prediction, observed, hidden, edge_slot, test_slots, None, behaviour, honest)
     if simulated is not None and voc:
+        scorers.update(reference_scorers or {})
         scored = list(scored_tasks(simulated.world, simulated.events, history.first_slot, test_slots, scorers))
         for method, rmse in candidate_rmse(simulated.world, scored).items():
             out.setdefault(method, {})["rmse_truth_candidates"] = rmse

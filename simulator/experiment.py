@@ -19,6 +19,7 @@ from model.graphs import DeviceIndex
 from model.history import History
 from model.manipulation import injection_measures
 from model.train import TrainConfig, targets, time_split
+from model.voc import Scorer
 from simulator.bayes import BayesFilter
 from simulator.config import Attack, SimConfig
 from simulator.engine import MemorySink, Simulator
@@ -39,11 +40,18 @@ def simulated_run(sim_config: SimConfig) -> tuple[pa.Table, pa.Table, pa.Table]:
     return simulated_world(sim_config)[:3]
 
 
-def bayes_forecasts(world: World, events: pa.Table, history: History, train: TrainConfig) -> np.ndarray:
-    """The Bayes filter's forecast of every test edge (in :func:`model.train.targets` order)."""
+def bayes_reference(world: World, events: pa.Table, history: History, train: TrainConfig
+                    ) -> tuple[np.ndarray, Scorer]:
+    """The Bayes filter's forecast of every test edge (in :func:`model.train.targets` order), and its scorer of any
+    pairs (what it would select: the ceiling of what attackers can be denied from the log)."""
     _, test_slots = time_split(history, train.test_fraction)
     query = targets(history, test_slots).query
-    return BayesFilter(world, events).forecast(query.src, query.dst, history.first_slot + query.end + 1)
+    bayes = BayesFilter(world, events)
+
+    def score(src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray) -> np.ndarray:
+        return bayes.forecast(src, dst, np.full(len(src), history.first_slot + end + 1))
+
+    return bayes.forecast(query.src, query.dst, history.first_slot + query.end + 1), score
 
 
 def evaluate_simulated(sim_config: SimConfig, config: BMConfig, train: TrainConfig, runs: int, methods: list[str],
@@ -59,10 +67,13 @@ def evaluate_simulated(sim_config: SimConfig, config: BMConfig, train: TrainConf
         history = History.from_events(events, sim_config.clock, config.weights,
                                       index=DeviceIndex(tuple(world.ids.to_pylist())), first_slot=0, status=status)
         behaviour = world.devices_table()["behaviour"].to_numpy(zero_copy_only=False)
-        references = {"bayes": bayes_forecasts(world, events, history, train)} if "bayes" in methods else None
+        references: dict[str, np.ndarray] = {}
+        reference_scorers: dict[str, Scorer] = {}
+        if "bayes" in methods:
+            references["bayes"], reference_scorers["bayes"] = bayes_reference(world, events, history, train)
         results.append(evaluate_run(history, replace(config, clock=sim_config.clock),
                                     replace(train, seed=train.seed + run), methods,
-                                    Simulated(truth, world, events, behaviour), voc, references))
+                                    Simulated(truth, world, events, behaviour), voc, references, reference_scorers))
         progress(f"run {run + 1}/{runs} done")
         each_run(results)
     return results

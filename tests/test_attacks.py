@@ -231,13 +231,15 @@ def test_attack_measures_by_hand() -> None:
 def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
     out = tmp_path / "report"
     assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--seed", "11", "--attack", "sybil=0.2",
-                 "--methods", "mean", "channel_beta", "oracle", "--out", str(out)]) == 0
+                 "--methods", "mean", "channel_beta", "oracle", "bayes", "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["setup"]["attack"] == "sybil=0.2"
-    for method in ("mean", "channel_beta", "oracle", "random"):
+    for method in ("mean", "channel_beta", "oracle", "bayes", "random"):  # the Bayes filter selects too: a ceiling
         won = report[method]["attack_tasks_won"]
         assert set(won) == {"mean", "std"} and 0 <= won["mean"] <= 1
     assert report["random"]["attack_tasks_won"]["mean"] > report["oracle"]["attack_tasks_won"]["mean"]
+    assert report["bayes"]["rmse_truth_candidates"]["mean"] < report["mean"]["rmse_truth_candidates"]["mean"]
+    assert report["bayes"]["voc"]["mean"][2] > report["random"]["voc"]["mean"][2]
     assert 0 < report["channel_beta"]["rmse_truth_honest"]["mean"] < 1  # honest owners' test edges
     assert "attack_tasks_won" in (out / "report.md").read_text()
 
