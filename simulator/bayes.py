@@ -1,8 +1,8 @@
 """The Bayes filter: the best forecast of the hidden truth that anything learning from the log could make.
 
-It knows the simulator's generative model: the behaviour classes, their shares (the mix) and each
-parameter's prior (:mod:`simulator.behaviour`), and the physics: the channel, the devices' positions and
-CPUs, each past task's on-time factor (from the times the event reports) and, for a forecast, the
+It knows the simulator's generative model: the behaviour classes, their shares (the mix, an attack's share
+included) and each parameter's prior (:mod:`simulator.behaviour`), and the physics: the channel, the devices'
+positions and CPUs, each past task's on-time factor (from the times the event reports) and, for a forecast, the
 on-time factor at the load a scheduler can know (the usage cycle's mean). It does not know any device's
 behaviour parameters or class: it infers them from the collaborator's computation outcomes
 (com | tr) before the forecast's slot, on a grid of hypotheses per class, and forecasts the posterior
@@ -155,7 +155,7 @@ class BayesFilter:
         self.world = world
         config = world.config
         self.revealed = config.telemetry
-        self.hypotheses = hypotheses(config.mix, config.slots, grid, self.revealed)
+        self.hypotheses = hypotheses(config.behaviour_mix, config.slots, grid, self.revealed)
         self.selective_targets = config.selective_targets
         transmitted = events.filter(pc.equal(events["tr_success"], True))
         collab = pc.index_in(transmitted["collaborator"], value_set=world.ids).to_numpy()

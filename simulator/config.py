@@ -222,6 +222,17 @@ class SimConfig:
         if any(share < 0 for share in self.mix.values()) or sum(self.mix.values()) <= 0:
             raise ValueError(f"SimConfig.mix: shares must be >= 0 with a positive sum (got {self.mix!r})")
 
+    @property
+    def behaviour_mix(self) -> dict[Behaviour, float]:
+        """The shares the devices' hidden behaviours are drawn with, the attackers' included: the mix over the
+        devices that do not attack, the attack's behaviour over its share."""
+        honest = 1 - (self.attack.share if self.attack else 0.0)
+        total = sum(self.mix.values())
+        mix = {kind: share / total * honest for kind, share in self.mix.items()}
+        if self.attack is not None:
+            mix[self.attack.behaviour] = mix.get(self.attack.behaviour, 0.0) + self.attack.share
+        return mix
+
 
 def parse_mix(text: str) -> dict[Behaviour, float]:
     """``"stable_reliable=0.5,selective=0.5"`` -> shares (normalized later)."""

@@ -3,6 +3,8 @@ structure for on-off devices, and its place as the floor of the rules' error on 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ from model.history import History
 from model.train import targets, time_split
 from simulator.bayes import BayesFilter, Grid, Tasks, hypotheses, midpoints
 from simulator.behaviour import HIGH, BehaviourParams
-from simulator.config import Behaviour, SimConfig
+from simulator.config import Behaviour, SimConfig, parse_attack
 from simulator.experiment import simulated_run
 from simulator.world import World
 
@@ -116,3 +118,16 @@ def test_with_telemetry_the_reports_reveal_cycles_and_changes() -> None:
     forecast = bayes.forecast(query.src, query.dst, query.end + 1)
     rule = predict_edges(RULES["channel_beta"](history, train_slots), history, test_slots)
     assert np.sqrt(np.mean((forecast - hidden) ** 2)) < 0.85 * np.sqrt(np.mean((rule - hidden) ** 2))
+
+
+def test_the_filter_knows_an_attacks_share_of_the_behaviours() -> None:
+    config = SimConfig(devices=100, attack=parse_attack("on-off=0.2"))
+    mix = config.behaviour_mix
+    assert sum(mix.values()) == pytest.approx(1.0)
+    assert mix[Behaviour.INTERMITTENT] == pytest.approx(0.8 * 0.1 + 0.2)  # the mix's on-off devices and the attackers
+    assert mix[Behaviour.STABLE_RELIABLE] == pytest.approx(0.8 * 0.4)
+    assert SimConfig().behaviour_mix[Behaviour.INTERMITTENT] == pytest.approx(0.1)  # no attack: the mix itself
+    small = replace(config, devices=20, tasks=200, slots=10)
+    h = BayesFilter(World(small), simulated_run(small)[0]).hypotheses
+    intermittent = h.params.kind == int(Behaviour.INTERMITTENT)
+    assert np.exp(h.log_prior[intermittent]).sum() == pytest.approx(0.28)
