@@ -523,7 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--protocol", choices=["slots", "snapshots"], default="slots",
                           help="slots: next-slot T_col on the last --test-fraction of slots; snapshots: TrustGuard's "
                                "single-timeslot distrust prediction (AUC, MCC) over --snapshots equal-time snapshots "
-                               "of a graded --events log")
+                               "of a graded --events log, by BM, the trustee's share of distrust, a learned rule over "
+                               "raters' and trustees' figures, and BM blended with it")
     evaluate.add_argument("--snapshots", type=int, default=10, help="snapshots of the snapshot protocol")
     evaluate.add_argument("--predictions", default=None, metavar="FILE",
                           help="also write every test edge's slot, owner, collaborator, target and each method's "
