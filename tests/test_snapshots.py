@@ -76,3 +76,17 @@ def test_the_protocol_end_to_end(tmp_path, capsys) -> None:
     assert "| bm |" in (out / "report.md").read_text() and "| bm_blend |" in (out / "report.md").read_text()
     assert main(["evaluate", "--quick", "--quiet", "--protocol", "snapshots", "--out", str(out)]) == 2
     assert "needs --events" in capsys.readouterr().err
+
+
+def test_the_learned_rule_reads_only_the_snapshots_before_and_ages_them() -> None:
+    import pyarrow as pa
+
+    from model.snapshots import rating_log
+
+    events = pa.table({"owner": ["a", "b", "c", "d"], "collaborator": ["b", "c", "d", "a"],
+                       "reliability": [0.1, 0.9, 0.8, 0.2]})
+    snapshot = np.array([0, 1, 1, 2])
+    log = rating_log(events, snapshot, 2)  # the forecast of snapshot 2 reads snapshots 0 and 1
+    assert log.owner.tolist() == ["a", "b", "c"] and log.grade.tolist() == [0.1, 0.9, 0.8]
+    assert log.age.tolist() == [1.0, 0.0, 0.0]  # snapshot 1 is the last one before: age 0
+    assert len(rating_log(events, snapshot, 0).owner) == 0
