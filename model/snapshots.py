@@ -37,7 +37,6 @@ from model.history import History
 from model.train import TrainConfig, train_bm
 
 
-
 def auc(score: np.ndarray, label: np.ndarray) -> float:
     """The probability that a random positive scores above a random negative (ties count half); NaN without
     both classes."""
@@ -167,8 +166,8 @@ def snapshot_clock(events: pa.Table, snapshots: int, slots_per_snapshot: int) ->
 def rating_log(events: pa.Table, snapshot: np.ndarray, before: int) -> RatingLog:
     """The ratings of snapshots before ``before``, aged in snapshots from the last of them."""
     known = events.filter(pa.array(snapshot < before))
-    return RatingLog(known["owner"].to_numpy(zero_copy_only=False), known["collaborator"].to_numpy(zero_copy_only=False),
-                     known["reliability"].to_numpy(zero_copy_only=False).astype(np.float64),
+    column = {name: known[name].to_numpy(zero_copy_only=False) for name in ("owner", "collaborator", "reliability")}
+    return RatingLog(column["owner"], column["collaborator"], column["reliability"].astype(np.float64),
                      (before - 1 - snapshot[snapshot < before]).astype(np.float64))
 
 
@@ -185,7 +184,8 @@ def evaluate_snapshots(events: pa.Table, config: BMConfig, train: TrainConfig, s
     snapshot = clock.slot_of(events["event_time_ms"].to_numpy()) // slots_per_snapshot
     config = replace(config, clock=clock)
     rounds: dict[str, list[dict]] = {"bm": [], "distrust_share": [], "distrust_logit": [], "bm_blend": []}
-    labelled: list[tuple[np.ndarray, np.ndarray]] = []  # per snapshot j >= 1: its ratings' features as of its start, labels
+    # per snapshot j >= 1: its ratings' features as of its start, and their labels (the learned rule's rows)
+    labelled: list[tuple[np.ndarray, np.ndarray]] = []
     previous: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the last round's test: bm, logit, labels
     for k in range(1, snapshots):  # train on snapshots 1..k (0..k-1 here), test on k + 1 (k here)
         known = events.filter(pa.array(snapshot < k))
