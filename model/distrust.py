@@ -72,11 +72,23 @@ class _Tally:
         return (total + SMOOTHING * prior) / (weight + SMOOTHING)
 
 
+def _distrust(log: RatingLog) -> tuple[np.ndarray, float]:
+    """(each rating's distrust as 0/1 (n,), the log's share of distrust, Laplace-smoothed)."""
+    distrust = (log.grade < DISTRUST).astype(np.float64)
+    return distrust, (distrust.sum() + 1) / (len(distrust) + 2)
+
+
+def received_share(log: RatingLog, ids: np.ndarray) -> np.ndarray:
+    """(n,) each id's share of distrust among the ratings it received in ``log``, smoothed toward the log's share
+    (the simple rule; the learned rule reads its log as a feature)."""
+    distrust, share = _distrust(log)
+    return _Tally(log.collaborator, distrust, np.ones(len(distrust))).smoothed(ids, share)
+
+
 def features(log: RatingLog, owner: np.ndarray, collaborator: np.ndarray) -> np.ndarray:
     """(n, len(FEATURES)) the features of ratings ``owner`` -> ``collaborator`` from the ratings in ``log``."""
-    distrust = (log.grade < DISTRUST).astype(np.float64)
+    distrust, share = _distrust(log)
     ones = np.ones(len(distrust))
-    share = (distrust.sum() + 1) / (len(distrust) + 2)
     mean_grade = float(log.grade.mean()) if len(log.grade) else 0.5
     received = _Tally(log.collaborator, distrust, ones)
     recent = _Tally(log.collaborator, distrust, RECENCY ** log.age)

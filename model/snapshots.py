@@ -32,7 +32,7 @@ import torch
 
 from model.bm import BM, BMConfig, PairQuery
 from model.config import SlotClock
-from model.distrust import DISTRUST, DistrustLogit, RatingLog, expected_count_threshold, features
+from model.distrust import DISTRUST, DistrustLogit, RatingLog, expected_count_threshold, features, received_share
 from model.history import History
 from model.train import TrainConfig, train_bm
 
@@ -132,20 +132,10 @@ def bm_scorer(model: BM, history: History, end: int) -> Scorer:
     return score
 
 
-def distrust_share(events: pa.Table) -> Scorer:
-    """The rule: the trustee's share of distrust among the ratings it received, smoothed toward the log's share
-    (two pseudo-ratings)."""
-    collaborator = events["collaborator"].to_numpy(zero_copy_only=False)
-    negative = events["reliability"].to_numpy(zero_copy_only=False).astype(np.float64) < DISTRUST
-    prior = (negative.sum() + 1) / (len(negative) + 2)
-    names, inverse = np.unique(collaborator, return_inverse=True)
-    received, against = np.bincount(inverse, minlength=len(names)), np.bincount(inverse, negative, len(names))
-    share = dict(zip(names.tolist(), ((against + 2 * prior) / (received + 2)).tolist()))
-
-    def score(ratings: Ratings) -> np.ndarray:
-        return np.array([share.get(c, prior) for c in ratings.collaborator])
-
-    return score
+def distrust_share(log: RatingLog) -> Scorer:
+    """The rule: the trustee's share of distrust among the ratings it received in ``log``, smoothed toward the log's
+    share (:func:`model.distrust.received_share`)."""
+    return lambda ratings: received_share(log, ratings.collaborator)
 
 
 def scored(k: int, scores: np.ndarray, label: np.ndarray, threshold: float) -> dict:
@@ -184,24 +174,27 @@ def evaluate_snapshots(events: pa.Table, config: BMConfig, train: TrainConfig, s
     snapshot = clock.slot_of(events["event_time_ms"].to_numpy()) // slots_per_snapshot
     config = replace(config, clock=clock)
     rounds: dict[str, list[dict]] = {"bm": [], "distrust_share": [], "distrust_logit": [], "bm_blend": []}
-    # per snapshot j >= 1: its ratings' features as of its start, and their labels (the learned rule's rows)
+    # per snapshot j >= 1: its ratings between devices seen before, the log before it, and those ratings' features
+    # as of its start (the learned rule's rows); the round testing j tunes on j - 1's
+    ratings: list[Ratings] = []
+    logs: list[RatingLog] = []
     labelled: list[tuple[np.ndarray, np.ndarray]] = []
     previous: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the last round's test: bm, logit, labels
     for k in range(1, snapshots):  # train on snapshots 1..k (0..k-1 here), test on k + 1 (k here)
-        known = events.filter(pa.array(snapshot < k))
-        seen = set(known["owner"].to_pylist()) | set(known["collaborator"].to_pylist())
-        test = Ratings.of(events.filter(pa.array(snapshot == k)), seen)
-        labelled.append((features(rating_log(events, snapshot, k), test.owner, test.collaborator), test.distrust))
+        logs.append(rating_log(events, snapshot, k))
+        seen = set(logs[-1].owner.tolist()) | set(logs[-1].collaborator.tolist())
+        ratings.append(Ratings.of(events.filter(pa.array(snapshot == k)), seen))
+        test = ratings[-1]
+        labelled.append((features(logs[-1], test.owner, test.collaborator), test.distrust))
         if k < 2:
             continue
-        earlier = events.filter(pa.array(snapshot < k - 1))
-        seen_before = set(earlier["owner"].to_pylist()) | set(earlier["collaborator"].to_pylist())
-        tune = Ratings.of(events.filter(pa.array(snapshot == k - 1)), seen_before)
+        tune = ratings[-2]
+        known = events.filter(pa.array(snapshot < k))
         history = History.from_events(known, clock, config.weights, first_slot=0)
         model, _, _ = train_bm(history, config, replace(train, test_fraction=0.0))
         scorers = {"bm": (bm_scorer(model, history, k * slots_per_snapshot - 1),
                           bm_scorer(model, history, (k - 1) * slots_per_snapshot - 1)),
-                   "distrust_share": (distrust_share(known), distrust_share(earlier))}
+                   "distrust_share": (distrust_share(logs[-1]), distrust_share(logs[-2]))}
         tested = {}
         for method, (score_test, score_tune) in scorers.items():
             threshold = best_threshold(score_tune(tune), tune.distrust) if len(tune.distrust) else 0.5
