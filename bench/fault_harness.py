@@ -86,11 +86,19 @@ def untrained_checkpoint(directory: Path, sim, window: int = 6, small: bool = Tr
     features = np.random.default_rng(0).normal(size=(sim.devices, config.node2vec.dim)).astype(np.float32)
     model = BM(config, features)
     if reads_y:
-        with torch.no_grad():
-            for member in model.head.members:
-                member.behaviour[0].weight[:, : model.head.y_width].normal_(0.0, 0.01)
+        read_y(model)
     save(model, DeviceIndex(tuple(device_ids(sim.devices).to_pylist())), directory)
     return directory
+
+
+def read_y(model) -> None:
+    """Give BM's head small random weights on Y (they start at zero, as in a head kept from the warm-up), so that
+    scoring the model runs the slot GNN and the sequence encoder."""
+    import torch
+
+    with torch.no_grad():
+        for member in model.head.members:
+            member.behaviour[0].weight[:, : model.head.y_width].normal_(0.0, 0.01)
 
 
 def fresh_topics(settings):

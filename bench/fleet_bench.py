@@ -69,7 +69,8 @@ def fleet(devices: int, slots: int, seed: int = 0) -> tuple[SimConfig, pa.Table,
         "trust_threshold": rng.uniform(0.3, 0.9, n), "tr_success": tr, "com_success": tr & (rng.random(n) < 0.8),
         "reliability": pa.nulls(n, pa.float64()), "t_total_s": rng.uniform(5, 60, n),
         "e_total_j": rng.uniform(1, 10, n), "t_local_s": rng.uniform(5, 60, n), "e_local_j": rng.uniform(1, 20, n),
-        "voc": rng.uniform(0, 1, n), "slot": pa.array(slot, pa.int64())})
+        "voc": rng.uniform(0, 1, n), "reporter": pa.nulls(n, pa.string()),  # null: a neutral monitor reported
+        "slot": pa.array(slot, pa.int64())})
     return sim, events.cast(events_file_schema(sim.clock.metadata())), status
 
 

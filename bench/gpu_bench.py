@@ -14,10 +14,12 @@ A backend the machine lacks gets a row saying why. Each row: devices, median sec
 (after one warm-up call), devices/s, peak GPU memory, and the largest difference from the first
 backend's Y on the first 512 devices (parity). Slot rows (``--slot-sizes``): one slot of a synthetic
 fleet at the paper's density scored end to end by ``trustbeam score --device D`` (GNN, BiMamba, pairs in
-range, rankings; :mod:`bench.fleet_bench`), per device in ``--slot-devices``.
+range, rankings; :mod:`bench.fleet_bench`), per device in ``--slot-devices``. Each row is also printed to
+stderr as a JSON line when it is measured, so a run stopped at a lease's time limit keeps the rows it finished.
 
 Run: ``python -m bench.gpu_bench [--lengths 32 64 256] [--devices 1000000 1000000 20000]
-[--slot-sizes 100000 1000000] [--slot-devices cpu cuda]``; ``--cpu-devices`` caps N for the CPU rows.
+[--slot-sizes 100000 1000000] [--slot-devices cpu cuda]``; ``--cpu-devices`` caps N for the PyTorch CPU rows and
+``--onnx-cpu-devices`` for onnxruntime's CPU rows (its unrolled scan runs ~14x slower than the C++ one).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-from bench.report import emit
+from bench.report import emit, progress
 
 BACKENDS = ("torch cpu", "torch cuda reference", "torch cuda mamba-ssm", "onnxruntime cpu", "onnxruntime cuda")
 PARITY_DEVICES = 512
@@ -71,7 +73,7 @@ def encoder(backend: str, checkpoint: Path) -> Callable[[np.ndarray, np.ndarray,
     from model.stages import TorchStages
 
     if backend.startswith("onnxruntime"):
-        return OnnxStages(checkpoint / "onnx", device=backend.split()[-1], devices_per_call=65536).long_term
+        return OnnxStages(checkpoint / "onnx", device=backend.split()[-1]).long_term
     model, index, _ = load(checkpoint)
     scan = {"torch cpu": "cpu", "torch cuda reference": "reference", "torch cuda mamba-ssm": "cuda"}[backend]
     for module in model.modules():
@@ -81,7 +83,10 @@ def encoder(backend: str, checkpoint: Path) -> Callable[[np.ndarray, np.ndarray,
     return TorchStages(model, index, device=device).long_term  # batches sized by the GPU's free memory
 
 
-def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repeats: int, work: Path) -> list[dict]:
+def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repeats: int, work: Path,
+                 onnx_cpu_devices: int | None = None) -> list[dict]:
+    """The encoder rows (module docstring); ``onnx_cpu_devices`` (default ``cpu_devices``) caps onnxruntime's CPU
+    rows."""
     import torch
 
     from bench.fault_harness import untrained_checkpoint
@@ -103,9 +108,10 @@ def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repea
             why = missing(backend)
             row = {"stage": "encoder", "backend": backend, "S": length}
             if why:
-                rows.append({**row, "skipped": why})
+                rows.append(progress({**row, "skipped": why}))
                 continue
-            count = min(n, cpu_devices) if "cpu" in backend else n
+            cap = (onnx_cpu_devices or cpu_devices) if backend == "onnxruntime cpu" else cpu_devices
+            count = min(n, cap) if "cpu" in backend else n
             run = encoder(backend, checkpoint)
             parity = run(sequences[:PARITY_DEVICES], lengths_n[:PARITY_DEVICES], reports[:PARITY_DEVICES])  # warm-up
             reference = parity if reference is None else reference
@@ -118,13 +124,14 @@ def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repea
                     run(sequences[:count], lengths_n[:count], reports[:count])
                     times.append(time.perf_counter() - started)
             except torch.cuda.OutOfMemoryError:
-                rows.append({**row, "devices": count, "skipped": "out of GPU memory"})
+                rows.append(progress({**row, "devices": count, "skipped": "out of GPU memory"}))
                 torch.cuda.empty_cache()
                 continue
             seconds = statistics.median(times)
-            rows.append({**row, "devices": count, "seconds": round(seconds, 3), "devices_per_s": round(count / seconds),
-                         "max_abs_diff": float(np.abs(parity - reference).max()),
-                         "gpu_peak_mb": round(torch.cuda.max_memory_allocated() / 2**20) if "cuda" in backend else ""})
+            rows.append(progress({
+                **row, "devices": count, "seconds": round(seconds, 3), "devices_per_s": round(count / seconds),
+                "max_abs_diff": float(np.abs(parity - reference).max()),
+                "gpu_peak_mb": round(torch.cuda.max_memory_allocated() / 2**20) if "cuda" in backend else ""}))
     return rows
 
 
@@ -139,12 +146,12 @@ def slot_rows(sizes: list[int], devices: list[str], work: Path) -> list[dict]:
         why = missing("torch cuda reference") if device == "cuda" else None
         for size in sizes:
             if why:
-                rows.append({"stage": "slot", "backend": f"trustbeam score --device {device}", "devices": size,
-                             "skipped": why})
+                rows.append(progress({"stage": "slot", "backend": f"trustbeam score --device {device}",
+                                      "devices": size, "skipped": why}))
                 continue
             result = measure(size, 1, work, checkpoint, device=device)
-            rows.append({"stage": "slot", "backend": f"trustbeam score --device {device}", **result,
-                         "devices_per_s": round(size / result["total_s"])})
+            rows.append(progress({"stage": "slot", "backend": f"trustbeam score --device {device}", **result,
+                                  "devices_per_s": round(size / result["total_s"])}))
     return rows
 
 
@@ -153,7 +160,8 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 256], help="S: slots per sequence")
     parser.add_argument("--devices", type=int, nargs="+", default=[1_000_000, 1_000_000, 20_000],
                         help="devices N per S (one per --lengths)")
-    parser.add_argument("--cpu-devices", type=int, default=20_000, help="the most devices a CPU row encodes")
+    parser.add_argument("--cpu-devices", type=int, default=20_000, help="the most devices a PyTorch CPU row encodes")
+    parser.add_argument("--onnx-cpu-devices", type=int, default=2_000, help="the most devices onnxruntime's CPU row encodes")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--slot-sizes", type=int, nargs="*", default=[100_000, 1_000_000])
     parser.add_argument("--slot-devices", nargs="*", choices=["cpu", "cuda"], default=["cuda"])
@@ -164,7 +172,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        rows = encoder_rows(args.lengths, args.devices, args.cpu_devices, args.repeats, work)
+        rows = encoder_rows(args.lengths, args.devices, args.cpu_devices, args.repeats, work, args.onnx_cpu_devices)
         rows += slot_rows(args.slot_sizes, args.slot_devices, work)
     emit("gpu_bench", rows, {"machine": platform.machine(), "cpus": os.cpu_count(), "torch": torch.__version__,
                              "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None})

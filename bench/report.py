@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -17,6 +18,13 @@ def peak_rss_kb(pid: int | str = "self") -> int:
     except OSError:
         return 0
     return 0
+
+
+def progress(row: dict[str, Any]) -> dict[str, Any]:
+    """``row``, after printing it to stderr as one JSON line the moment it is measured (a run killed at a time
+    limit keeps the rows it finished)."""
+    print(json.dumps(row), file=sys.stderr, flush=True)
+    return row
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:

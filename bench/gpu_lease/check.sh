@@ -1,0 +1,38 @@
+#!/bin/bash
+# Run THERE, on a lent GPU machine, after prepare.sh here:
+#   device run --carry .gpu --timeout_s 560 'bash bench/gpu_lease/check.sh'
+# Each stage has its own time limit and writes under $OUT, so a stage that overruns still returns the others.
+# Stages: wheels (~8 s), mamba-ssm's build in the background (~90-140 s on 16 cores) while the tests that need
+# no mamba-ssm run (~65 s), then the `gpu`-marked tests with mamba-ssm (~20 s), then bench.gpu_bench in two
+# parts (encoder rows, slot rows; rows stream to *.err as they finish). BENCH_S (default 150) bounds each part.
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/gpu-check}; mkdir -p "$OUT"
+T0=$(date +%s); stage() { echo "== $(( $(date +%s) - T0 )) s: $*"; }
+stage environment
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl \
+  || exit 3
+export PYTHONPATH=/tmp/site:$PWD
+(cd .gpu/src/mamba_ssm-2.3.2.post1 && MAMBA_FORCE_BUILD=TRUE MAX_JOBS=16 timeout 300 python3 -m pip install \
+  --no-build-isolation --no-deps --no-index --upgrade --target /tmp/mamba . >"$OUT/mamba_build.log" 2>&1;
+  echo "rc=$?" >>"$OUT/mamba_build.log") &
+BUILD=$!
+stage tests without mamba-ssm
+timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout=200 -rs \
+  tests/test_device.py tests/test_gpu_bench.py tests/test_scan.py -k "not portable" 2>&1 | tee "$OUT/tests_reference.log" | tail -8
+stage waiting for mamba-ssm; wait $BUILD; tail -1 "$OUT/mamba_build.log"
+export PYTHONPATH=/tmp/mamba:$PYTHONPATH
+stage gpu tests with mamba-ssm
+timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout=140 -m gpu -rA \
+  tests/test_device.py tests/test_scan.py 2>&1 | tee "$OUT/tests_mamba.log" | tail -8
+stage benchmark: encoder rows
+timeout "${BENCH_S:-150}" python3 -m bench.gpu_bench --lengths 32 256 --devices 200000 20000 --cpu-devices 20000 \
+  --onnx-cpu-devices 2000 --repeats 2 --slot-sizes >"$OUT/gpu_bench_encoder.txt" 2>"$OUT/gpu_bench_encoder.err"
+stage "rc=$?"; tail -20 "$OUT/gpu_bench_encoder.txt"
+stage benchmark: slot rows
+timeout "${BENCH_S:-150}" python3 -m bench.gpu_bench --lengths 32 --devices 512 --cpu-devices 512 --repeats 1 \
+  --slot-sizes 100000 --slot-devices cuda cpu >"$OUT/gpu_bench_slot.txt" 2>"$OUT/gpu_bench_slot.err"
+stage "rc=$?"; tail -8 "$OUT/gpu_bench_slot.txt"
+stage done
