@@ -11,6 +11,7 @@ on the same tensors. Run: ``python -m bench.scan_bench [--lengths 16 64 256]``
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -79,6 +80,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if importlib.util.find_spec("mambapy") is None:
+        parser.error("the peers' rows need mambapy: pip install -e '.[bench]'")
     if args.case:
         print(json.dumps(_case(**json.loads(args.case))))
         return
