@@ -24,6 +24,9 @@ successes and ``1 - T_col`` failures.
   to its mean; from the statuses' physics for the pair scored, and j's evidence counted against the
   factor of its tasks' reported times). lambda and the prior strength are chosen on the training
   period only. Graded logs: the beta estimate of j's T_col with forgetting.
+* Channel x beta by task size (``channel_beta_sized``): ``channel_beta`` with P(com | tr, j) a line in the log of the
+  task's size, fitted per collaborator and shrunk toward flat (:class:`SizedChannelBeta`): a defence against
+  opportunistic service; equal to ``channel_beta`` where every task has one size.
 * Fairness and goodness (``fxg``, Kumar et al. 2016), on the weights ``2 * T_col - 1``: the goodness of
   j is the fairness-weighted mean of its incoming weights, the fairness of i one minus half its mean
   deviation from the goodness of those it rated, iterated to a fixed point over every edge read;
@@ -195,24 +198,113 @@ class ChannelBeta:
         self.read += 1
 
     def score(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
-        k = self.params.strength
-        behaviour = (self.hits[dst] + k * self.prior_mean) / (self.trials[dst] + k)
         if not self.flags:
-            return np.clip(behaviour, 0.0, 1.0)
+            return np.clip(self._rate(dst), 0.0, 1.0)
+        return self._trust(src, dst, profile, self._rate(dst))
+
+    def _rate(self, dst: np.ndarray) -> np.ndarray:
+        """j's forgetting-weighted beta estimate of P(com | tr), shrunk toward the prior mean by the strength."""
+        k = self.params.strength
+        return (self.hits[dst] + k * self.prior_mean) / (self.trials[dst] + k)
+
+    def _trust(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None, rate: np.ndarray) -> np.ndarray:
+        """P_tr(d_ij) * (a1 + a2 * rate * the on-time factor of the pair's task)."""
         ratio, distance = self._physics(src, dst, self.read - 1, profile)
         if self.on_time is not None:
-            behaviour = behaviour * self.on_time(ratio)
+            rate = rate * self.on_time(ratio)
         p_tr = np.where(np.isfinite(distance), self.outage.p_tr(np.nan_to_num(distance, nan=1.0)), self.tr_rate)
-        return p_tr * (self.weights.a_tr + self.weights.a_com * np.clip(behaviour, 0.0, 1.0))
+        return p_tr * (self.weights.a_tr + self.weights.a_com * np.clip(rate, 0.0, 1.0))
 
 
 CHANNEL_BETA_GRID = tuple(ChannelBetaParams(lam, k) for lam in (0.9, 0.95, 0.98, 0.99) for k in (1.0, 2.0, 4.0, 8.0))
+
+
+@dataclass(frozen=True)
+class SizedParams(ChannelBetaParams):
+    ridge: float = 1.0  # the size's variance (log2 units) a collaborator's slope is shrunk by
+
+
+SIZED_GRID = tuple(SizedParams(p.lam, p.strength, ridge) for p in CHANNEL_BETA_GRID for ridge in (0.25, 1.0, 4.0))
+
+
+class SizedChannelBeta(ChannelBeta):
+    """``channel_beta`` whose P(com | tr, j) is a line in the task's size: per collaborator, the forgetting-weighted
+    least-squares line of its computation outcomes on x = log2(task size / the training period's median size), its
+    slope shrunk toward zero by ``ridge`` times its evidence, read at the size of the task scored (at j's mean size
+    where a size is unknown). A device that serves small tasks and fails large ones (opportunistic service) keeps
+    its trust for the former and loses it for the latter; where every task has one size it is ``channel_beta``.
+
+    Glossary: W, H j's weight and successes over tasks of known size; WX, HX, WXX their sums times x, x^2."""
+
+    def __init__(self, *args, reference_bits: float = 1.0, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        n = len(self.hits)
+        self.reference_bits = reference_bits
+        self.sized = np.zeros((5, n))  # W, H, WX, HX, WXX
+
+    def advance(self, graph: SlotGraph | None) -> None:
+        self.sized *= self.params.lam
+        if graph is not None and len(graph.src) and self.flags:
+            x = self._x(graph.profile[:, 0])
+            known = np.isfinite(x)
+            weight = graph.tr if self.reported_on_time is None else graph.tr * self.reported_on_time(graph.time_ratio)
+            w, h, u, dst = weight[known], graph.com[known], x[known], graph.dst[known]
+            for row, values in enumerate((w, h, w * u, h * u, w * u * u)):
+                np.add.at(self.sized[row], dst, values)
+        super().advance(graph)
+
+    def score(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
+        if not self.flags or profile is None:
+            return super().score(src, dst, profile)
+        x = self._x(profile[:, 0])
+        w, h, wx, hx, wxx = self.sized[:, dst]
+        mean_x = wx / np.maximum(w, 1e-12)
+        slope = (hx - h * mean_x) / (wxx - wx * mean_x + self.params.ridge * w + 1e-12)
+        shift = np.where(np.isfinite(x) & (w > 0), slope * (np.nan_to_num(x) - mean_x), 0.0)
+        return self._trust(src, dst, profile, self._rate(dst) + shift)
+
+    def size_shift(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
+        """What the task's size moves each pair's trust by: this rule's score minus ``channel_beta``'s with the same
+        evidence and parameters."""
+        return self.score(src, dst, profile) - super().score(src, dst, profile)
+
+    def _x(self, size_bits: np.ndarray) -> np.ndarray:
+        """x = log2(size / the reference size) per task (NaN where the size is unknown)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(size_bits > 0, np.log2(size_bits / self.reference_bits), np.nan)
 
 
 def channel_beta(history: History, train_slots: list[int], grid: Iterable[ChannelBetaParams] = CHANNEL_BETA_GRID,
                  system: SystemParams = SystemParams()) -> ChannelBeta:
     """The rule fitted to the training period: its curves from the training edges, lambda and the prior
     strength chosen by RMSE against T_col on the training period's last fifth."""
+    return _fitted(history, train_slots, grid, lambda common, params: ChannelBeta(**common, params=params,
+                                                                                  system=system), system)
+
+
+def task_sizes(history: History, slots: Iterable[int]) -> np.ndarray:
+    """The known mean task sizes (bits) of the edges of ``slots``."""
+    wanted = set(slots)
+    sizes = np.concatenate([g.profile[:, 0] for t, g in enumerate(history.graphs) if t in wanted and g is not None]
+                           or [np.zeros(0)])
+    return sizes[np.isfinite(sizes) & (sizes > 0)]
+
+
+def channel_beta_sized(history: History, train_slots: list[int], grid: Iterable[SizedParams] = SIZED_GRID,
+                       system: SystemParams = SystemParams()) -> SizedChannelBeta:
+    """:class:`SizedChannelBeta` fitted as :func:`channel_beta` is, its ridge chosen with lambda and the prior strength;
+    sizes are measured from the training edges' median task size."""
+    sizes = task_sizes(history, train_slots)
+    reference = float(np.median(sizes)) if len(sizes) else 1.0
+    return _fitted(history, train_slots, grid, lambda common, params: SizedChannelBeta(
+        **common, params=params, system=system, reference_bits=reference), system)
+
+
+def _fitted(history: History, train_slots: list[int], grid: Iterable[ChannelBetaParams],
+            build: Callable[[dict, ChannelBetaParams], ChannelBeta], system: SystemParams) -> ChannelBeta:
+    """The member of ``grid``, built by ``build(common, params)`` (common: :class:`ChannelBeta`'s keywords fitted to the
+    training period: its curves, prior mean and transmission rate), with the best RMSE against T_col on the training
+    period's last fifth."""
     from model.train import fit_outage, targets
 
     batch = targets(history, train_slots)
@@ -226,15 +318,12 @@ def channel_beta(history: History, train_slots: list[int], grid: Iterable[Channe
         tr_rate = (batch.tr.sum() + 1) / (batch.flagged.sum() + 2)
     else:
         prior_mean = float(np.average(batch.t_col, weights=batch.tasks)) if len(batch) else 0.5
-    outage = fit_outage(history, train_slots, system)
+    common = {"history": history, "outage": fit_outage(history, train_slots, system), "on_time": on_time,
+              "reported_on_time": reported_on_time, "prior_mean": prior_mean, "tr_rate": tr_rate}
     tail = train_slots[int(len(train_slots) * 0.8):]
     observed = targets(history, tail).t_col
-
-    def make(params: ChannelBetaParams) -> ChannelBeta:
-        return ChannelBeta(history, outage, on_time, reported_on_time, prior_mean, params, tr_rate, system=system)
-
-    best = min(grid, key=lambda params: rmse(predict_edges(make(params), history, tail), observed))
-    return make(best)
+    best = min(grid, key=lambda params: rmse(predict_edges(build(common, params), history, tail), observed))
+    return build(common, best)
 
 
 class FairnessGoodness:
@@ -279,6 +368,20 @@ class FairnessGoodness:
         return (self.fairness[src] * self.goodness[dst] + 1) / 2
 
 
+class SizeShift:
+    """A :class:`SizedChannelBeta` answering with its :meth:`~SizedChannelBeta.size_shift` alone: the size correction
+    another forecast can add (``bm_sized``)."""
+
+    def __init__(self, rule: SizedChannelBeta) -> None:
+        self.rule = rule
+
+    def advance(self, graph: SlotGraph | None) -> None:
+        self.rule.advance(graph)
+
+    def score(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
+        return self.rule.size_shift(src, dst, profile)
+
+
 def predict_edges(scorer: OnlineScorer, history: History, slots: Iterable[int]) -> np.ndarray:
     """Scores for every edge of the target slots (in :func:`model.train.targets` order), online."""
     wanted, out = set(slots), []
@@ -300,6 +403,7 @@ def qs_trust(history: History, slots: Iterable[int], params: QSParams = QSParams
 RuleFactory = Callable[[History, list[int]], OnlineScorer]
 RULES: dict[str, RuleFactory] = {
     "channel_beta": channel_beta,
+    "channel_beta_sized": channel_beta_sized,
     "fxg": lambda history, train_slots: FairnessGoodness(len(history.index)),
     "beta": lambda history, train_slots: BetaReputation(len(history.index)),
     "qs_trust": lambda history, train_slots: QSTrust(len(history.index)),

@@ -36,7 +36,7 @@ import pyarrow as pa
 
 import torch
 
-from model.baselines import RULES, OnlineScorer, predict_edges
+from model.baselines import RULES, OnlineScorer, SizeShift, channel_beta_sized, predict_edges, task_sizes
 from model.bm import BMConfig, PairQuery, Readout
 from model.history import History
 from model.manipulation import DETECT_BELOW, attack_measures
@@ -53,6 +53,7 @@ LEARNED = {"bm": ("bimamba", "context"), "bm_paper": ("bimamba", "paper"), "lstm
 # best forecast anything learning from the log could make; computed by the simulator, passed as ``references``)
 REFERENCES = ("oracle", "bayes")
 ONLINE = "bm_online"  # bm recalibrated online (model.recalibration), reported with bm
+SIZED = "bm_sized"  # bm plus channel_beta_sized's size correction, reported with bm where task sizes vary
 METHODS = (*LEARNED, *RULES, *REFERENCES)
 
 
@@ -142,6 +143,14 @@ def shifted_scorer(scorer: Scorer, slots: np.ndarray, shifts: np.ndarray) -> Sco
     def score(src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray) -> np.ndarray:
         at = min(int(np.searchsorted(slots, end + 1)), len(slots) - 1)
         return np.clip(scorer(src, dst, end, profile) + shifts[at], 0.0, 1.0)
+
+    return score
+
+
+def added_scorer(scorer: Scorer, shift: Scorer) -> Scorer:
+    """``scorer`` plus ``shift``'s answer for the same pairs, within [0, 1]."""
+    def score(src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray) -> np.ndarray:
+        return np.clip(scorer(src, dst, end, profile) + shift(src, dst, end, profile), 0.0, 1.0)
 
     return score
 
@@ -251,6 +260,13 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
                 scorers[ONLINE] = shifted_scorer(scorers[method], slots, shift[first])  # selects as published
                 if method in medians:  # the median readout stays: a skewed target's mean moves, its mode need not
                     medians[ONLINE] = medians[method]
+                if len(np.unique(task_sizes(history, train_slots))) > 1:  # BM with the sized rule's correction
+                    def size_shift() -> SizeShift:
+                        return SizeShift(channel_beta_sized(history, train_slots))
+
+                    shift = predict_edges(size_shift(), history, test_slots)
+                    predicted[SIZED] = np.clip(predicted[method] + shift, 0.0, 1.0)
+                    scorers[SIZED] = added_scorer(scorers[method], online_scorer(size_shift(), history))
         elif method in RULES:
             predicted[method] = predict_edges(RULES[method](history, train_slots), history, test_slots)
             scorers[method] = online_scorer(RULES[method](history, train_slots), history)
@@ -313,8 +329,8 @@ def paired_differences(runs: list[dict[str, dict]], metric: str, reference: str 
     """The reference method's ``metric`` minus each other method's, paired by run: {"metric", "reference",
     "best_other" (the other method with the lowest mean), "differences": {method: {"mean", "se", "runs"}}}; the
     standard error is the runs' standard deviation (ddof 1) over sqrt(runs), NaN for one run. Methods that
-    know what no learner can (:data:`REFERENCES`) and BM's own recalibration (:data:`ONLINE`) are compared but
-    never the best other. None when the reference or the metric is missing."""
+    know what no learner can (:data:`REFERENCES`) and BM's own variants (:data:`ONLINE`, :data:`SIZED`) are
+    compared but never the best other. None when the reference or the metric is missing."""
     if reference not in runs[0] or metric not in runs[0][reference]:
         return None
     differences = {}
@@ -325,7 +341,7 @@ def paired_differences(runs: list[dict[str, dict]], metric: str, reference: str 
         se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
         differences[method] = {"mean": float(d.mean()), "se": se, "runs": len(d)}
     others = {m: float(np.mean([r[m][metric] for r in runs])) for m in differences
-              if m not in (*REFERENCES, ONLINE)}
+              if m not in (*REFERENCES, ONLINE, SIZED)}
     best = min(others, key=others.get) if others else None
     return {"metric": metric, "reference": reference, "best_other": best, "differences": differences}
 

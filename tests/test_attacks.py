@@ -263,3 +263,18 @@ def test_simulate_writes_the_attackers_hidden_labels(tmp_path) -> None:
     devices = pq.read_table(tmp_path / "devices.parquet").to_pandas()
     sybils = devices[devices["attack"] == "sybil"]
     assert len(devices) == 40 + 2 * 10 and len(sybils) == 30 and sybils["physical"].nunique() == 10
+
+
+def test_bm_takes_the_sized_rules_correction_where_task_sizes_vary(tmp_path) -> None:
+    out = tmp_path / "report"
+    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--seed", "12", "--attack", "opportunistic=0.2",
+                 "--methods", "bm", "channel_beta", "channel_beta_sized", "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    for method in ("bm_sized", "channel_beta_sized"):
+        assert 0 <= report[method]["attack_tasks_won_expected"]["mean"] <= 1
+    assert report["bm_sized"]["rmse_truth"]["mean"] != report["bm"]["rmse_truth"]["mean"]  # the sizes moved it
+    assert report["paired"]["best_other"] != "bm_sized"  # BM's own variant, never the method it is judged against
+    plain = tmp_path / "plain"  # one task size: nothing to correct, no bm_sized
+    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--seed", "12", "--methods", "bm",
+                 "--no-voc", "--out", str(plain)]) == 0
+    assert "bm_sized" not in json.loads((plain / "report.json").read_text())

@@ -99,6 +99,70 @@ def test_channel_beta_is_fitted_on_the_training_period_only() -> None:
     assert scores[0] > scores[-2]  # ... but the online evidence follows them
 
 
+def sized(t, src, dst, tr, com, size_bits) -> SlotGraph:
+    graph = flagged(t, src, dst, tr, com)
+    profile = np.stack([np.array(size_bits, dtype=float), np.full(len(src), 1000.0)], axis=1)
+    return SlotGraph(graph.slot, graph.src, graph.dst, graph.t_col, graph.offset, graph.tasks, graph.flagged,
+                     graph.tr, graph.com, profile)
+
+
+def test_the_sized_rule_by_hand() -> None:
+    from model.baselines import SizedChannelBeta, SizedParams
+    from model.channel import OutageCurve
+
+    # c computes a's 1-Mbit task and fails b's 4-Mbit one (both transmitted); reference size 2 Mbit: x = -1, +1
+    graphs = (sized(0, [0, 1], [2, 2], [1, 1], [1, 0], [1e6, 4e6]),)
+    history = History(DeviceIndex(("a", "b", "c")), 0, graphs)
+    outage = OutageCurve(log_c=np.log(0.5), alpha=2.0)
+    rule = SizedChannelBeta(history, outage, None, None, prior_mean=0.5,
+                            params=SizedParams(lam=1.0, strength=2.0, ridge=1.0), reference_bits=2e6)
+    rule.advance(graphs[0])
+    rate = (1 + 2 * 0.5) / (2 + 2)  # the beta estimate, as channel_beta's
+    slope = (-1 - 1 * 0) / (2 - 0 + 1.0 * 2)  # (HX - H mean_x) / (WXX - WX mean_x + ridge W): x = -1 succeeded
+    p_tr = rule.tr_rate  # no statuses: the distance is unknown, so P_tr is the transmission rate (1 here)
+    profile = np.array([[8e6, 1000.0], [0.5e6, 1000.0], [np.nan, np.nan]])
+    got = rule.score(np.array([0, 0, 0]), np.array([2, 2, 2]), profile)
+    assert got.tolist() == pytest.approx([p_tr * (0.6 + 0.4 * (rate + slope * 2)),  # an 8-Mbit task: x = 2
+                                          p_tr * (0.6 + 0.4 * (rate + slope * -2)),  # 0.5 Mbit: x = -2
+                                          p_tr * (0.6 + 0.4 * rate)])  # size unknown: j's mean size
+    assert got[1] > got[2] > got[0]
+
+
+def test_the_sized_rule_is_channel_beta_where_every_task_has_one_size() -> None:
+    from model.baselines import channel_beta, channel_beta_sized
+
+    rng = np.random.default_rng(0)
+    graphs = tuple(sized(t, [0, 1], [2, 2], rng.random(2) < 0.9, rng.random(2) < 0.6, [5e6, 5e6]) for t in range(30))
+    history = History(DeviceIndex(("a", "b", "c")), 0, graphs)
+    plain, sized_rule = channel_beta(history, list(range(20))), channel_beta_sized(history, list(range(20)))
+    assert (sized_rule.params.lam, sized_rule.params.strength) == (plain.params.lam, plain.params.strength)
+    np.testing.assert_allclose(predict_edges(sized_rule, history, range(20, 30)),
+                               predict_edges(plain, history, range(20, 30)), rtol=0, atol=1e-12)
+
+
+def test_the_sized_rule_tells_an_opportunistic_collaborator_by_the_task_size() -> None:
+    from model.baselines import channel_beta, channel_beta_sized
+
+    # c computes every small task and fails every large one; d is as reliable on both (the same overall rate)
+    rng = np.random.default_rng(1)
+    graphs = []
+    for t in range(60):
+        size = rng.choice([1e6, 4e6], 2)
+        com = [size[0] < 2e6, rng.random() < 0.5]
+        graphs.append(sized(t, [0, 1], [2, 3], [1, 1], com, size))
+    history = History(DeviceIndex(("a", "b", "c", "d")), 0, tuple(graphs))
+    plain, rule = channel_beta(history, list(range(40))), channel_beta_sized(history, list(range(40)))
+    for t in range(60):
+        rule.advance(history.graphs[t])
+        plain.advance(history.graphs[t])
+    small, large = np.array([[1e6, 1000.0]] * 2), np.array([[4e6, 1000.0]] * 2)
+    pairs = np.array([0, 1]), np.array([2, 3])
+    c_small, d_small = rule.score(*pairs, small)
+    c_large, d_large = rule.score(*pairs, large)
+    assert c_small - c_large > 0.2 and abs(d_small - d_large) < 0.1
+    assert abs(plain.score(*pairs, small)[0] - plain.score(*pairs, large)[0]) < 1e-12  # the plain rule cannot
+
+
 def test_fairness_and_goodness_by_hand() -> None:
     from model.baselines import FairnessGoodness
 

@@ -22,8 +22,8 @@ from trustbeam.progress import Phases, bar
 
 Handler = Callable[[argparse.Namespace], int]
 # model.evaluate.METHODS, spelled out so that building the parser imports no model (a test keeps them equal)
-EVALUATE_METHODS = ("bm", "bm_paper", "lstm", "transformer", "gnn", "channel_beta", "fxg", "beta", "qs_trust", "mean",
-                    "oracle", "bayes")
+EVALUATE_METHODS = ("bm", "bm_paper", "lstm", "transformer", "gnn", "channel_beta", "channel_beta_sized", "fxg", "beta",
+                    "qs_trust", "mean", "oracle", "bayes")
 
 
 def _add_device_option(parser: argparse.ArgumentParser) -> None:
