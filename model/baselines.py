@@ -187,33 +187,41 @@ class ChannelBeta:
         self.trials *= self.params.lam
         if graph is not None and len(graph.src):
             if self.flags:
-                weight = graph.tr
-                if self.reported_on_time is not None:
-                    weight = weight * self.reported_on_time(graph.time_ratio)
                 np.add.at(self.hits, graph.dst, graph.com)
-                np.add.at(self.trials, graph.dst, weight)
+                np.add.at(self.trials, graph.dst, self._weight(graph))
             else:
                 np.add.at(self.hits, graph.dst, graph.t_col * graph.tasks)
                 np.add.at(self.trials, graph.dst, graph.tasks)
         self.read += 1
 
+    def _weight(self, graph: SlotGraph) -> np.ndarray:
+        """(E,) each edge's expected-success weight: its transmissions, times the on-time factor of its reported time."""
+        if self.reported_on_time is None:
+            return graph.tr
+        return graph.tr * self.reported_on_time(graph.time_ratio)
+
     def score(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
         if not self.flags:
             return np.clip(self._rate(dst), 0.0, 1.0)
-        return self._trust(src, dst, profile, self._rate(dst))
+        return self._trust(self._rate(dst), self._pair_terms(src, dst, profile))
 
     def _rate(self, dst: np.ndarray) -> np.ndarray:
         """j's forgetting-weighted beta estimate of P(com | tr), shrunk toward the prior mean by the strength."""
         k = self.params.strength
         return (self.hits[dst] + k * self.prior_mean) / (self.trials[dst] + k)
 
-    def _trust(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None, rate: np.ndarray) -> np.ndarray:
-        """P_tr(d_ij) * (a1 + a2 * rate * the on-time factor of the pair's task)."""
+    def _pair_terms(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None
+                    ) -> tuple[np.ndarray | float, np.ndarray]:
+        """(the on-time factor of each pair's task, P_tr(d_ij)) from the statuses' physics."""
         ratio, distance = self._physics(src, dst, self.read - 1, profile)
-        if self.on_time is not None:
-            rate = rate * self.on_time(ratio)
+        factor = self.on_time(ratio) if self.on_time is not None else 1.0
         p_tr = np.where(np.isfinite(distance), self.outage.p_tr(np.nan_to_num(distance, nan=1.0)), self.tr_rate)
-        return p_tr * (self.weights.a_tr + self.weights.a_com * np.clip(rate, 0.0, 1.0))
+        return factor, p_tr
+
+    def _trust(self, rate: np.ndarray, terms: tuple[np.ndarray | float, np.ndarray]) -> np.ndarray:
+        """P_tr(d_ij) * (a1 + a2 * rate * the on-time factor), ``terms`` from :meth:`_pair_terms`."""
+        factor, p_tr = terms
+        return p_tr * (self.weights.a_tr + self.weights.a_com * np.clip(rate * factor, 0.0, 1.0))
 
 
 CHANNEL_BETA_GRID = tuple(ChannelBetaParams(lam, k) for lam in (0.9, 0.95, 0.98, 0.99) for k in (1.0, 2.0, 4.0, 8.0))
@@ -247,8 +255,7 @@ class SizedChannelBeta(ChannelBeta):
         if graph is not None and len(graph.src) and self.flags:
             x = self._x(graph.profile[:, 0])
             known = np.isfinite(x)
-            weight = graph.tr if self.reported_on_time is None else graph.tr * self.reported_on_time(graph.time_ratio)
-            w, h, u, dst = weight[known], graph.com[known], x[known], graph.dst[known]
+            w, h, u, dst = self._weight(graph)[known], graph.com[known], x[known], graph.dst[known]
             for row, values in enumerate((w, h, w * u, h * u, w * u * u)):
                 np.add.at(self.sized[row], dst, values)
         super().advance(graph)
@@ -256,17 +263,23 @@ class SizedChannelBeta(ChannelBeta):
     def score(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
         if not self.flags or profile is None:
             return super().score(src, dst, profile)
+        return self._trust(self._rate(dst) + self._size_term(dst, profile), self._pair_terms(src, dst, profile))
+
+    def size_shift(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
+        """What the task's size moves each pair's trust by: this rule's score minus ``channel_beta``'s with the same
+        evidence and parameters (the pairs' physics computed once for both)."""
+        if not self.flags or profile is None:
+            return np.zeros(len(src))
+        terms, rate = self._pair_terms(src, dst, profile), self._rate(dst)
+        return self._trust(rate + self._size_term(dst, profile), terms) - self._trust(rate, terms)
+
+    def _size_term(self, dst: np.ndarray, profile: np.ndarray) -> np.ndarray:
+        """(P,) the slope of j's line times how far the task's x lies from j's mean x (0 where either is unknown)."""
         x = self._x(profile[:, 0])
         w, h, wx, hx, wxx = self.sized[:, dst]
         mean_x = wx / np.maximum(w, 1e-12)
         slope = (hx - h * mean_x) / (wxx - wx * mean_x + self.params.ridge * w + 1e-12)
-        shift = np.where(np.isfinite(x) & (w > 0), slope * (np.nan_to_num(x) - mean_x), 0.0)
-        return self._trust(src, dst, profile, self._rate(dst) + shift)
-
-    def size_shift(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
-        """What the task's size moves each pair's trust by: this rule's score minus ``channel_beta``'s with the same
-        evidence and parameters."""
-        return self.score(src, dst, profile) - super().score(src, dst, profile)
+        return np.where(np.isfinite(x) & (w > 0), slope * (np.nan_to_num(x) - mean_x), 0.0)
 
     def _x(self, size_bits: np.ndarray) -> np.ndarray:
         """x = log2(size / the reference size) per task (NaN where the size is unknown)."""
