@@ -91,6 +91,7 @@ def measure(devices: int, slots: int, work: Path, checkpoint: Path, device: str 
     summary = json.loads((work / "stdout").read_text())
     return {"devices": devices, "model": model, "device": device, "events": events.num_rows, "slots": summary["slots"],
             "trust_scores": summary["trust_scores"], **{f"{k}_s": v for k, v in summary["seconds_by_stage"].items()},
+            **{f"{k}_phase_s": v for k, v in summary["seconds_by_phase"].items()},
             "total_s": round(seconds, 1), "peak_rss_mb": int(usage.ru_maxrss / 1024)}
 
 
