@@ -61,6 +61,8 @@ class EvidenceConfig:
     recency_cap: int = 100  # slots since the last task, capped (and scaled by it) in the features
     on_time: tuple[float, ...] = ()  # OnTimeCurve factors weighting the ton channel (fitted in training); none: 1
     level_memory: float = 0.9  # the lambda of the population's rate the head's forecasts are read against
+    colocation_m: float | None = 0.1  # ids reporting positions in one cell this wide are judged as one collaborator
+    #                                   (model.identity: Sybils, whitewashers); None: every id apart
 
     def __post_init__(self) -> None:
         if not self.lams or any(not 0 < lam <= 1 for lam in self.lams):
@@ -68,6 +70,8 @@ class EvidenceConfig:
         if self.level_memory not in self.lams:
             raise ValueError(f"EvidenceConfig.level_memory: must be one of lams {self.lams!r} "
                              f"(got {self.level_memory!r})")
+        if self.colocation_m is not None and not self.colocation_m > 0:
+            raise ValueError(f"EvidenceConfig.colocation_m: must be > 0 or None (got {self.colocation_m!r})")
 
     @property
     def collaborator_normalized(self) -> int:

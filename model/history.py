@@ -26,7 +26,8 @@ from model.evidence import (NEVER, POPULATION, REPORTED, REPORTS, STATE_ROLES, E
                             channels_of, pair_evidence_features, report_increments, role_increments, role_lams,
                             with_load)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
-from model.status import LOAD, TELEMETRY, StatusLog, status_values, telemetry_of
+from model.identity import colocated, pooled
+from model.status import LOAD, TELEMETRY, X, Y, StatusLog, status_values, telemetry_of
 
 
 @dataclass(frozen=True)
@@ -137,16 +138,36 @@ class History:
         pair, _ = tracks["pair"].query(src * len(self.index) + dst, end)
         population, _ = tracks["population"].query(np.full(len(src), POPULATION), end)
         reports, _ = tracks[REPORTS].query(dst, end)
-        if len(tracks[REPORTED].keys):  # what owners reported themselves, weighed by their credibility then
-            end = np.broadcast_to(end, np.shape(dst))
-            for slot in np.unique(end):
-                rows = end == slot
+        end = np.broadcast_to(end, np.shape(dst))
+        for slot in np.unique(end):
+            rows = end == slot
+            if len(tracks[REPORTED].keys):  # what owners reported themselves, weighed by their credibility then
                 credited = self.credited(config, int(slot))
                 collaborator[rows] += credited.collaborator[dst[rows]]
                 population[rows] += credited.population
                 since[rows] = np.minimum(since[rows], credited.served[dst[rows]])
+            together = self.judged_together(config, int(slot))
+            if together is not None:
+                collaborator[rows], since[rows] = together[0][dst[rows]], together[1][dst[rows]]
         return pair_evidence_features(collaborator, owner, pair, since, config, population,
                                       self.load(dst, np.broadcast_to(end, np.shape(dst))), reports=reports)
+
+    def judged_together(self, config: EvidenceConfig, slot: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Every device's (evidence as collaborator (n, L, C), slots since it served (n,)) through relative slot
+        ``slot``, credited reports included, pooled over the ids at one place then (:mod:`model.identity`); None
+        where every id is judged apart (no statuses, ``colocation_m`` None, or no two ids in one cell)."""
+        if self.status is None or config.colocation_m is None:
+            return None
+        devices = np.arange(len(self.index))
+        xy = self.status.latest(devices, self.clock.end_ms(self.first_slot + slot))[:, [X, Y]]
+        group = colocated(xy, config.colocation_m)
+        if len(np.unique(group)) == len(group):
+            return None
+        collaborator, since = self.tracks(config)["collaborator"].query(devices, slot)
+        if len(self.tracks(config)[REPORTED].keys):
+            credited = self.credited(config, slot)
+            collaborator, since = collaborator + credited.collaborator, np.minimum(since, credited.served)
+        return pooled(collaborator, since, group)
 
     def credited(self, config: EvidenceConfig, slot: int) -> Credited:
         """What owners reported themselves through relative slot ``slot``, weighed by their credibility as of then

@@ -47,6 +47,7 @@ from model.evidence import (CHANNELS, N, PAIR_CHANNELS, POPULATION, REPORTED, RE
                             EvidenceBlocks, EvidenceConfig, EvidenceState, decay, empty_state, find, report_increments,
                             role_increments, with_load)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
+from model.identity import judged_together
 from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift
 from model.stages import Stages
@@ -607,7 +608,9 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
         collaborator, population, reporters = credited_evidence(frame)
         at, known = find(reporters[0], frame.keys[src])
         believed[known] = reporters[1][at[known]]
-        blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, frame.since, stages.config.evidence,
+        collaborator, since = judged_together(collaborator, frame.since, frame.status[:, [X, Y]],
+                                              stages.config.evidence.colocation_m)
+        blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, stages.config.evidence,
                                    population, frame.status[:, LOAD], frame.reports)
         t_beh = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
         status_j = frame.status[dst]

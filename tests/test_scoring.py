@@ -32,9 +32,22 @@ SIM = SimConfig(devices=40, tasks=600, slots=12, seed=3, telemetry=True)
 REPORTED = replace(SIM, attack=Attack(AttackKind.BAD_MOUTHING, 0.2), owner_reports=0.7)
 
 
+# a quarter of the devices are Sybils answering under 3 ids each, judged as one where their ids stand (model.identity)
+SYBILS = replace(SIM, attack=Attack(AttackKind.SYBIL, 0.25, sybil_ids=3))
+
+
 @pytest.fixture(scope="module", params=[SIM, REPORTED], ids=["monitored", "owner-reported"])
 def log(request):
-    events, _, status = simulated_run(request.param)
+    return scored_log(request.param)
+
+
+@pytest.fixture(scope="module")
+def sybil_log():
+    return scored_log(SYBILS)
+
+
+def scored_log(config: SimConfig):
+    events, _, status = simulated_run(config)
     history = History.from_events(events, SIM.clock, SMALL.weights, status=status)
     torch.manual_seed(0)
     model = BM(SMALL, np.random.default_rng(0).normal(size=(len(history.index), 8)).astype(np.float32)).eval()
@@ -45,6 +58,24 @@ def log(request):
 
 
 def test_slot_scores_equal_the_training_paths_prediction(log) -> None:
+    assert_scores_equal_prediction(log)
+
+
+def test_sybil_ids_are_judged_as_one_alike_offline_and_in_the_scorer(sybil_log) -> None:
+    events, status, history, model = sybil_log
+    world = simulated_world(SYBILS)[3]
+    sybil = np.flatnonzero(world.physical != np.arange(world.size))[0]  # a further id, and the device's first
+    first = world.physical[sybil]
+    rows = history.index.lookup(pa.array([world.ids[first].as_py(), world.ids[sybil].as_py()]))
+    evidence = history.pair_evidence(np.array([0, 0]), rows, np.array([9, 9]), SMALL.evidence)
+    apart = history.pair_evidence(np.array([0, 0]), rows, np.array([9, 9]), replace(SMALL.evidence, colocation_m=None))
+    width = SMALL.evidence.collaborator_normalized
+    np.testing.assert_array_equal(evidence[0, :width], evidence[1, :width])  # one record for both ids
+    assert not np.array_equal(apart[0, :width], apart[1, :width])  # two records apart
+    assert_scores_equal_prediction(sybil_log)
+
+
+def assert_scores_equal_prediction(log) -> None:
     events, status, history, model = log
     ranking = RankingConfig(range_m=None, scores_per_owner=1000)
     stages = TorchStages(model, history.index)
