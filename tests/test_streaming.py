@@ -132,6 +132,17 @@ def test_owners_reports_weighed_by_their_credibility_stream_like_the_offline_twi
     equals_its_twin(result)
 
 
+def test_a_sybils_ids_judged_as_one_stream_like_the_offline_twin(tmp_path) -> None:
+    """A quarter of the devices answer under three ids at one place: the shards hold the ids apart, and the slot's
+    scorer judges them as one collaborator (model.identity) as the offline twin does."""
+    sim = replace(SIM, attack=Attack(AttackKind.SYBIL, 0.25, sybil_ids=3))
+    result = run_stream(tmp_path, 2, sim=sim)
+    status = run_tables(sim)[1]
+    places = set(zip(status["x_m"].to_pylist(), status["y_m"].to_pylist()))
+    assert len(places) < len(set(status["device"].to_pylist()))  # ids at one place
+    equals_its_twin(result)
+
+
 def equals_its_twin(result: dict) -> None:
     """The final publication of every slot equals the offline twin's; late events came as updates, none died."""
     scores, rankings = final(result["scores"], TrustScore), final(result["rankings"], CollaboratorRanking)
