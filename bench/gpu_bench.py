@@ -84,9 +84,9 @@ def encoder(backend: str, checkpoint: Path) -> Callable[[np.ndarray, np.ndarray,
 
 
 def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repeats: int, work: Path,
-                 onnx_cpu_devices: int | None = None) -> list[dict]:
-    """The encoder rows (module docstring); ``onnx_cpu_devices`` (default ``cpu_devices``) caps onnxruntime's CPU
-    rows."""
+                 onnx_cpu_devices: int | None = None, backends: tuple[str, ...] = BACKENDS) -> list[dict]:
+    """The encoder rows (module docstring) of ``backends``; ``onnx_cpu_devices`` (default ``cpu_devices``) caps
+    onnxruntime's CPU rows."""
     import torch
 
     from bench.fault_harness import untrained_checkpoint
@@ -97,14 +97,15 @@ def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repea
     rows = []
     for length, n in zip(lengths, devices):
         checkpoint = untrained_checkpoint(work / f"model-{length}", SimConfig(devices=500), window=length, small=False)
-        export_onnx(checkpoint)
+        if any(backend.startswith("onnxruntime") for backend in backends):
+            export_onnx(checkpoint)
         d = BMConfig().gnn.out_dim  # the slot-embedding width
         rng = np.random.default_rng(length)
         sequences = rng.standard_normal((n, length, d), dtype=np.float32)  # float32 drawn directly: 1M x S x d
         lengths_n = rng.integers(1, length + 1, n).astype(np.int64)
         reports = np.stack([rng.random((n, length)), np.ones((n, length))], -1).astype(np.float32)
         reference: np.ndarray | None = None
-        for backend in BACKENDS:
+        for backend in backends:
             why = missing(backend)
             row = {"stage": "encoder", "backend": backend, "S": length}
             if why:
@@ -163,6 +164,8 @@ def main() -> None:
     parser.add_argument("--cpu-devices", type=int, default=20_000, help="the most devices a PyTorch CPU row encodes")
     parser.add_argument("--onnx-cpu-devices", type=int, default=2_000, help="the most devices onnxruntime's CPU row encodes")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS), metavar="BACKEND",
+                        help=f"the encoder rows' backends, each quoted (default all: {', '.join(BACKENDS)})")
     parser.add_argument("--slot-sizes", type=int, nargs="*", default=[100_000, 1_000_000])
     parser.add_argument("--slot-devices", nargs="*", choices=["cpu", "cuda"], default=["cuda"])
     args = parser.parse_args()
@@ -172,7 +175,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        rows = encoder_rows(args.lengths, args.devices, args.cpu_devices, args.repeats, work, args.onnx_cpu_devices)
+        rows = encoder_rows(args.lengths, args.devices, args.cpu_devices, args.repeats, work, args.onnx_cpu_devices,
+                            tuple(args.backends))
         rows += slot_rows(args.slot_sizes, args.slot_devices, work)
     emit("gpu_bench", rows, {"machine": platform.machine(), "cpus": os.cpu_count(), "torch": torch.__version__,
                              "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None})

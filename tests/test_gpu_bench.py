@@ -32,8 +32,11 @@ def test_the_lease_scripts_parse_and_name_only_files_that_exist() -> None:
     from pathlib import Path
 
     root = Path(__file__).parent.parent
-    for script in ("prepare.sh", "check.sh"):
-        path = root / "bench" / "gpu_lease" / script
-        assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0, script
+    scripts = sorted((root / "bench" / "gpu_lease").glob("*.sh"))
+    assert {s.name for s in scripts} >= {"prepare.sh", "common.sh", "check.sh", "encoder.sh"}
+    for path in scripts:
+        assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0, path.name
+    for path in (root / "bench" / "gpu_lease" / "check.sh", root / "bench" / "gpu_lease" / "encoder.sh"):
+        assert 'source "$(dirname "$0")/common.sh"' in path.read_text()  # one install and build, shared
     named = re.findall(r"tests/\w+\.py", (root / "bench" / "gpu_lease" / "check.sh").read_text())
     assert named and all((root / name).is_file() for name in named)

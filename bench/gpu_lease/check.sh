@@ -8,19 +8,9 @@
 # parts (encoder rows, slot rows; rows stream to *.err as they finish; BENCH_S, default 150 s, bounds each part),
 # then 3 epochs of training on the paper setting on cuda and on the cpu (TRAIN_S, default 150 s, each; ~37 s on
 # 2 cores here).
-export PYTHONUNBUFFERED=1
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/gpu-check}; mkdir -p "$OUT"
-T0=$(date +%s); stage() { echo "== $(( $(date +%s) - T0 )) s: $*"; }
-stage environment
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl \
-  || exit 3
-export PYTHONPATH=/tmp/site:$PWD
-(cd .gpu/src/mamba_ssm-2.3.2.post1 && MAMBA_FORCE_BUILD=TRUE MAX_JOBS=16 timeout 300 python3 -m pip install \
-  --no-build-isolation --no-deps --no-index --upgrade --target /tmp/mamba . >"$OUT/mamba_build.log" 2>&1;
-  echo "rc=$?" >>"$OUT/mamba_build.log") &
+source "$(dirname "$0")/common.sh"
+stage environment; install_wheels
+build_mamba &
 BUILD=$!
 stage tests without mamba-ssm
 timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout=200 -rs \
