@@ -45,8 +45,9 @@ class Pieces:
 
     An owner belongs to the piece of the square cell (side ``max(cell_m, 2 range_m)``) its position lies
     in, each cell hashed to one of ``count`` pieces; a piece holds its owners and every device within
-    ``range_m`` of them: each device enters the pieces of the cells its range square touches, at most 4
-    (so the data sent grows by less than 4x, and by ``(1 + 2 range_m / side)^2`` on average). Owners
+    ``range_m`` of them (and within :meth:`reach`'s margin of such a device): each device enters the pieces of the
+    cells its range square touches, at most 4 without a margin (so the data sent grows by less than 4x, and by
+    ``(1 + 2 range_m / side)^2`` on average). Owners
     without a position have no candidates (:func:`candidate_pairs`) and belong to no piece. With
     ``range_m=None`` (every device a candidate) there is one piece: that case is quadratic anyway.
     """
@@ -75,14 +76,17 @@ class Pieces:
         cells = np.floor(np.where(known[:, None], xy, 0.0) / self.side(range_m)).astype(np.int64)
         return np.where(known, self._piece(cells[:, 0], cells[:, 1]), -1)
 
-    def reach(self, xy: np.ndarray, range_m: float | None) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, pieces) int64, sorted: each device with a position in every piece whose owners it may serve."""
+    def reach(self, xy: np.ndarray, range_m: float | None, margin_m: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, pieces) int64, sorted: each device with a position in every piece whose owners it may serve, or
+        that stands within ``margin_m`` of one that may (its evidence is read with theirs: :mod:`model.identity`)."""
         rows = np.flatnonzero(~np.isnan(xy).any(axis=1))
         if range_m is None or self.count == 1:
             return rows, np.zeros(len(rows), np.int64)
-        side = self.side(range_m)
-        low = np.floor((xy[rows] - range_m) / side).astype(np.int64)  # (k, 2): side >= 2 range: 1 or 2 cells per axis
-        high = np.floor((xy[rows] + range_m) / side).astype(np.int64)
-        corners = [self._piece(a[:, 0], b[:, 1]) for a in (low, high) for b in (low, high)]
-        pairs = np.unique(np.concatenate([rows * self.count + piece for piece in corners]))
+        side, reach_m = self.side(range_m), range_m + margin_m
+        low = np.floor((xy[rows] - reach_m) / side).astype(np.int64)  # (k, 2): side >= 2 range: 1 or 2 cells per axis
+        high = np.floor((xy[rows] + reach_m) / side).astype(np.int64)  # (a margin may make it 3)
+        steps = range(int((high - low).max(initial=0)) + 1)
+        cells = [(np.minimum(low[:, 0] + dx, high[:, 0]), np.minimum(low[:, 1] + dy, high[:, 1]))
+                 for dx in steps for dy in steps]
+        pairs = np.unique(np.concatenate([rows * self.count + self._piece(cx, cy) for cx, cy in cells]))
         return pairs // self.count, pairs % self.count

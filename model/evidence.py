@@ -61,7 +61,7 @@ class EvidenceConfig:
     recency_cap: int = 100  # slots since the last task, capped (and scaled by it) in the features
     on_time: tuple[float, ...] = ()  # OnTimeCurve factors weighting the ton channel (fitted in training); none: 1
     level_memory: float = 0.9  # the lambda of the population's rate the head's forecasts are read against
-    colocation_m: float | None = 0.1  # ids reporting positions in one cell this wide are judged as one collaborator
+    colocation_m: float | None = 0.1  # ids reporting positions this close are judged as one collaborator
     #                                   (model.identity: Sybils, whitewashers); None: every id apart
 
     def __post_init__(self) -> None:

@@ -155,7 +155,7 @@ class History:
     def judged_together(self, config: EvidenceConfig, slot: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Every device's (evidence as collaborator (n, L, C), slots since it served (n,)) through relative slot
         ``slot``, credited reports included, pooled over the ids at one place then (:mod:`model.identity`); None
-        where every id is judged apart (no statuses, ``colocation_m`` None, or no two ids in one cell)."""
+        where every id is judged apart (no statuses, ``colocation_m`` None, or no two ids within its radius)."""
         if self.status is None or config.colocation_m is None:
             return None
         devices = np.arange(len(self.index))

@@ -1,40 +1,42 @@
 """Ids at one place are one collaborator: the defence against Sybils and whitewashers.
 
 A device that answers under several ids (a Sybil's, all at once; a whitewasher's, one after another) still sits at one
-place and reports that place in its statuses. Ids whose latest reported positions fall in one cell of ``cell_m``
-metres are judged as one collaborator: each id's evidence as collaborator becomes the sum over its cell's ids, and its
-recency the most recent of theirs. A Sybil's ids then pool their failures, and a whitewasher's new id starts from the
-record its old ids left (decaying as any evidence does) instead of from the prior. Where every id has a cell of its
-own (every honest fleet whose devices stand apart) nothing changes.
+place and reports that place in its statuses. Ids whose latest reported positions lie within ``radius_m`` of each other
+(or are linked by a chain of such ids) are judged as one collaborator: each id's evidence as collaborator becomes the
+sum over its group's ids, and its recency the most recent of theirs. A Sybil's ids then pool their failures, and a
+whitewasher's new id starts from the record its old ids left (decaying as any evidence does) instead of from the prior.
+Where no two ids stand that close (every honest fleet whose devices stand apart) nothing changes.
 
-What it cannot see: an attacker that reports false positions for its ids (checking a claimed position against the
-transmission outcomes it should give is not built), and honest devices closer than ``cell_m`` share their records.
+What it cannot see: an attacker that reports its ids farther apart than the radius, and honest devices closer than
+it share their records (the radius trades one against the other; the README measures both).
 
-Glossary: ``xy`` (n, 2) reported positions (NaN: none known); ``group`` (n,) the cell each id is judged in.
+Glossary: ``xy`` (n, 2) reported positions (NaN: none known); ``group`` (n,) the group each id is judged in.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial import cKDTree
 
 
-def colocated(xy: np.ndarray, cell_m: float) -> np.ndarray:
-    """(n,) the group of each id: ids whose positions fall in one ``cell_m`` cell share one; an id without a known
+def colocated(xy: np.ndarray, radius_m: float) -> np.ndarray:
+    """(n,) the group of each id: the connected components of "stands within ``radius_m`` of"; an id without a known
     position is a group of its own. Groups are numbered 0.. in no particular order."""
     n = len(xy)
-    known = np.isfinite(xy).all(axis=1)
-    cells = np.zeros((n, 3), np.int64)
-    cells[known, :2] = np.floor(xy[known] / cell_m).astype(np.int64)
-    cells[~known, 2] = 1 + np.flatnonzero(~known)  # a cell of its own
-    return np.unique(cells, axis=0, return_inverse=True)[1].reshape(n)
+    known = np.flatnonzero(np.isfinite(xy).all(axis=1))
+    pairs = cKDTree(xy[known]).query_pairs(radius_m, output_type="ndarray") if len(known) > 1 else np.zeros((0, 2), int)
+    links = coo_matrix((np.ones(len(pairs)), (known[pairs[:, 0]], known[pairs[:, 1]])), shape=(n, n))
+    return connected_components(links, directed=False)[1]
 
 
-def judged_together(collaborator: np.ndarray, since: np.ndarray, xy: np.ndarray, cell_m: float | None
+def judged_together(collaborator: np.ndarray, since: np.ndarray, xy: np.ndarray, radius_m: float | None
                     ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`pooled` over the groups of :func:`colocated` (``cell_m`` None: every id judged apart)."""
-    if cell_m is None:
+    """:func:`pooled` over the groups of :func:`colocated` (``radius_m`` None: every id judged apart)."""
+    if radius_m is None:
         return collaborator, since
-    return pooled(collaborator, since, colocated(xy, cell_m))
+    return pooled(collaborator, since, colocated(xy, radius_m))
 
 
 def pooled(collaborator: np.ndarray, since: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -237,14 +237,15 @@ class DeviceFrame:
         return DeviceFrame(**{f.name: part(f.name) for f in fields(self) if f.name != "recent_owner"},
                            recent_owner=recent[rows])
 
-    def pieces(self, pieces: Pieces, range_m: float | None) -> list["DeviceFrame"]:
+    def pieces(self, pieces: Pieces, range_m: float | None, colocation_m: float | None = None) -> list["DeviceFrame"]:
         """The frame split into ``pieces.count`` frames (:class:`model.candidates.Pieces`): scoring each and
-        joining the results gives the records of scoring the whole frame."""
+        joining the results gives the records of scoring the whole frame (with ``colocation_m``, the evidence
+        radius :mod:`model.identity` judges ids together by: a piece holds the ids within it of its candidates)."""
         if pieces.count == 1:  # the whole frame: nothing to copy
             return [self]
         xy = self.status[:, [X, Y]]
         home = pieces.home(xy, range_m)
-        rows, piece = pieces.reach(xy, range_m)
+        rows, piece = pieces.reach(xy, range_m, colocation_m or 0.0)
         out = []
         for k in range(pieces.count):
             devices = np.zeros(len(self.keys), bool)

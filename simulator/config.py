@@ -64,7 +64,9 @@ class Attack:
     unreliable on larger ones. Ballot-stuffers and bad-mouthers are a colluding group of unreliable devices that lie
     in the outcomes they report as owners (``SimConfig.owner_reports``): ballot-stuffers offload to one another
     whenever a fellow colluder is in range and report every such task a success; bad-mouthers offload as everyone
-    does and report the computation of every task an honest device ran for them as failed."""
+    does and report the computation of every task an honest device ran for them as failed. ``id_spread_m``: a
+    device's further ids (a Sybil's, a whitewasher's) stand and report up to this many metres from it in x and y
+    (uniform), as an attacker that spreads its ids' positions to look like several devices would."""
 
     kind: AttackKind
     share: float
@@ -72,6 +74,7 @@ class Attack:
     whitewash_ids: int = 16
     whitewash_min_tasks: int = 3
     whitewash_below: float = 0.7
+    id_spread_m: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.share < 1:
@@ -79,6 +82,8 @@ class Attack:
         for name in ("sybil_ids", "whitewash_ids", "whitewash_min_tasks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Attack.{name}: must be >= 1 (got {getattr(self, name)!r})")
+        if not self.id_spread_m >= 0:
+            raise ValueError(f"--id-spread-m: must be >= 0 (got {self.id_spread_m!r})")
         if not 0 <= self.whitewash_below <= 1:
             raise ValueError(f"Attack.whitewash_below: must be in [0, 1] (got {self.whitewash_below!r})")
 

@@ -61,6 +61,20 @@ def test_a_sybil_device_answers_under_several_ids_that_share_everything_hidden()
     assert world.load(np.array([alias]), 4) == world.load(world.physical[[alias]], 4)
 
 
+def test_a_sybil_that_spreads_its_ids_positions_keeps_everything_else() -> None:
+    config = replace(SMALL, attack=Attack(AttackKind.SYBIL, 0.25, sybil_ids=3))
+    spread = simulated_world(replace(config, attack=replace(config.attack, id_spread_m=5.0)))[3]
+    world = simulated_world(config)[3]
+    further = np.arange(config.devices, world.size)
+    first = world.physical[further]
+    offset = np.c_[spread.x_m[further] - spread.x_m[first], spread.y_m[further] - spread.y_m[first]]
+    assert (np.abs(offset) <= 5.0).all() and (np.abs(offset) > 0).all()  # apart, within the spread
+    np.testing.assert_array_equal(spread.x_m[:config.devices], world.x_m[:config.devices])  # devices stay
+    np.testing.assert_array_equal(spread.params.high, world.params.high)  # the same draws elsewhere
+    with pytest.raises(ValueError, match="--id-spread-m: must be >= 0"):
+        Attack(AttackKind.SYBIL, 0.2, id_spread_m=-1.0)
+
+
 def test_a_whitewasher_rejoins_under_a_new_id_only_after_a_poor_record() -> None:
     attack = Attack(AttackKind.WHITEWASHING, 0.2, whitewash_ids=6, whitewash_min_tasks=3, whitewash_below=0.7)
     config = replace(SMALL, attack=attack)

@@ -65,3 +65,18 @@ def test_pieces_refuse_nonsense() -> None:
         Pieces(0)
     with pytest.raises(ValueError, match="Pieces.cell_m"):
         Pieces(2, -1.0)
+
+
+def test_a_piece_also_holds_the_devices_within_the_margin_of_its_candidates() -> None:
+    """The ids model.identity judges together (within the margin of a candidate) are read in the candidate's piece."""
+    rng = np.random.default_rng(5)
+    xy = rng.uniform(0, 3000, (800, 2))
+    pieces, range_m, margin_m = Pieces(5, 1.0), 150.0, 4.0
+    twins = xy + rng.uniform(-margin_m / 2, margin_m / 2, xy.shape)  # each device's twin, within the margin
+    both = np.concatenate([xy, twins])
+    home = pieces.home(both, range_m)
+    held = set(zip(*(a.tolist() for a in pieces.reach(both, range_m, margin_m))))
+    plain = set(zip(*(a.tolist() for a in pieces.reach(both, range_m))))
+    src, dst, _ = candidate_pairs(xy, np.arange(len(xy)), np.arange(len(xy)), range_m)
+    assert all((d + len(xy), home[s]) in held for s, d in zip(src.tolist(), dst.tolist()))  # every twin, with it
+    assert plain < held  # without the margin some twins stand outside their candidate's piece

@@ -43,11 +43,26 @@ def _add_attack_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task-size-spread", type=float, default=None, metavar="X",
                         help="task sizes log-uniform within X times the nominal 5 MB; default 4 with opportunistic, "
                              "else 1 (the paper: every task 5 MB)")
+    parser.add_argument("--id-spread-m", type=float, default=0.0, metavar="M",
+                        help="a Sybil's or whitewasher's further ids stand up to M metres from the device in x and y "
+                             "(default 0: one position, what one device reports)")
+
+
+def _positive_metres(option: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{option}: expected metres > 0 or 'none' (got {text!r})") from None
+    if not value > 0:
+        raise ValueError(f"{option}: expected metres > 0 or 'none' (got {text!r})")
+    return value
 
 
 def _attack_setting(args: argparse.Namespace) -> dict:
-    return attack_setting(parse_attack(args.attack) if args.attack else None, args.owner_reports,
-                          args.task_size_spread)
+    from dataclasses import replace
+
+    attack = replace(parse_attack(args.attack), id_spread_m=args.id_spread_m) if args.attack else None
+    return attack_setting(attack, args.owner_reports, args.task_size_spread)
 
 
 def _add_sim_options(parser: argparse.ArgumentParser) -> None:
@@ -233,6 +248,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise ValueError(f"--seed: must be >= 0 (got {args.seed})")
     train = replace(train, device=args.device, seed=args.seed)
+    if args.colocation_m != "default":
+        radius = None if args.colocation_m == "none" else _positive_metres("--colocation-m", args.colocation_m)
+        config = replace(config, evidence=replace(config.evidence, colocation_m=radius))
     sim = replace(sim, seed=args.seed, telemetry=args.telemetry, **({"mix": parse_mix(args.mix)} if args.mix else {}),
                   **_attack_setting(args))
     if args.events and sim.attack is not None:
@@ -252,7 +270,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     def setup(done: int) -> dict:
         return {"runs": runs, "runs_done": done, "seed": args.seed, "mix": args.mix, "telemetry": args.telemetry,
-                "attack": args.attack, "owner_reports": sim.owner_reports, "task_size_spread": sim.task_size_spread,
+                "attack": args.attack, "id_spread_m": args.id_spread_m, "owner_reports": sim.owner_reports,
+                "task_size_spread": sim.task_size_spread,
                 "quick": args.quick, "bm": asdict(config), "train": asdict(train),
                 "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots},
                 "seconds": round(time.perf_counter() - started, 1)}
@@ -520,6 +539,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="simulate the setting with telemetry (statuses carry the CPU load; periodic devices "
                                "fail when busy; changing devices' load drifts) instead of the paper's")
     _add_attack_option(evaluate)
+    evaluate.add_argument("--colocation-m", default="default", metavar="M|none",
+                          help="ids whose reported positions lie within M metres of each other are judged as one "
+                               "collaborator (default: EvidenceConfig's 0.1 m; none: every id apart)")
     evaluate.add_argument("--protocol", choices=["slots", "snapshots"], default="slots",
                           help="slots: next-slot T_col on the last --test-fraction of slots; snapshots: TrustGuard's "
                                "single-timeslot distrust prediction (AUC, MCC) over --snapshots equal-time snapshots "
