@@ -49,6 +49,7 @@ class History:
     clock: SlotClock = field(default_factory=SlotClock)
     _tracks: dict = field(default_factory=dict, compare=False, repr=False)  # EvidenceConfig -> tracks
     _credited: dict = field(default_factory=dict, compare=False, repr=False)  # (EvidenceConfig, slot) -> credited
+    _groups: dict = field(default_factory=dict, compare=False, repr=False)  # (radius, slot) -> colocated groups
 
     @classmethod
     def from_events(cls, events: pa.Table, clock: SlotClock, weights: TrustWeights,
@@ -159,15 +160,19 @@ class History:
         if self.status is None or config.colocation_m is None:
             return None
         devices = np.arange(len(self.index))
-        xy = self.status.latest(devices, self.clock.end_ms(self.first_slot + slot))[:, [X, Y]]
-        group = colocated(xy, config.colocation_m)
-        if len(np.unique(group)) == len(group):
+        key = (config.colocation_m, slot)
+        if key not in self._groups:  # None where every id stands apart
+            xy = self.status.latest(devices, self.clock.end_ms(self.first_slot + slot))[:, [X, Y]]
+            group = colocated(xy, config.colocation_m)
+            self._groups[key] = None if len(np.unique(group)) == len(group) else group
+        if self._groups[key] is None:
             return None
-        collaborator, since = self.tracks(config)["collaborator"].query(devices, slot)
-        if len(self.tracks(config)[REPORTED].keys):
+        tracks = self.tracks(config)
+        collaborator, since = tracks["collaborator"].query(devices, slot)
+        if len(tracks[REPORTED].keys):
             credited = self.credited(config, slot)
             collaborator, since = collaborator + credited.collaborator, np.minimum(since, credited.served)
-        return pooled(collaborator, since, group)
+        return pooled(collaborator, since, self._groups[key])
 
     def credited(self, config: EvidenceConfig, slot: int) -> Credited:
         """What owners reported themselves through relative slot ``slot``, weighed by their credibility as of then

@@ -102,8 +102,8 @@ class World:
         self.physical = np.concatenate([np.arange(n), np.repeat(attackers, attack.ids - 1 if attack else 0)])
         self.ids = device_ids(len(self.physical))
         self.cpu_hz, self.x_m, self.y_m = cpu_hz[self.physical], x_m[self.physical], y_m[self.physical]
-        if attack is not None and attack.id_spread_m > 0:  # further ids stand apart (a stream of its own: the same
-            further = slice(n, None)                       # draws elsewhere whatever the spread)
+        if attack is not None and attack.id_spread_m > 0:  # further ids stand apart, drawn from a stream of their
+            further = slice(n, None)  # own: everything else is drawn as without the spread
             spread = np.random.default_rng([config.seed, 7]).uniform(-1.0, 1.0, size=(2, self.size - n))
             self.x_m[further] = np.clip(self.x_m[further] + attack.id_spread_m * spread[0], 0.0, config.area_m)
             self.y_m[further] = np.clip(self.y_m[further] + attack.id_spread_m * spread[1], 0.0, config.area_m)
