@@ -313,6 +313,22 @@ def channel_beta_sized(history: History, train_slots: list[int], grid: Iterable[
         **common, params=params, system=system, reference_bits=reference), system)
 
 
+def size_matters(history: History, train_slots: list[int], z: float = 2.0) -> bool:
+    """Whether the task's size is worth reading: :func:`channel_beta_sized` beats :func:`channel_beta` on the training
+    period's last fifth (where both chose their parameters) by more than ``z`` standard errors of the paired squared
+    errors. A fleet whose behaviour does not depend on size would pay for the correction's noise (README:
+    *Manipulation*), so it is read only where the log shows it helps."""
+    from model.train import targets
+
+    tail = train_slots[int(len(train_slots) * 0.8):]
+    observed = targets(history, tail).t_col
+    if len(observed) < 2:
+        return False
+    difference = ((predict_edges(channel_beta_sized(history, train_slots), history, tail) - observed) ** 2
+                  - (predict_edges(channel_beta(history, train_slots), history, tail) - observed) ** 2)
+    return bool(difference.mean() < -z * difference.std(ddof=1) / np.sqrt(len(difference)))
+
+
 def _fitted(history: History, train_slots: list[int], grid: Iterable[ChannelBetaParams],
             build: Callable[[dict, ChannelBetaParams], ChannelBeta], system: SystemParams) -> ChannelBeta:
     """The member of ``grid``, built by ``build(common, params)`` (common: :class:`ChannelBeta`'s keywords fitted to the

@@ -36,7 +36,8 @@ import pyarrow as pa
 
 import torch
 
-from model.baselines import RULES, OnlineScorer, SizeShift, channel_beta_sized, predict_edges, task_sizes
+from model.baselines import (RULES, OnlineScorer, SizeShift, channel_beta_sized, predict_edges, size_matters,
+                             task_sizes)
 from model.bm import BMConfig, PairQuery, Readout
 from model.history import History
 from model.manipulation import DETECT_BELOW, attack_measures
@@ -260,13 +261,15 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
                 scorers[ONLINE] = shifted_scorer(scorers[method], slots, shift[first])  # selects as published
                 if method in medians:  # the median readout stays: a skewed target's mean moves, its mode need not
                     medians[ONLINE] = medians[method]
-                if len(np.unique(task_sizes(history, train_slots))) > 1:  # BM with the sized rule's correction
-                    def size_shift() -> SizeShift:
+                if len(np.unique(task_sizes(history, train_slots))) > 1:  # BM with the sized rule's correction,
+                    def size_shift() -> SizeShift:                      # where the training period says it helps
                         return SizeShift(channel_beta_sized(history, train_slots))
 
-                    shift = predict_edges(size_shift(), history, test_slots)
+                    kept = size_matters(history, train_slots)
+                    shift = predict_edges(size_shift(), history, test_slots) if kept else 0.0
                     predicted[SIZED] = np.clip(predicted[method] + shift, 0.0, 1.0)
-                    scorers[SIZED] = added_scorer(scorers[method], online_scorer(size_shift(), history))
+                    scorers[SIZED] = (added_scorer(scorers[method], online_scorer(size_shift(), history)) if kept
+                                      else scorers[method])
         elif method in RULES:
             predicted[method] = predict_edges(RULES[method](history, train_slots), history, test_slots)
             scorers[method] = online_scorer(RULES[method](history, train_slots), history)

@@ -163,6 +163,24 @@ def test_the_sized_rule_tells_an_opportunistic_collaborator_by_the_task_size() -
     assert abs(plain.score(*pairs, small)[0] - plain.score(*pairs, large)[0]) < 1e-12  # the plain rule cannot
 
 
+def test_the_size_is_read_only_where_the_training_period_shows_it_helps() -> None:
+    from model.baselines import size_matters
+
+    rng = np.random.default_rng(2)
+
+    def log(opportunistic: bool) -> History:  # 8 collaborators, sizes 1 or 4 Mbit; half of them fail large tasks
+        graphs = []
+        for t in range(60):
+            size = rng.choice([1e6, 4e6], 8)
+            fails_large = opportunistic & (np.arange(8) % 2 == 0) & (size > 2e6)
+            com = ~fails_large & (rng.random(8) < 0.8)
+            graphs.append(sized(t, [8] * 8, list(range(8)), [1] * 8, com, size))
+        return History(DeviceIndex(tuple(f"d{k}" for k in range(9))), 0, tuple(graphs))
+
+    assert size_matters(log(opportunistic=True), list(range(50)))
+    assert not size_matters(log(opportunistic=False), list(range(50)))
+
+
 def test_fairness_and_goodness_by_hand() -> None:
     from model.baselines import FairnessGoodness
 
