@@ -313,19 +313,21 @@ def channel_beta_sized(history: History, train_slots: list[int], grid: Iterable[
         **common, params=params, system=system, reference_bits=reference), system)
 
 
-def size_matters(history: History, train_slots: list[int], z: float = 2.0) -> bool:
-    """Whether the task's size is worth reading: :func:`channel_beta_sized` beats :func:`channel_beta` on the training
-    period's last fifth (where both chose their parameters) by more than ``z`` standard errors of the paired squared
-    errors. A fleet whose behaviour does not depend on size would pay for the correction's noise (README:
-    *Manipulation*), so it is read only where the log shows it helps."""
+def size_matters(history: History, train_slots: list[int], z: float = 0.0) -> bool:
+    """Whether the task's size is worth reading: :func:`channel_beta_sized`'s one-slot-ahead forecasts beat
+    :func:`channel_beta`'s over the training period after its first fifth (a burn-in) by more than ``z`` standard
+    errors of the paired squared errors. A fleet whose behaviour does not depend on size would pay for the
+    correction's noise (README: *Manipulation*), so it is read only where the log shows it helps. (Chosen on seeds
+    610-612 and 620-622, where the statistic parts the opportunistic runs, -2.0 to -1.4, from the honest ones,
+    +2.1 to +3.5; the last fifth alone gave -2.1 to 0.0 against +1.3 to +1.8.)"""
     from model.train import targets
 
-    tail = train_slots[int(len(train_slots) * 0.8):]
-    observed = targets(history, tail).t_col
+    window = train_slots[len(train_slots) // 5:]
+    observed = targets(history, window).t_col
     if len(observed) < 2:
         return False
-    difference = ((predict_edges(channel_beta_sized(history, train_slots), history, tail) - observed) ** 2
-                  - (predict_edges(channel_beta(history, train_slots), history, tail) - observed) ** 2)
+    difference = ((predict_edges(channel_beta_sized(history, train_slots), history, window) - observed) ** 2
+                  - (predict_edges(channel_beta(history, train_slots), history, window) - observed) ** 2)
     return bool(difference.mean() < -z * difference.std(ddof=1) / np.sqrt(len(difference)))
 
 
