@@ -261,8 +261,9 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
                 scorers[ONLINE] = shifted_scorer(scorers[method], slots, shift[first])  # selects as published
                 if method in medians:  # the median readout stays: a skewed target's mean moves, its mode need not
                     medians[ONLINE] = medians[method]
-                if len(np.unique(task_sizes(history, train_slots))) > 1:  # BM with the sized rule's correction,
-                    def size_shift() -> SizeShift:                      # where the training period says it helps
+                # BM with the sized rule's correction, where sizes vary and the training period says it helps
+                if len(np.unique(task_sizes(history, train_slots))) > 1:
+                    def size_shift() -> SizeShift:
                         return SizeShift(channel_beta_sized(history, train_slots))
 
                     kept = size_matters(history, train_slots)
