@@ -216,6 +216,21 @@ def predictions_table(history: History, test_slots: list[int], batch, forecasts:
     return pa.table(columns)
 
 
+def size_corrected(history: History, train_slots: list[int], test_slots: list[int], forecast: np.ndarray,
+                   scorer: Scorer) -> tuple[np.ndarray, Scorer]:
+    """``forecast`` (the test edges') and ``scorer`` plus :func:`channel_beta_sized`'s size correction where the
+    training period says the size matters (:func:`size_matters`), else both as they are: ``bm_sized``."""
+    if not size_matters(history, train_slots):
+        return forecast, scorer
+    params = channel_beta_sized(history, train_slots).params  # the grid searched once
+
+    def shift() -> SizeShift:  # a fresh rule for each replay: its state advances as it reads the log
+        return SizeShift(channel_beta_sized(history, train_slots, grid=(params,)))
+
+    return (np.clip(forecast + predict_edges(shift(), history, test_slots), 0.0, 1.0),
+            added_scorer(scorer, online_scorer(shift(), history)))
+
+
 def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods: list[str],
                  simulated: Simulated | None = None, voc: bool = True,
                  references: dict[str, np.ndarray] | None = None,
@@ -261,16 +276,9 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
                 scorers[ONLINE] = shifted_scorer(scorers[method], slots, shift[first])  # selects as published
                 if method in medians:  # the median readout stays: a skewed target's mean moves, its mode need not
                     medians[ONLINE] = medians[method]
-                # BM with the sized rule's correction, where sizes vary and the training period says it helps
                 if len(np.unique(task_sizes(history, train_slots))) > 1:
-                    def size_shift() -> SizeShift:
-                        return SizeShift(channel_beta_sized(history, train_slots))
-
-                    kept = size_matters(history, train_slots)
-                    shift = predict_edges(size_shift(), history, test_slots) if kept else 0.0
-                    predicted[SIZED] = np.clip(predicted[method] + shift, 0.0, 1.0)
-                    scorers[SIZED] = (added_scorer(scorers[method], online_scorer(size_shift(), history)) if kept
-                                      else scorers[method])
+                    predicted[SIZED], scorers[SIZED] = size_corrected(history, train_slots, test_slots,
+                                                                      predicted[method], scorers[method])
         elif method in RULES:
             predicted[method] = predict_edges(RULES[method](history, train_slots), history, test_slots)
             scorers[method] = online_scorer(RULES[method](history, train_slots), history)

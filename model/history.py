@@ -151,7 +151,7 @@ class History:
             if together is not None:
                 collaborator[rows], since[rows] = together[0][dst[rows]], together[1][dst[rows]]
         return pair_evidence_features(collaborator, owner, pair, since, config, population,
-                                      self.load(dst, np.broadcast_to(end, np.shape(dst))), reports=reports)
+                                      self.load(dst, end), reports=reports)
 
     def judged_together(self, config: EvidenceConfig, slot: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Every device's (evidence as collaborator (n, L, C), slots since it served (n,)) through relative slot
