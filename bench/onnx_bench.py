@@ -72,7 +72,7 @@ def latency_rows(devices: int, work: Path, repeats: int) -> list[dict]:
     others = rng.integers(0, devices, devices * CANDIDATES)
     pairs = len(owners)
     physics = np.stack([rng.uniform(1, 300, pairs), rng.uniform(2e9, 6e9, pairs), rng.uniform(2e9, 6e9, pairs),
-                        rng.uniform(0.2, 2.5, pairs)], axis=1).astype(np.float32)
+                        rng.uniform(0.2, 2.5, pairs), 2 ** rng.uniform(17, 23, pairs)], axis=1).astype(np.float32)
     evidence = rng.random((pairs, config.evidence.features)).astype(np.float32)
     results = []
     for name, stages in backends.items():

@@ -313,22 +313,46 @@ def channel_beta_sized(history: History, train_slots: list[int], grid: Iterable[
         **common, params=params, system=system, reference_bits=reference), system)
 
 
-def size_matters(history: History, train_slots: list[int], z: float = 0.0) -> bool:
-    """Whether the task's size is worth reading: :func:`channel_beta_sized`'s one-slot-ahead forecasts beat
-    :func:`channel_beta`'s over the training period after its first fifth (a burn-in) by more than ``z`` standard
-    errors of the paired squared errors. A fleet whose behaviour does not depend on size would pay for the
-    correction's noise (README: *Manipulation*), so it is read only where the log shows it helps. (Chosen on seeds
-    610-612 and 620-622, where the statistic parts the opportunistic runs, -2.0 to -1.4, from the honest ones,
-    +2.1 to +3.5; the last fifth alone gave -2.1 to 0.0 against +1.3 to +1.8.)"""
+def size_matters(history: History, train_slots: list[int], z: float = 0.0,
+                 sized: SizedChannelBeta | None = None) -> bool:
+    """Whether the task's size is worth reading: :func:`channel_beta_sized`'s one-slot-ahead forecasts (``sized``: that
+    rule already fitted, not yet advanced) beat :func:`channel_beta`'s over the training period after its first fifth
+    (a burn-in) by more than ``z`` standard errors of the paired squared errors. A fleet whose behaviour does not
+    depend on size would pay for the correction's noise (README: *Manipulation*), so it is read only where the log
+    shows it helps. (Chosen on seeds 610-612 and 620-622, where the statistic parts the opportunistic runs, -2.0 to
+    -1.4, from the honest ones, +2.1 to +3.5; the last fifth alone gave -2.1 to 0.0 against +1.3 to +1.8.)"""
     from model.train import targets
 
     window = train_slots[len(train_slots) // 5:]
     observed = targets(history, window).t_col
     if len(observed) < 2:
         return False
-    difference = ((predict_edges(channel_beta_sized(history, train_slots), history, window) - observed) ** 2
+    sized = channel_beta_sized(history, train_slots) if sized is None else sized
+    difference = ((predict_edges(sized, history, window) - observed) ** 2
                   - (predict_edges(channel_beta(history, train_slots), history, window) - observed) ** 2)
     return bool(difference.mean() < -z * difference.std(ddof=1) / np.sqrt(len(difference)))
+
+
+@dataclass(frozen=True)
+class SizeChoice:
+    """The size correction BM's head adopts (:class:`model.experts.SizeCorrection`): the sized rule's parameters."""
+
+    lam: float
+    strength: float
+    prior_mean: float
+    ridge: float
+
+
+def size_choice(history: History, train_slots: list[int], lams: tuple[float, ...]) -> SizeChoice | None:
+    """The size correction the training period supports: :func:`channel_beta_sized` fitted with lambda among the
+    evidence's memories ``lams`` (what the head's sums are kept at), where the log has flags and more than one task
+    size and :func:`size_matters` says it helps; else None."""
+    if not history.has_flags or len(np.unique(task_sizes(history, train_slots))) < 2:
+        return None
+    grid = [params for params in SIZED_GRID if params.lam in lams]
+    sized = channel_beta_sized(history, train_slots, grid)
+    choice = SizeChoice(sized.params.lam, sized.params.strength, sized.prior_mean, sized.params.ridge)
+    return choice if size_matters(history, train_slots, sized=sized) else None
 
 
 def _fitted(history: History, train_slots: list[int], grid: Iterable[ChannelBetaParams],
@@ -397,20 +421,6 @@ class FairnessGoodness:
         if self.stale:
             self._solve()
         return (self.fairness[src] * self.goodness[dst] + 1) / 2
-
-
-class SizeShift:
-    """A :class:`SizedChannelBeta` answering with its :meth:`~SizedChannelBeta.size_shift` alone: the size correction
-    another forecast can add (``bm_sized``)."""
-
-    def __init__(self, rule: SizedChannelBeta) -> None:
-        self.rule = rule
-
-    def advance(self, graph: SlotGraph | None) -> None:
-        self.rule.advance(graph)
-
-    def score(self, src: np.ndarray, dst: np.ndarray, profile: np.ndarray | None = None) -> np.ndarray:
-        return self.rule.size_shift(src, dst, profile)
 
 
 def predict_edges(scorer: OnlineScorer, history: History, slots: Iterable[int]) -> np.ndarray:

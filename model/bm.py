@@ -164,7 +164,7 @@ class BM(nn.Module):
         return self.sequence_encoder(sequences + self.telemetry(telemetry), lengths)
 
     def pair_inputs(self, history: History, query: PairQuery) -> tuple[torch.Tensor, torch.Tensor]:
-        """(physics (P, 4), evidence (P, F)) of the pairs; empty for the paper head, which reads neither."""
+        """(physics (P, 5), evidence (P, F)) of the pairs; empty for the paper head, which reads neither."""
         if not self.config.uses_context:
             empty = torch.zeros(len(query.src), 0, device=self.device)
             return empty, empty

@@ -31,7 +31,8 @@ import torch
 from model.bm import BM, BMConfig
 from model.graphs import DeviceIndex
 
-FORMAT = "trustbeam-bm/3"  # 2: the head reads the load's drift (evidence.load_drift); 3: its memory (load_memory)
+FORMAT = "trustbeam-bm/4"  # 2: the head reads the load's drift (evidence.load_drift); 3: its memory (load_memory);
+#                           4: the task size's correction and its evidence (experts.SizeCorrection, evidence.SIZED)
 _DERIVED = ("features", "level_values")  # stored elsewhere or recomputed
 
 

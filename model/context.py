@@ -17,7 +17,7 @@ from model.config import SystemParams
 from model.physics import Cost
 from model.status import CPU, RX, TX, X, Y
 
-PHYSICS_COLUMNS = ("distance_m", "cpu_owner_hz", "cpu_collaborator_hz", "offload_over_local")
+PHYSICS_COLUMNS = ("distance_m", "cpu_owner_hz", "cpu_collaborator_hz", "offload_over_local", "task_size_bits")
 
 
 class PairPhysics(NamedTuple):
@@ -26,12 +26,13 @@ class PairPhysics(NamedTuple):
     local: Cost  # t, E of running it at i
     cpu_owner_hz: np.ndarray  # (P,)
     cpu_collaborator_hz: np.ndarray  # (P,)
+    size_bits: np.ndarray  # (P,) the owner's task
 
     def features(self) -> np.ndarray:
-        """(P, 4) float32 PHYSICS_COLUMNS: the head's raw physical input."""
+        """(P, 5) float32 PHYSICS_COLUMNS: the head's raw physical input."""
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = self.offload.time_s / self.local.time_s
-        return np.stack([self.distance_m, self.cpu_owner_hz, self.cpu_collaborator_hz, ratio],
+        return np.stack([self.distance_m, self.cpu_owner_hz, self.cpu_collaborator_hz, ratio, self.size_bits],
                         axis=1).astype(np.float32)
 
     def value(self, params: SystemParams) -> np.ndarray:
@@ -50,4 +51,4 @@ def pair_physics(status_i: np.ndarray, status_j: np.ndarray, profile: np.ndarray
     with np.errstate(invalid="ignore", divide="ignore"):
         offload = physics.offload(size, density, distance, status_i[:, TX], status_j[:, RX], status_j[:, CPU], params)
         local = physics.computation(size, density, status_i[:, CPU], params)
-    return PairPhysics(distance, offload, local, status_i[:, CPU], status_j[:, CPU])
+    return PairPhysics(distance, offload, local, status_i[:, CPU], status_j[:, CPU], size)

@@ -36,8 +36,7 @@ import pyarrow as pa
 
 import torch
 
-from model.baselines import (RULES, OnlineScorer, SizeShift, channel_beta_sized, predict_edges, size_matters,
-                             task_sizes)
+from model.baselines import RULES, OnlineScorer, predict_edges
 from model.bm import BMConfig, PairQuery, Readout
 from model.history import History
 from model.manipulation import DETECT_BELOW, attack_measures
@@ -54,7 +53,6 @@ LEARNED = {"bm": ("bimamba", "context"), "bm_paper": ("bimamba", "paper"), "lstm
 # best forecast anything learning from the log could make; computed by the simulator, passed as ``references``)
 REFERENCES = ("oracle", "bayes")
 ONLINE = "bm_online"  # bm recalibrated online (model.recalibration), reported with bm
-SIZED = "bm_sized"  # bm plus channel_beta_sized's size correction, reported with bm where task sizes vary
 METHODS = (*LEARNED, *RULES, *REFERENCES)
 
 
@@ -148,14 +146,6 @@ def shifted_scorer(scorer: Scorer, slots: np.ndarray, shifts: np.ndarray) -> Sco
     return score
 
 
-def added_scorer(scorer: Scorer, shift: Scorer) -> Scorer:
-    """``scorer`` plus ``shift``'s answer for the same pairs, within [0, 1]."""
-    def score(src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray) -> np.ndarray:
-        return np.clip(scorer(src, dst, end, profile) + shift(src, dst, end, profile), 0.0, 1.0)
-
-    return score
-
-
 def online_scorer(scorer: OnlineScorer, history: History) -> Scorer:
     """A rule scorer advanced lazily through the history (ends must not decrease)."""
     read = 0
@@ -216,21 +206,6 @@ def predictions_table(history: History, test_slots: list[int], batch, forecasts:
     return pa.table(columns)
 
 
-def size_corrected(history: History, train_slots: list[int], test_slots: list[int], forecast: np.ndarray,
-                   scorer: Scorer) -> tuple[np.ndarray, Scorer]:
-    """``forecast`` (the test edges') and ``scorer`` plus :func:`channel_beta_sized`'s size correction where the
-    training period says the size matters (:func:`size_matters`), else both as they are: ``bm_sized``."""
-    if not size_matters(history, train_slots):
-        return forecast, scorer
-    params = channel_beta_sized(history, train_slots).params  # the grid searched once
-
-    def shift() -> SizeShift:  # a fresh rule for each replay: its state advances as it reads the log
-        return SizeShift(channel_beta_sized(history, train_slots, grid=(params,)))
-
-    return (np.clip(forecast + predict_edges(shift(), history, test_slots), 0.0, 1.0),
-            added_scorer(scorer, online_scorer(shift(), history)))
-
-
 def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods: list[str],
                  simulated: Simulated | None = None, voc: bool = True,
                  references: dict[str, np.ndarray] | None = None,
@@ -261,6 +236,8 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             model, _, trained = train_bm(history, replace(config, sequence=sequence, head=head), train,
                                          prepared=prepared)
             facts["kept_epoch"] = trained.fit.best_epoch  # -1: no end-to-end epoch beat the warmed-up head
+            if head == "context":  # 1: the head reads the task's size (model.experts.SizeCorrection)
+                facts["size_corrected"] = float(model.head.sizing.adopted)
             predicted[method] = predict(model, history, test_slots)[0]
             if head == "paper" or not history.has_flags:  # else the median readout is T_beh itself
                 medians[method] = predict(model, history, test_slots, readout="median")[0]
@@ -276,9 +253,6 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
                 scorers[ONLINE] = shifted_scorer(scorers[method], slots, shift[first])  # selects as published
                 if method in medians:  # the median readout stays: a skewed target's mean moves, its mode need not
                     medians[ONLINE] = medians[method]
-                if len(np.unique(task_sizes(history, train_slots))) > 1:
-                    predicted[SIZED], scorers[SIZED] = size_corrected(history, train_slots, test_slots,
-                                                                      predicted[method], scorers[method])
         elif method in RULES:
             predicted[method] = predict_edges(RULES[method](history, train_slots), history, test_slots)
             scorers[method] = online_scorer(RULES[method](history, train_slots), history)
@@ -341,7 +315,7 @@ def paired_differences(runs: list[dict[str, dict]], metric: str, reference: str 
     """The reference method's ``metric`` minus each other method's, paired by run: {"metric", "reference",
     "best_other" (the other method with the lowest mean), "differences": {method: {"mean", "se", "runs"}}}; the
     standard error is the runs' standard deviation (ddof 1) over sqrt(runs), NaN for one run. Methods that
-    know what no learner can (:data:`REFERENCES`) and BM's own variants (:data:`ONLINE`, :data:`SIZED`) are
+    know what no learner can (:data:`REFERENCES`) and BM's own variant (:data:`ONLINE`) are
     compared but never the best other. None when the reference or the metric is missing."""
     if reference not in runs[0] or metric not in runs[0][reference]:
         return None
@@ -353,7 +327,7 @@ def paired_differences(runs: list[dict[str, dict]], metric: str, reference: str 
         se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
         differences[method] = {"mean": float(d.mean()), "se": se, "runs": len(d)}
     others = {m: float(np.mean([r[m][metric] for r in runs])) for m in differences
-              if m not in (*REFERENCES, ONLINE, SIZED)}
+              if m not in (*REFERENCES, ONLINE)}
     best = min(others, key=others.get) if others else None
     return {"metric": metric, "reference": reference, "best_other": best, "differences": differences}
 
@@ -437,10 +411,10 @@ def _injection_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
 
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], paired: dict | None = None) -> str:
     metrics = [m for m in ("rmse", "mae", "rmse_truth", "rmse_truth_honest", "rmse_truth_candidates", "mae_truth",
-                           "ece", "ece_truth", "seconds", "kept_epoch")
+                           "ece", "ece_truth", "seconds", "kept_epoch", "size_corrected")
                if any(m in row for row in summary.values())]
     lines = [f"# {title}", ""] + _table(["method", *metrics], [
-        [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m in ("seconds", "kept_epoch")
+        [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m in ("seconds", "kept_epoch", "size_corrected")
                      else f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}") for m in metrics]
         for method, row in summary.items() if any(m in row for m in metrics)])
     lines += _behaviour_lines(summary) + (_paired_lines(paired) if paired else []) + _attack_lines(summary)

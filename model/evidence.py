@@ -7,7 +7,10 @@ computation could be expected to achieve given how late the offload left it, so 
 P(com | tr) counted against ton measures j's behaviour rather than its CPU or its owners'), and, where
 the collaborator reported its CPU load u by the slot's end (telemetry), ton and com again, times u and
 ton times u^2 (:data:`LOADED`, :func:`with_load`): the sums of a regression of its success rate on its
-load, which a device whose reliability follows its usage (or drifts with it) makes steep. Evidence is
+load, which a device whose reliability follows its usage (or drifts with it) makes steep; and, where the task's size
+is known, ton and com again, times x = log2(size / :data:`REFERENCE_BITS`) and ton times x^2 (:data:`SIZED`): the
+same regression on the task's size, which a device that serves small tasks and fails large ones (opportunistic
+service) makes steep (the head's size correction, :class:`model.experts.SizeCorrection`). Evidence is
 kept per *role*: a device as collaborator (every channel), a device as owner (n, w: what it
 reports of others, e.g. a rater's bias), a pair owner -> collaborator (every channel) and the whole
 population (one key, :data:`POPULATION`: every task of the log, so that the level a log drifts to is
@@ -35,9 +38,11 @@ import numpy as np
 from model.channel import OnTimeCurve
 from model.graphs import SlotGraph
 
-CHANNELS = ("n", "w", "f", "tr", "com", "ton", "tk", "ck", "tu", "cu", "tuu")
-N, W, F, TR, COM, TON, TK, CK, TU, CU, TUU = range(len(CHANNELS))
+CHANNELS = ("n", "w", "f", "tr", "com", "ton", "tk", "ck", "tu", "cu", "tuu", "ts", "cs", "tx", "cx", "txx")
+N, W, F, TR, COM, TON, TK, CK, TU, CU, TUU, TS, CS, TX, CX, TXX = range(len(CHANNELS))
 LOADED = (TK, CK, TU, CU, TUU)  # the collaborator's ton and com where its load u was reported, times u and u^2
+SIZED = (TS, CS, TX, CX, TXX)  # ton and com of tasks of known size, times x (the log2 size) and x^2
+REFERENCE_BITS = 1e6  # x = log2(task size / this); the size regression is centred, so any reference gives its slope
 PAIR_CHANNELS = COM + 1  # a pair's features read only n, w, f, tr, com: what a frame carries of a pair's sums
 ROLES = ("collaborator", "owner", "pair", "population")
 REPORTS = "reports"  # a device's reported loads: a state of its own, fed by statuses rather than by tasks
@@ -52,7 +57,8 @@ POPULATION = -1  # the population role's one key (device keys and history rows a
 NEVER = 10 ** 9  # slots since the last update of a key never seen
 # the raw sums at the end of the evidence input, per lambda: (role, channel) of the collaborator and the population
 STATS = (("collaborator", COM), ("collaborator", TON), ("collaborator", W), ("collaborator", N),
-         ("population", COM), ("population", TON), ("population", W), ("population", N))
+         ("population", COM), ("population", TON), ("population", W), ("population", N),
+         *(("collaborator", channel) for channel in SIZED))
 
 
 @dataclass(frozen=True)
@@ -199,12 +205,24 @@ class EvidenceState:
 MONITORED = ("collaborator", "population")  # the roles that hold what monitors saw (owners' reports: REPORTED)
 
 
+def size_x(size_bits: np.ndarray) -> np.ndarray:
+    """x = log2(size / :data:`REFERENCE_BITS`) per task (NaN where the size is unknown)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(size_bits > 0, np.log2(size_bits / REFERENCE_BITS), np.nan)
+
+
 def edge_increments(graph: SlotGraph, config: EvidenceConfig) -> np.ndarray:
-    """(E, C) each edge's evidence; the load channels stay zero (:func:`with_load`)."""
+    """(E, C) each edge's evidence; the load channels stay zero (:func:`with_load`), the size channels hold the
+    edges whose mean task size is known."""
     ton = graph.tr * config.on_time_factor(graph.time_ratio)
     per_edge = np.zeros((len(graph.src), len(CHANNELS)))
     per_edge[:, [N, W, F, TR, COM, TON]] = np.stack([graph.tasks, graph.t_col * graph.tasks, graph.flagged, graph.tr,
                                                      graph.com, ton], axis=1)
+    x = size_x(graph.profile[:, 0])
+    known = np.isfinite(x)
+    if known.any():
+        u, ts, cs = np.where(known, x, 0.0), np.where(known, ton, 0.0), np.where(known, graph.com, 0.0)
+        per_edge[:, list(SIZED)] = np.stack([ts, cs, ts * u, cs * u, ts * u * u], axis=1)
     return per_edge
 
 
@@ -233,7 +251,7 @@ def role_increments(graph: SlotGraph, n: int, config: EvidenceConfig) -> dict[st
     for role in ROLES:
         unique, sums = sum_by(role_keys(graph, n, role), monitored if role in MONITORED else per_edge)
         if role == "owner":
-            sums[:, [F, TR, COM, TON]] = 0.0  # an owner's evidence is what it reports: n and w
+            sums[:, [F, TR, COM, TON, *SIZED]] = 0.0  # an owner's evidence is what it reports: n and w
         if role == "collaborator" and share.any():  # a collaborator only owners reported of: in REPORTED alone
             unique, sums = unique[sums[:, N] > 0], sums[sums[:, N] > 0]
         out[role] = (unique, sums)

@@ -28,7 +28,14 @@ from torch import nn
 
 from model.channel import ON_TIME_BINS, REFERENCE_M, OnTimeCurve, OutageCurve
 from model.config import TrustWeights
-from model.evidence import STATS
+from model.evidence import COM, REFERENCE_BITS, SIZED, STATS, TON, N, W
+
+# where each rule reads its raw sums among STATS
+COLLABORATOR_RATE = {True: (STATS.index(("collaborator", COM)), STATS.index(("collaborator", TON))),
+                     False: (STATS.index(("collaborator", W)), STATS.index(("collaborator", N)))}
+POPULATION_RATE = {True: (STATS.index(("population", COM)), STATS.index(("population", TON))),
+                   False: (STATS.index(("population", W)), STATS.index(("population", N)))}
+SIZE_SUMS = [STATS.index(("collaborator", channel)) for channel in SIZED]
 
 LEVELS = 16  # points of the grid of rates the empirical-Bayes prior lives on
 
@@ -85,7 +92,6 @@ class RuleExperts(nn.Module):
         super().__init__()
         self.lams, self.flags, self.a_tr, self.a_com = lams, flags, weights.a_tr, weights.a_com
         self.register_buffer("outage", torch.tensor([outage.log_c, outage.alpha, tr_rate], dtype=torch.float32))
-        self.columns = (0, 1) if flags else (2, 3)  # successes, trials among STATS: COM/TON or W/N
         self.rate = EmpiricalBayes(log_prior)
         factor = np.ones(len(ON_TIME_BINS) + 1) if on_time is None else np.asarray(on_time.factor)
         self.register_buffer("on_time_edges", torch.as_tensor(ON_TIME_BINS, dtype=torch.float32))
@@ -97,12 +103,12 @@ class RuleExperts(nn.Module):
 
     def rates(self, stats: torch.Tensor) -> torch.Tensor:
         """(P, STATS, L) raw sums -> (P, 2L) the collaborator's empirical-Bayes rates, then the population's."""
-        hits, trials = stats[:, self.columns[0]], stats[:, self.columns[1]]
-        pop_hits, pop_trials = stats[:, len(STATS) // 2 + self.columns[0]], stats[:, len(STATS) // 2 + self.columns[1]]
+        hits, trials = stats[:, COLLABORATOR_RATE[self.flags][0]], stats[:, COLLABORATOR_RATE[self.flags][1]]
+        pop_hits, pop_trials = stats[:, POPULATION_RATE[self.flags][0]], stats[:, POPULATION_RATE[self.flags][1]]
         return torch.cat([self.rate(hits, trials), (pop_hits.clamp(min=0) + 1) / (pop_trials.clamp(min=0) + 2)], dim=-1)
 
     def forecasts(self, physics: torch.Tensor, rates: torch.Tensor) -> torch.Tensor:
-        """The rules' forecasts of T_col from the pairs' raw physics (P, 4) and the rates of :meth:`rates`: the
+        """The rules' forecasts of T_col from the pairs' raw physics (P, 5) and the rates of :meth:`rates`: the
         rates themselves (graded) or read through the fitted P_tr(d) (the training period's share of
         transmissions where the distance is unknown) and the on-time factor (flags)."""
         if not self.flags:
@@ -116,6 +122,52 @@ class RuleExperts(nn.Module):
         bins = (log_ratio[:, None] >= self.on_time_edges).sum(-1)  # np.digitize's bin (ONNX has no bucketize)
         factor = torch.where(known, self.on_time_factor[bins], torch.ones_like(ratio))
         return p_tr[:, None] * (self.a_tr + self.a_com * (rates * factor[:, None]).clamp(0, 1))
+
+
+class SizeCorrection(nn.Module):
+    """What the task's size moves a pair's forecast by, read from the same inputs as the rules: the size rule
+    ``channel_beta_sized`` (:class:`model.baselines.SizedChannelBeta`) minus its flat twin, both read through the
+    experts' physics (:meth:`RuleExperts.forecasts`). Per collaborator, at one memory lambda: its rate
+    P(com | tr) = (COM + k * prior) / (TON + k) and the line of its computation outcomes on the task's log size x
+    (the :data:`model.evidence.SIZED` sums), its slope shrunk toward flat by ``ridge`` times its evidence, read at the
+    scored task's x. Zero until :meth:`adopt` is given the training period's choice (:func:`model.train.sizing`): a
+    fleet whose behaviour does not depend on size would pay for the slopes' noise.
+
+    Glossary: TS, CS j's on-time-weighted transmissions and computations of tasks of known size; TX, CX, TXX those
+    times x, x^2; k the prior strength."""
+
+    def __init__(self, lams: int) -> None:
+        super().__init__()
+        self.register_buffer("params", torch.tensor([0.0, 1.0, 0.5, 1.0]))  # adopted (0 or 1), k, prior mean, ridge
+        self.register_buffer("memory", torch.eye(lams)[-1])  # (L,) one-hot: the lambda the sums are read at
+
+    def adopt(self, lam_index: int, strength: float, prior_mean: float, ridge: float) -> None:
+        self.params.copy_(torch.tensor([1.0, strength, prior_mean, ridge]))
+        self.memory.copy_(torch.eye(len(self.memory))[lam_index])
+
+    @property
+    def adopted(self) -> bool:
+        return bool(self.params[0] > 0)
+
+    def forward(self, experts: RuleExperts, stats: torch.Tensor, physics: torch.Tensor) -> torch.Tensor:
+        """stats (P, STATS, L) the pairs' collaborators' raw sums, physics (P, 5) raw PHYSICS_COLUMNS (the task's
+        size last) -> (P,) the shift of T_beh: zero where the correction is not adopted, where the size or j's sized
+        evidence is unknown, and on graded logs. Branch-free, so that an export traces the same graph either way."""
+        if not experts.flags:
+            return torch.zeros(len(physics), dtype=physics.dtype, device=physics.device)
+        adopted, k, prior, ridge = self.params.unbind()
+        at = stats @ self.memory  # (P, STATS)
+        com, ton = at[:, COLLABORATOR_RATE[True][0]], at[:, COLLABORATOR_RATE[True][1]]
+        ts, cs, tx, cx, txx = at[:, SIZE_SUMS].unbind(-1)
+        rate = (com + k * prior) / (ton + k)
+        mean_x = tx / ts.clamp(min=1e-12)
+        slope = (cx - cs * mean_x) / (txx - tx * mean_x + ridge * ts + 1e-12)
+        size = physics[:, 4]
+        known = ~torch.isnan(size) & (size > 0) & (ts > 0)
+        x = torch.log2(torch.where(known, size, torch.full_like(size, REFERENCE_BITS)) / REFERENCE_BITS)
+        term = torch.where(known, slope * (x - mean_x), torch.zeros_like(x))
+        shift = experts.forecasts(physics, (rate + term)[:, None]) - experts.forecasts(physics, rate[:, None])
+        return adopted * shift[:, 0]
 
 
 def fit_stack(forecasts: np.ndarray, target: np.ndarray, weight: np.ndarray, z: float = 2.0) -> np.ndarray:

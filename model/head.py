@@ -24,7 +24,7 @@
   at zero: training first fits the head on the evidence and physics alone (cheap: no encoder runs,
   :func:`model.train.warm_up_head`), then learns end to end what the long-term embeddings add.
 
-Every head maps (Y_i (P, d), Y_j (P, d), physics (P, 4), evidence (P, F)) to raw outputs (P, k);
+Every head maps (Y_i (P, d), Y_j (P, d), physics (P, 5), evidence (P, F)) to raw outputs (P, k);
 ``t_beh(raw)`` gives T_beh (P,) and ``loss(raw, targets)`` the training loss. ``read(PairSides)`` gives the same raw
 outputs from inputs split by what they depend on (the owner, the collaborator, the pair): a scorer's candidates
 share devices, and the context head's collaborator columns (most of its input, and its rule experts' rates) are
@@ -44,7 +44,7 @@ from torch import nn
 from model.channel import REFERENCE_M, OnTimeCurve, OutageCurve
 from model.config import TrustWeights
 from model.evidence import STATS, EvidenceConfig
-from model.experts import RuleExperts
+from model.experts import RuleExperts, SizeCorrection
 
 Readout = Literal["expected", "max", "median", "own"]
 Outcomes = Literal["flags", "graded"]
@@ -125,8 +125,8 @@ class PhysicsColumns:
 
     @classmethod
     def of(cls, physics: torch.Tensor) -> "PhysicsColumns":
-        """physics (P, 4) raw PHYSICS_COLUMNS, NaN unknown."""
-        distance, cpu_i, cpu_j, ratio = physics.unbind(-1)
+        """physics (P, 5) raw PHYSICS_COLUMNS, NaN unknown (the task's size, last, is the size correction's)."""
+        distance, cpu_i, cpu_j, ratio = physics[:, :4].unbind(-1)
         known_d = ~torch.isnan(distance)
         d = torch.where(known_d, distance, torch.full_like(distance, REFERENCE_M)).clamp(min=1.0)
         known_cpu = ~(torch.isnan(cpu_i) | torch.isnan(cpu_j))
@@ -164,7 +164,7 @@ class PairSides:
     y_collaborator: torch.Tensor  # (n_c, d)
     collaborator: torch.Tensor  # (n_c, 11L + 4 + len(STATS) L)
     pair: torch.Tensor  # (P, 4L)
-    physics: torch.Tensor  # (P, 4) raw PHYSICS_COLUMNS
+    physics: torch.Tensor  # (P, 5) raw PHYSICS_COLUMNS
     src: torch.Tensor | None = None  # (P,) int64 owner rows
     dst: torch.Tensor | None = None  # (P,) int64 collaborator rows
 
@@ -273,12 +273,14 @@ class ContextHead(nn.Module):
         stack = torch.zeros(1 + self.experts.count)
         stack[0] = 1.0  # the head's own forecast until fit_stack weighs the rules in
         self.register_buffer("stack", stack)
+        self.sizing = SizeCorrection(self.lams)  # added to the published forecast where training adopts it
 
     def forward(self, y_i: torch.Tensor, y_j: torch.Tensor, physics: torch.Tensor, evidence: torch.Tensor,
                 member: int | None = None) -> torch.Tensor:
-        """-> (P, 2 + K): the logits of the members' mean q_tr and q_com (graded logs: of the mean and median
-        forecasts of T_col), then the K rule experts' forecasts of T_col. ``member``: one member's instead of
-        the mean (the warm-up fits them one by one)."""
+        """-> (P, 2 + K + 1): the logits of the members' mean q_tr and q_com (graded logs: of the mean and median
+        forecasts of T_col), then the K rule experts' forecasts of T_col, then the task size's shift of the published
+        forecast (:class:`model.experts.SizeCorrection`). ``member``: one member's instead of the mean (the warm-up
+        fits them one by one)."""
         return self.read(PairSides.of_pairs(y_i, y_j, physics, evidence, self.lams), member)
 
     def read(self, sides: PairSides, member: int | None = None) -> torch.Tensor:
@@ -292,7 +294,8 @@ class ContextHead(nn.Module):
         columns = PhysicsColumns.of(sides.physics)  # once for every member
         own = torch.stack([net(sides, collaborator, columns, level) for net in nets]).mean(0)
         forecasts = self.experts.forecasts(sides.physics, gather(rates, sides.dst))
-        return torch.cat([torch.logit(own.clamp(1e-6, 1 - 1e-6)), forecasts], dim=-1)
+        shift = self.sizing(self.experts, gather(raw, sides.dst), sides.physics)
+        return torch.cat([torch.logit(own.clamp(1e-6, 1 - 1e-6)), forecasts, shift[:, None]], dim=-1)
 
     @property
     def reads_embeddings(self) -> bool:
@@ -303,11 +306,12 @@ class ContextHead(nn.Module):
 
     def expert_forecasts(self, raw: torch.Tensor) -> torch.Tensor:
         """(P, 1 + K): the head's own forecast, then the rule experts' (what :attr:`stack` weighs)."""
-        return torch.cat([self.t_beh(raw, "own")[:, None], raw[:, -self.experts.count:]], dim=-1)
+        return torch.cat([self.t_beh(raw, "own")[:, None], raw[:, self.OWN: self.OWN + self.experts.count]], dim=-1)
 
     def t_beh(self, raw: torch.Tensor, readout: Readout | None = None) -> torch.Tensor:
-        if readout not in ("own", "median"):  # the published forecast: the stack of the own one and the rules
-            return self.expert_forecasts(raw) @ self.stack.to(raw.dtype)
+        if readout not in ("own", "median"):  # the published forecast: the stack of the own one and the rules, moved
+            stacked = self.expert_forecasts(raw) @ self.stack.to(raw.dtype)  # by the task's size (0 where not adopted)
+            return (stacked + raw[:, -1]).clamp(0.0, 1.0)
         if self.outcomes == "graded":
             return torch.sigmoid(raw[:, 1 if readout == "median" else 0])
         return torch.sigmoid(raw[:, 0]) * (self.a_tr + self.a_com * torch.sigmoid(raw[:, 1]))

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from model.config import SlotClock, SystemParams, TrustWeights
-from model.context import pair_physics
+from model.context import PHYSICS_COLUMNS, pair_physics
 from model.credibility import credibility
 from model.evidence import (NEVER, POPULATION, REPORTED, REPORTS, STATE_ROLES, EvidenceConfig, EvidenceTrack,
                             channels_of, pair_evidence_features, report_increments, role_increments, role_lams,
@@ -203,9 +203,12 @@ class History:
 
     def pair_physics(self, src: np.ndarray, dst: np.ndarray, end: np.ndarray, profile: np.ndarray,
                      params: SystemParams) -> np.ndarray:
-        """(P, 4) raw physics of each pair from the statuses before the end of slot ``end`` (NaN without them)."""
+        """(P, 5) raw physics of each pair from the statuses before the end of slot ``end`` (NaN without them, but
+        for the task's size, which the profile gives)."""
         if self.status is None:
-            return np.full((len(src), 4), np.nan, np.float32)
+            physics = np.full((len(src), len(PHYSICS_COLUMNS)), np.nan, np.float32)
+            physics[:, PHYSICS_COLUMNS.index("task_size_bits")] = profile[:, 0]
+            return physics
         before = self.clock.end_ms(self.first_slot + np.asarray(end))
         return pair_physics(self.status.latest(src, before), self.status.latest(dst, before), profile,
                             params).features()

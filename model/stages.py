@@ -52,13 +52,13 @@ class Stages(Protocol):
         each device reported by each slot's end -> (n, d) float32 Y."""
 
     def t_beh(self, y_i: np.ndarray, y_j: np.ndarray, physics: np.ndarray, evidence: np.ndarray) -> np.ndarray:
-        """(P, d), (P, d) long-term embeddings of owners and candidates, (P, 4) physics, (P, F) evidence ->
+        """(P, d), (P, d) long-term embeddings of owners and candidates, (P, 5) physics, (P, F) evidence ->
         (P,) float64 T_beh."""
 
     def t_beh_pairs(self, y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: np.ndarray,
                     dst: np.ndarray, pair_at: np.ndarray) -> np.ndarray:
         """The same T_beh (P,) of the pairs (``src``, ``dst``) (P,) of a frame's rows, from the frame's Y (n, d), the
-        pairs' physics (P, 4) and the evidence blocks (rows per device, ``pair_at`` (P,) per pair): what
+        pairs' physics (P, 5) and the evidence blocks (rows per device, ``pair_at`` (P,) per pair): what
         ``t_beh(y[src], y[dst], physics, blocks.features(src, dst, pair_at))`` gives, without a row of inputs per
         pair for what depends on one device."""
 

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from model.baselines import SizeChoice, size_choice
 from model.bm import BM, BMConfig, PairQuery, Readout
 from model.channel import OnTimeCurve, OutageCurve
 from model.config import SystemParams
@@ -334,6 +335,7 @@ class Prepared:
     physics_on_time: OnTimeCurve
     rate_prior: np.ndarray
     tr_rate: float  # the share of flagged tasks transmitted (P(tr) where a pair's distance is unknown)
+    sizing: SizeChoice | None = None  # the head's size correction, where the training period says size matters
 
     def configure(self, config: BMConfig) -> BMConfig:
         """The config whose evidence counts transmissions against this on-time factor."""
@@ -343,8 +345,13 @@ class Prepared:
 def build(config: BMConfig, prepared: Prepared, train: TrainConfig) -> BM:
     torch.manual_seed(train.seed)
     config = prepared.configure(replace(config, dropout=train.dropout, gnn=replace(config.gnn, dropout=train.dropout)))
-    return BM(config, prepared.features, prepared.known, prepared.outage, prepared.rate_prior,
-              prepared.physics_on_time, prepared.tr_rate).to(resolve_device(train.device))
+    model = BM(config, prepared.features, prepared.known, prepared.outage, prepared.rate_prior,
+               prepared.physics_on_time, prepared.tr_rate)
+    if prepared.sizing is not None and config.uses_context:
+        choice = prepared.sizing
+        model.head.sizing.adopt(config.evidence.lams.index(choice.lam), choice.strength, choice.prior_mean,
+                                choice.ridge)
+    return model.to(resolve_device(train.device))
 
 
 def settings(train: TrainConfig) -> list[TrainConfig]:
@@ -450,7 +457,8 @@ def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
                                                                        config.evidence), on_time,
                     OnTimeCurve.fit(physics_ratio, batch.tr, batch.com),
                     rate_prior(batch, len(history.index), history.has_flags, on_time),
-                    float((batch.tr.sum() + 1) / (batch.flagged.sum() + 2)))
+                    float((batch.tr.sum() + 1) / (batch.flagged.sum() + 2)),
+                    size_choice(history, train_slots, config.evidence.lams))
 
 
 def rate_prior(batch: Targets, devices: int, flags: bool, on_time: OnTimeCurve) -> np.ndarray:

@@ -40,8 +40,8 @@ def run_tables(config: SimConfig = SIM) -> tuple[pa.Table, pa.Table]:
 
 def write_checkpoint(directory: Path, config: SimConfig = SIM, reads_y: bool = True) -> Path:
     """An untrained (seeded) model over the run's devices, every weight perturbed so that every input
-    matters (the head's Y weights start at zero): parity needs no training. ``reads_y`` False: the head's Y
-    weights zeroed again, as a head kept from the warm-up has them (the model uses no encoder)."""
+    matters (the head's Y weights start at zero), its size correction adopted: parity needs no training. ``reads_y``
+    False: the head's Y weights zeroed again, as a head kept from the warm-up has them (the model uses no encoder)."""
     torch.manual_seed(0)
     features = np.random.default_rng(0).normal(size=(config.devices, SMALL.node2vec.dim)).astype(np.float32)
     model = BM(replace(SMALL, clock=config.clock), features)
@@ -50,6 +50,7 @@ def write_checkpoint(directory: Path, config: SimConfig = SIM, reads_y: bool = T
             parameter.add_(0.1 * torch.randn_like(parameter))
         if not reads_y:
             forget_y(model)
+    model.head.sizing.adopt(lam_index=1, strength=2.0, prior_mean=0.7, ridge=1.0)
     save(model, DeviceIndex(tuple(device_ids(config.devices).to_pylist())), directory)
     return directory
 

@@ -181,6 +181,43 @@ def test_the_size_is_read_only_where_the_training_period_shows_it_helps() -> Non
     assert not size_matters(log(opportunistic=False), list(range(50)))
 
 
+def test_bms_size_correction_is_the_sized_rules() -> None:
+    """The head's size correction (model.experts.SizeCorrection, read from the evidence's size sums) moves each test
+    edge's forecast by what the sized rule's size_shift says, slot by slot, with the same parameters."""
+    from dataclasses import replace
+
+    import torch
+
+    from model.baselines import SizedParams, channel_beta_sized
+    from model.bm import BM
+    from model.train import targets
+    from tests.test_bm import SMALL
+
+    rng = np.random.default_rng(3)
+    graphs = []
+    for t in range(30):  # 8 collaborators of one owner, sizes 1-8 Mbit; the even ones fail tasks over 2 Mbit
+        size = 2 ** rng.uniform(20, 23, 8)
+        com = ~((np.arange(8) % 2 == 0) & (size > 2e6)) & (rng.random(8) < 0.9)
+        graphs.append(sized(t, [8] * 8, list(range(8)), rng.random(8) < 0.9, com, size))
+    history = History(DeviceIndex(tuple(f"d{k}" for k in range(9))), 0, tuple(graphs))
+    params = SizedParams(lam=0.9, strength=2.0, ridge=1.0)
+    rule = channel_beta_sized(history, list(range(20)), grid=(params,))
+    config = replace(SMALL, evidence=replace(SMALL.evidence, colocation_m=None))
+    model = BM(config, np.zeros((9, 8), np.float32), outage=rule.outage, tr_rate=rule.tr_rate).eval()
+    model.head.sizing.adopt(config.evidence.lams.index(0.9), params.strength, rule.prior_mean, params.ridge)
+    slots = list(range(20, 30))
+    with torch.no_grad():
+        got = model.pair_outputs(history, targets(history, slots).query)[:, -1].double().numpy()
+    want = []
+    for t, graph in enumerate(graphs):
+        if t in slots:
+            want.append(rule.size_shift(graph.src, graph.dst, graph.profile))
+        rule.advance(graph)
+    want = np.concatenate(want)
+    assert np.abs(want).max() > 0.05  # sizes that matter
+    np.testing.assert_allclose(got, want, atol=2e-5)
+
+
 def test_fairness_and_goodness_by_hand() -> None:
     from model.baselines import FairnessGoodness
 

@@ -78,9 +78,13 @@ def test_context_head_composes_the_system_model_by_hand() -> None:
     model = BM(SMALL, np.zeros((3, 8), dtype=np.float32))
     k = model.head.experts.count
     experts = torch.linspace(0.1, 0.9, k)[None, :]
-    raw = torch.cat([torch.tensor([[0.0, np.log(3.0)]]), experts], dim=1)  # q_tr 0.5; q_com 0.75; the rules
+    # q_tr 0.5; q_com 0.75; the rules; no size shift
+    raw = torch.cat([torch.tensor([[0.0, np.log(3.0)]]), experts, torch.zeros(1, 1)], dim=1)
     own = 0.5 * (0.6 + 0.4 * 0.75)
     assert model.t_beh(raw).item() == pytest.approx(own)  # the stack starts at the head's own forecast
+    shifted = torch.cat([raw[:, :-1], torch.tensor([[-0.1]])], dim=1)  # the task's size moves what is published
+    assert model.t_beh(shifted).item() == pytest.approx(own - 0.1)
+    assert model.t_beh(shifted, readout="own").item() == pytest.approx(own)  # not what the members are fitted by
     # 2 flagged tasks, 1 transmitted, it computed: -[log .5 + log .5 + log .75] per flagged task
     want = -(2 * np.log(0.5) + np.log(0.75)) / 2
     assert model.loss(raw, outcome(0.5, tasks=2, flagged=2, tr=1, com=1)).item() == pytest.approx(want, rel=1e-5)
@@ -89,23 +93,23 @@ def test_context_head_composes_the_system_model_by_hand() -> None:
     assert model.t_beh(raw, readout="own").item() == pytest.approx(own)
     assert model.t_beh(raw, readout="median").item() == pytest.approx(own)  # flags: the median is the own mean
     graded = BM(replace(SMALL, outcomes="graded"), np.zeros((3, 8), dtype=np.float32))
-    graded_raw = torch.cat([torch.tensor([[np.log(3.0), np.log(0.9 / 0.1)]]), experts], dim=1)
+    graded_raw = torch.cat([torch.tensor([[np.log(3.0), np.log(0.9 / 0.1)]]), experts, torch.zeros(1, 1)], dim=1)
     assert graded.t_beh(graded_raw).item() == pytest.approx(0.75)  # graded logs read the mean forecast alone
     assert graded.t_beh(graded_raw, readout="median").item() == pytest.approx(0.9)
     # cross-entropy of the mean forecast plus the median forecast's absolute error |0.9 - 0.6|
     want = -(0.6 * np.log(0.75) + 0.4 * np.log(0.25)) + 0.3
     assert graded.loss(graded_raw, outcome(0.6)).item() == pytest.approx(want, rel=1e-5)
     with torch.no_grad():
-        inputs = (torch.zeros(2, 8), torch.zeros(2, 8), torch.full((2, 4), float("nan")),
+        inputs = (torch.zeros(2, 8), torch.zeros(2, 8), torch.full((2, 5), float("nan")),
                   torch.zeros(2, SMALL.evidence.features))
-        assert graded.head(*inputs).shape == (2, 2 + k) and model.head(*inputs).shape == (2, 2 + k)
+        assert graded.head(*inputs).shape == (2, 3 + k) and model.head(*inputs).shape == (2, 3 + k)
 
 
 def test_the_members_are_averaged_in_probability() -> None:
     model = BM(replace(SMALL, head_members=3), np.zeros((3, 8), dtype=np.float32)).eval()
     y = torch.zeros(4, 8)
-    physics = torch.tensor([[50.0, 2e9, 4e9, 0.5], [150.0, 2e9, 6e9, 1.5], [250.0, 4e9, 2e9, 0.8],
-                            [90.0, 6e9, 4e9, 0.3]])
+    physics = torch.tensor([[50.0, 2e9, 4e9, 0.5, 1e6], [150.0, 2e9, 6e9, 1.5, 2e6], [250.0, 4e9, 2e9, 0.8, 1e6],
+                            [90.0, 6e9, 4e9, 0.3, 5e5]])
     evidence = torch.rand(4, SMALL.evidence.features, generator=torch.Generator().manual_seed(0)) * 5
     with torch.no_grad():
         for net in model.head.members:  # members that disagree
@@ -120,7 +124,7 @@ def test_context_head_reads_distance_and_knows_when_it_is_unknown() -> None:
     model = BM(SMALL, np.zeros((3, 8), dtype=np.float32)).eval()
     y = torch.zeros(3, 8)
     evidence = torch.zeros(3, SMALL.evidence.features)
-    physics = torch.tensor([[50.0, 2e9, 4e9, 0.5], [350.0, 2e9, 4e9, 0.5], [float("nan")] * 4])
+    physics = torch.tensor([[50.0, 2e9, 4e9, 0.5, 1e6], [350.0, 2e9, 4e9, 0.5, 1e6], [float("nan")] * 5])
     with torch.no_grad():
         t_beh = model.t_beh(model.head(y, y, physics, evidence))
     assert t_beh[0] > t_beh[1] + 0.3  # the paper's curve: far pairs lose their transmissions
@@ -198,7 +202,7 @@ def test_learned_baselines_share_the_pipeline_and_ignore_padding(kind, history: 
     model = BM(replace(SMALL, sequence=kind), np.zeros((len(history.index), 8), dtype=np.float32))
     graph = history.graphs[5]
     raw = model.pair_outputs(history, PairQuery(graph.src, graph.dst, 4, graph.profile))
-    assert raw.shape == (len(graph.src), 2 + model.head.experts.count)
+    assert raw.shape == (len(graph.src), 3 + model.head.experts.count)
 
 
 def test_cli_train_writes_a_loadable_checkpoint(tmp_path, capsys) -> None:

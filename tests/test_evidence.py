@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from model.channel import OnTimeCurve
-from model.evidence import (CHANNELS, COM, DRIFT_SCALE, F, N, NEVER, POPULATION, REPORT_CHANNELS, RIDGE, TON, TR, W,
+from model.evidence import (CHANNELS, COM, LOADED, DRIFT_SCALE, F, N, NEVER, POPULATION, REPORT_CHANNELS, RIDGE, SIZED, TON, TR, W,
                             EvidenceConfig, EvidenceState, EvidenceTrack, load_drift, load_memory, load_rate,
                             pair_evidence_features, report_increments, role_increments, with_load)
 from model.graphs import SlotGraph
@@ -60,19 +60,22 @@ def test_track_equals_a_replayed_state_at_every_slot() -> None:
 
 
 def test_role_increments_by_hand() -> None:
-    # owner 0 -> collaborator 2 (2 flagged tasks: 2 tr, 1 com), owner 1 -> 2 (1 graded task at 0.5)
+    # owner 0 -> collaborator 2 (2 flagged tasks of 2 Mbit: 2 tr, 1 com), owner 1 -> 2 (1 graded task at 0.5, of
+    # 0.5 Mbit)
     graph = SlotGraph(0, np.array([0, 1]), np.array([2, 2]), np.array([0.8, 0.5]), np.zeros(2),
                       tasks=np.array([2, 1]), flagged=np.array([2, 0]), tr=np.array([2, 0]), com=np.array([1, 0]),
-                      time_ratio=np.array([np.exp(1.4), np.nan]))
+                      profile=np.array([[2e6, 1e3], [5e5, 1e3]]), time_ratio=np.array([np.exp(1.4), np.nan]))
     config = EvidenceConfig(on_time=OnTimeCurve.fit(np.array([np.exp(1.4)]), np.array([4.0]), np.array([1.0])).factor)
     factor = config.on_time_factor(np.array([np.exp(1.4)]))[0]
     assert factor < 1  # late tasks: fewer computations to expect
     roles = role_increments(graph, n=3, config=config)
     keys, sums = roles["collaborator"]
     assert keys.tolist() == [2]
-    np.testing.assert_allclose(sums[0], [3, 2 * 0.8 + 0.5, 2, 2, 1, 2 * factor, 0, 0, 0, 0, 0])  # no loads yet
+    # no loads yet; the sizes: x = log2(2 Mbit / 1 Mbit) = 1 for the flagged tasks (the graded one transmitted none)
+    ton = 2 * factor
+    np.testing.assert_allclose(sums[0], [3, 2 * 0.8 + 0.5, 2, 2, 1, ton, 0, 0, 0, 0, 0, ton, 1, ton, 1, ton])
     keys, sums = roles["owner"]
-    assert keys.tolist() == [0, 1] and sums[:, [F, TR, COM, TON]].sum() == 0  # what owners report: n and w
+    assert keys.tolist() == [0, 1] and sums[:, [F, TR, COM, TON, *SIZED]].sum() == 0  # what owners report: n and w
     np.testing.assert_allclose(sums[:, [N, W]], [[2, 1.6], [1, 0.5]])
     keys, _ = roles["pair"]
     assert keys.tolist() == [0 * 3 + 2, 1 * 3 + 2]
@@ -121,7 +124,7 @@ def test_load_channels_and_the_rate_at_a_load_by_hand() -> None:
     loaded = with_load(sums, np.array([0.8, np.nan, 0.2]))
     np.testing.assert_allclose(loaded[:, :6], sums[:, :6])  # the first channels as they were
     # ton, com where a load was reported, then ton*u, com*u, ton*u^2; nothing for the device that reported none
-    np.testing.assert_allclose(loaded[:, 6:], [[2, 1, 1.6, 0.8, 1.28], [0, 0, 0, 0, 0], [3, 3, 0.6, 0.6, 0.12]])
+    np.testing.assert_allclose(loaded[:, list(LOADED)], [[2, 1, 1.6, 0.8, 1.28], [0, 0, 0, 0, 0], [3, 3, 0.6, 0.6, 0.12]])
     # one device's tasks at two loads: 1 of 2 computed at u = 0.8, 3 of 3 at u = 0.2 -> a line through the means
     total = loaded[[0, 2]].sum(axis=0)[None, None, :]  # (P=1, L=1, C)
     rate, slope = load_rate(total, np.array([0.8]))

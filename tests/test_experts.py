@@ -53,7 +53,7 @@ def test_rule_forecasts_by_hand() -> None:
     want_rates = [uniform(torch.tensor(3.0), torch.tensor(4.0)).item(), uniform(torch.tensor(1.0), torch.tensor(1.0)).item(),
                   31 / 42, 31 / 42]
     np.testing.assert_allclose(rates[0].numpy(), want_rates, rtol=1e-5)
-    physics = torch.tensor([[200.0, 2e9, 4e9, 1.0], [float("nan")] * 4])
+    physics = torch.tensor([[200.0, 2e9, 4e9, 1.0, 1e6], [float("nan")] * 5])
     got = experts.forecasts(physics, rates)
     p_tr = float(outage.p_tr(np.array([200.0]))[0])
     factor = float(on_time(np.array([1.0]))[0])

@@ -82,7 +82,7 @@ def test_head_stage_matches_pytorch(both, pairs: int) -> None:
     rng = np.random.default_rng(pairs)
     y_i, y_j = (rng.normal(size=(pairs, torch_stages.config.gnn.out_dim)).astype(np.float32) for _ in range(2))
     physics = np.stack([rng.uniform(1, 400, pairs), rng.uniform(2e9, 6e9, pairs), rng.uniform(2e9, 6e9, pairs),
-                        rng.uniform(0.2, 2.5, pairs)], axis=1).astype(np.float32)
+                        rng.uniform(0.2, 2.5, pairs), 2 ** rng.uniform(17, 23, pairs)], axis=1).astype(np.float32)
     physics[::7] = np.nan  # unknown physics
     evidence = rng.random((pairs, torch_stages.config.evidence.features)).astype(np.float32)
     got = onnx_stages.t_beh(y_i, y_j, physics, evidence)
@@ -105,7 +105,7 @@ def test_pairs_of_a_frame_score_as_their_gathered_rows(both, devices: int, pairs
     src, dst = rng.integers(0, devices, pairs), rng.integers(0, devices, pairs)
     pair_at = rng.integers(0, pairs // 3 + 1, pairs)
     physics = np.stack([rng.uniform(1, 400, pairs), rng.uniform(2e9, 6e9, pairs), rng.uniform(2e9, 6e9, pairs),
-                        rng.uniform(0.2, 2.5, pairs)], axis=1).astype(np.float32)
+                        rng.uniform(0.2, 2.5, pairs), 2 ** rng.uniform(17, 23, pairs)], axis=1).astype(np.float32)
     physics[::7] = np.nan
     want = torch_stages.t_beh(y[src], y[dst], physics, blocks.features(src, dst, pair_at))
     for stages in both:

@@ -34,6 +34,8 @@ REPORTED = replace(SIM, attack=Attack(AttackKind.BAD_MOUTHING, 0.2), owner_repor
 
 # a quarter of the devices are Sybils answering under 3 ids each, judged as one where their ids stand (model.identity)
 SYBILS = replace(SIM, attack=Attack(AttackKind.SYBIL, 0.25, sybil_ids=3))
+# a fifth of the devices serve small tasks and fail large ones, tasks 1/4 to 4 times the nominal size
+OPPORTUNISTS = replace(SIM, attack=Attack(AttackKind.OPPORTUNISTIC, 0.2), task_size_spread=4.0)
 
 
 @pytest.fixture(scope="module", params=[SIM, REPORTED], ids=["monitored", "owner-reported"])
@@ -75,6 +77,30 @@ def test_sybil_ids_are_judged_as_one_alike_offline_and_in_the_scorer(sybil_log) 
     assert_scores_equal_prediction(sybil_log)
 
 
+def test_the_task_sizes_correction_alike_offline_and_in_the_scorer() -> None:
+    """The head's size correction adopted: the scorer reads each owner's latest task's size and the collaborators'
+    size evidence from its frames as the training path reads them from the history, and the size moves T_beh."""
+    events, status, history, model = scored_log(OPPORTUNISTS)
+    model.head.sizing.adopt(lam_index=2, strength=2.0, prior_mean=0.8, ridge=1.0)
+    assert_scores_equal_prediction((events, status, history, model))
+    graph = history.graphs[9]
+    small, large = (np.tile([size, SIM.density_cycles_per_bit], (len(graph.src), 1)) for size in (2e5, 4e6))
+    with torch.no_grad():
+        moved = [model.t_beh(model.pair_outputs(history, PairQuery(graph.src, graph.dst, 9, p))).numpy()
+                 for p in (small, large)]
+    assert np.abs(moved[0] - moved[1]).max() > 0.05
+
+
+def latest_profiles(events: pa.Table, owners: np.ndarray, slot: int) -> np.ndarray:
+    """(o, 2) the size and density of each owner's latest task by the end of ``slot``: what the scorer reads."""
+    slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
+    seen = events.filter(slot_of <= slot).sort_by([("event_time_ms", "descending"), ("event_id", "descending")])
+    owner, first = np.unique(seen["owner"].to_numpy(zero_copy_only=False), return_index=True)
+    size, density = (seen[c].to_numpy()[first] for c in ("task_size_bits", "density_cycles_per_bit"))
+    at = np.searchsorted(owner, owners)
+    return np.stack([size[at], density[at]], axis=1)
+
+
 def assert_scores_equal_prediction(log) -> None:
     events, status, history, model = log
     ranking = RankingConfig(range_m=None, scores_per_owner=1000)
@@ -85,7 +111,7 @@ def assert_scores_equal_prediction(log) -> None:
             continue
         src = np.array([rows[s.owner] for s in result.scores])
         dst = np.array([rows[s.collaborator] for s in result.scores])
-        profile = np.tile([SIM.task_size_bits, SIM.density_cycles_per_bit], (len(src), 1))
+        profile = latest_profiles(events, np.array([s.owner for s in result.scores], object), result.slot)
         with torch.no_grad():
             expected = model.t_beh(model.pair_outputs(history, PairQuery(src, dst, result.slot, profile))).numpy()
         got = np.array([s.t_beh for s in result.scores])

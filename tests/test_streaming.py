@@ -143,6 +143,15 @@ def test_a_sybils_ids_judged_as_one_stream_like_the_offline_twin(tmp_path) -> No
     equals_its_twin(result)
 
 
+def test_the_task_sizes_correction_streams_like_the_offline_twin(tmp_path) -> None:
+    """Tasks of many sizes and opportunistic collaborators, the model's size correction adopted: each shard keeps its
+    collaborators' size evidence, and every slot's scorer reads it with the owner's latest task as the twin does."""
+    sim = replace(SIM, attack=Attack(AttackKind.OPPORTUNISTIC, 0.2), task_size_spread=4.0)
+    result = run_stream(tmp_path, 2, sim=sim)
+    assert len(set(result["events"]["task_size_bits"].to_pylist())) > 10
+    equals_its_twin(result)
+
+
 def equals_its_twin(result: dict) -> None:
     """The final publication of every slot equals the offline twin's; late events came as updates, none died."""
     scores, rankings = final(result["scores"], TrustScore), final(result["rankings"], CollaboratorRanking)

@@ -10,13 +10,13 @@ file                inputs                                                      
                     t_col, offset (E,) float32
 ``sequence.onnx``   sequences (n, S, d) float32 right-padded; lengths (n,) int64; y (n, d) float32
                     telemetry (n, S, 2) float32 (reported load, reported)
-``head.onnx``       y_i, y_j (P, d) float32; physics (P, 4) float32 (NaN         t_beh (P,) float32
+``head.onnx``       y_i, y_j (P, d) float32; physics (P, 5) float32 (NaN         t_beh (P,) float32
                     unknown); evidence (P, F) float32 (the paper head reads
                     only y_i and y_j)
 ``pairs.onnx``      the same head on inputs split by what they depend on          t_beh (P,) float32
                     (:class:`model.head.PairSides`): y_owner (n_o, d), owner
                     (n_o, 2L), y_collaborator (n_c, d), collaborator (n_c, 11L
-                    + 4 + 8L), pair (P, 4L), physics (P, 4) float32; src, dst
+                    + 4 + 8L), pair (P, 4L), physics (P, 5) float32; src, dst
                     (P,) int64 rows (what scorers run)
 ==================  ==========================================================  ==================
 
@@ -136,9 +136,10 @@ def _examples(model: BM, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
 
 
 def physics_example(pairs: int, g: torch.Generator) -> torch.Tensor:
-    """Plausible raw pair physics (distance m, CPUs Hz, time ratio) with some unknown (NaN) rows."""
+    """Plausible raw pair physics (distance m, CPUs Hz, time ratio, task size bit) with some unknown (NaN) rows."""
     physics = torch.stack([torch.rand(pairs, generator=g) * 400, 2e9 + torch.rand(pairs, generator=g) * 4e9,
-                           2e9 + torch.rand(pairs, generator=g) * 4e9, 0.2 + torch.rand(pairs, generator=g) * 2], 1)
+                           2e9 + torch.rand(pairs, generator=g) * 4e9, 0.2 + torch.rand(pairs, generator=g) * 2,
+                           1e5 * 2 ** (6 * torch.rand(pairs, generator=g))], 1)
     physics[::5] = float("nan")
     return physics
 
