@@ -130,7 +130,7 @@ class SizeCorrection(nn.Module):
     experts' physics (:meth:`RuleExperts.forecasts`). Per collaborator, at one memory lambda: its rate
     P(com | tr) = (COM + k * prior) / (TON + k) and the line of its computation outcomes on the task's log size x
     (the :data:`model.evidence.SIZED` sums), its slope shrunk toward flat by ``ridge`` times its evidence, read at the
-    scored task's x. Zero until :meth:`adopt` is given the training period's choice (:func:`model.train.sizing`): a
+    scored task's x. Zero until :meth:`adopt` is given the training period's choice (:func:`model.baselines.size_choice`): a
     fleet whose behaviour does not depend on size would pay for the slopes' noise.
 
     Glossary: TS, CS j's on-time-weighted transmissions and computations of tasks of known size; TX, CX, TXX those
@@ -149,14 +149,16 @@ class SizeCorrection(nn.Module):
     def adopted(self) -> bool:
         return bool(self.params[0] > 0)
 
-    def forward(self, experts: RuleExperts, stats: torch.Tensor, physics: torch.Tensor) -> torch.Tensor:
-        """stats (P, STATS, L) the pairs' collaborators' raw sums, physics (P, 5) raw PHYSICS_COLUMNS (the task's
-        size last) -> (P,) the shift of T_beh: zero where the correction is not adopted, where the size or j's sized
-        evidence is unknown, and on graded logs. Branch-free, so that an export traces the same graph either way."""
-        if not experts.flags:
+    def forward(self, experts: RuleExperts, stats: torch.Tensor, dst: torch.Tensor | None, physics: torch.Tensor
+                ) -> torch.Tensor:
+        """stats (n_c, STATS, L) the collaborators' raw sums, dst (P,) each pair's row in them (None: row p), physics
+        (P, 5) raw PHYSICS_COLUMNS (the task's size last) -> (P,) the shift of T_beh: zero where the size or j's sized evidence is unknown, and nothing computed
+        where the correction is not adopted or the log is graded (an export traces the model as it stands)."""
+        if not experts.flags or not self.adopted:
             return torch.zeros(len(physics), dtype=physics.dtype, device=physics.device)
-        adopted, k, prior, ridge = self.params.unbind()
-        at = stats @ self.memory  # (P, STATS)
+        _, k, prior, ridge = self.params.unbind()
+        at = stats @ self.memory  # (n_c, STATS) at the adopted memory
+        at = at if dst is None else at.index_select(0, dst)  # (P, STATS)
         com, ton = at[:, COLLABORATOR_RATE[True][0]], at[:, COLLABORATOR_RATE[True][1]]
         ts, cs, tx, cx, txx = at[:, SIZE_SUMS].unbind(-1)
         rate = (com + k * prior) / (ton + k)
@@ -166,8 +168,7 @@ class SizeCorrection(nn.Module):
         known = ~torch.isnan(size) & (size > 0) & (ts > 0)
         x = torch.log2(torch.where(known, size, torch.full_like(size, REFERENCE_BITS)) / REFERENCE_BITS)
         term = torch.where(known, slope * (x - mean_x), torch.zeros_like(x))
-        shift = experts.forecasts(physics, (rate + term)[:, None]) - experts.forecasts(physics, rate[:, None])
-        return adopted * shift[:, 0]
+        return (experts.forecasts(physics, (rate + term)[:, None]) - experts.forecasts(physics, rate[:, None]))[:, 0]
 
 
 def fit_stack(forecasts: np.ndarray, target: np.ndarray, weight: np.ndarray, z: float = 2.0) -> np.ndarray:

@@ -294,7 +294,7 @@ class ContextHead(nn.Module):
         columns = PhysicsColumns.of(sides.physics)  # once for every member
         own = torch.stack([net(sides, collaborator, columns, level) for net in nets]).mean(0)
         forecasts = self.experts.forecasts(sides.physics, gather(rates, sides.dst))
-        shift = self.sizing(self.experts, gather(raw, sides.dst), sides.physics)
+        shift = self.sizing(self.experts, raw, sides.dst, sides.physics)
         return torch.cat([torch.logit(own.clamp(1e-6, 1 - 1e-6)), forecasts, shift[:, None]], dim=-1)
 
     @property
