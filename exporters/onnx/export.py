@@ -16,7 +16,7 @@ file                inputs                                                      
 ``pairs.onnx``      the same head on inputs split by what they depend on          t_beh (P,) float32
                     (:class:`model.head.PairSides`): y_owner (n_o, d), owner
                     (n_o, 2L), y_collaborator (n_c, d), collaborator (n_c, 11L
-                    + 4 + 8L), pair (P, 4L), physics (P, 5) float32; src, dst
+                    + 4 + 13L), pair (P, 4L), physics (P, 5) float32; src, dst
                     (P,) int64 rows (what scorers run)
 ==================  ==========================================================  ==================
 
