@@ -44,8 +44,8 @@ from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
 from model.credibility import credibility
 from model.evidence import (CHANNELS, N, PAIR_CHANNELS, POPULATION, REPORTED, REPORTS, ROLES, STATE_ROLES, W,
-                            EvidenceBlocks, EvidenceConfig, EvidenceState, decay, empty_state, find, report_increments,
-                            role_increments, with_load)
+                            EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay, empty_state, find,
+                            report_increments, role_increments, with_load)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.identity import judged_together
 from model.publisher import SlotPublisher
@@ -484,12 +484,23 @@ class EvidenceSnapshot:
 
     @classmethod
     def load(cls, path: str | Path) -> "EvidenceSnapshot":
-        """A saved snapshot; a role it does not hold (saved before the role existed) starts empty."""
+        """A saved snapshot; a role it does not hold (saved before the role existed) starts empty, and channels it
+        does not hold (saved before they existed: the size channels, :data:`model.evidence.SIZED`) start at zero."""
         with np.load(path, allow_pickle=False) as data:
-            states = {role: EvidenceState(data.get(f"{role}.lams", data["lams"]),
-                                          *(data[f"{role}.{name}"] for name in ("keys", "slots", "values", "tags")))
+            states = {role: EvidenceState(data.get(f"{role}.lams", data["lams"]), data[f"{role}.keys"],
+                                          data[f"{role}.slots"], with_channels(data[f"{role}.values"], role),
+                                          data[f"{role}.tags"])
                       if f"{role}.keys" in data else empty_state(role, data["lams"]) for role in STATE_ROLES}
             return cls(int(data["folded_through"]), states)
+
+
+def with_channels(values: np.ndarray, role: str) -> np.ndarray:
+    """A role's saved sums (m, L, C') with the channels added since (C' < C) at zero."""
+    missing = channels_of(role) - values.shape[-1]
+    if missing < 0:
+        raise ValueError(f"evidence snapshot: {role} holds {values.shape[-1]} channels, more than the "
+                         f"{channels_of(role)} this trustbeam keeps (written by a later one?)")
+    return np.concatenate([values, np.zeros((*values.shape[:-1], missing))], axis=-1) if missing else values
 
 
 def status_arrays(status: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

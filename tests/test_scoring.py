@@ -15,7 +15,7 @@ from model.bm import BM, PairQuery
 from model.config import RankingConfig, SlotClock, SystemParams
 from simulator.experiment import simulated_run, simulated_world
 from model.credibility import credibility
-from model.evidence import REPORTS
+from model.evidence import CHANNELS, REPORTS, EvidenceState
 from model.graphs import DeviceIndex, device_keys
 from model.history import History
 from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, credited_evidence, ranked,
@@ -221,6 +221,19 @@ def test_evidence_snapshots_round_trip_and_reshard(log, tmp_path) -> None:
     seeded = DeviceHistory(SMALL.evidence)
     seeded.seed(shards[1])
     assert seeded.folded_through == 3 and len(seeded.evidence["pair"]) == len(shards[1].states["pair"])
+    # a snapshot saved before the size channels (the first 11): they start at zero, the rest as saved
+    before = {role: EvidenceState(state.lams, state.keys, state.slots, state.values[..., :11], state.tags)
+              for role, state in whole.evidence.items() if role != REPORTS}
+    EvidenceSnapshot(3, {**whole.evidence, **before}).save(tmp_path / "before.npz")
+    upgraded = EvidenceSnapshot.load(tmp_path / "before.npz").states["collaborator"].values
+    np.testing.assert_array_equal(upgraded[..., :11], whole.evidence["collaborator"].values[..., :11])
+    assert upgraded.shape == whole.evidence["collaborator"].values.shape and not upgraded[..., 11:].any()
+    assert whole.evidence["collaborator"].values[..., 11:].any()  # the sizes the snapshot had not kept
+    resumed = DeviceHistory(SMALL.evidence)  # and a job resumed from it folds the next slots' sums onto it
+    resumed.seed(EvidenceSnapshot.load(tmp_path / "before.npz"))
+    resumed.add_part(slot_part(stages, events.filter(slot_of == 4), 4))
+    resumed.fold(4)
+    assert resumed.folded_through == 4 and resumed.evidence["collaborator"].values.shape[-1] == len(CHANNELS)
 
 
 def test_rankings_follow_the_rule_and_bounds(log) -> None:
