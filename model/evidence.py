@@ -43,7 +43,8 @@ N, W, F, TR, COM, TON, TK, CK, TU, CU, TUU, TS, CS, TX, CX, TXX = range(len(CHAN
 LOADED = (TK, CK, TU, CU, TUU)  # the collaborator's ton and com where its load u was reported, times u and u^2
 SIZED = (TS, CS, TX, CX, TXX)  # ton and com of tasks of known size, times x (the log2 size) and x^2
 REFERENCE_BITS = 1e6  # x = log2(task size / this); the size regression is centred, so any reference gives its slope
-PAIR_CHANNELS = COM + 1  # a pair's features read only n, w, f, tr, com: what a frame carries of a pair's sums
+PAIR_CHANNELS = COM + 1  # a pair's features read only n, w, f, tr, com: all a pair's state keeps
+OWNER_CHANNELS = W + 1  # an owner's features read n and w (what it reports): all an owner's state keeps
 ROLES = ("collaborator", "owner", "pair", "population")
 REPORTS = "reports"  # a device's reported loads: a state of its own, fed by statuses rather than by tasks
 REPORT_CHANNELS = ("slots", "load")  # per slot with a report known by its end: 1, and the latest load reported
@@ -102,8 +103,10 @@ class EvidenceConfig:
 
 
 def channels_of(role: str) -> int:
-    """How many channels a role's sums have: :data:`CHANNELS`, or :data:`REPORT_CHANNELS` for :data:`REPORTS`."""
-    return len(REPORT_CHANNELS if role == REPORTS else CHANNELS)
+    """How many channels a role's sums keep: the first :data:`PAIR_CHANNELS` of :data:`CHANNELS` for a pair, the
+    first :data:`OWNER_CHANNELS` for an owner (what their features read: a pair's state is most of a shard's), all of
+    them for the collaborator, the population and :data:`REPORTED`, :data:`REPORT_CHANNELS` for :data:`REPORTS`."""
+    return {"pair": PAIR_CHANNELS, "owner": OWNER_CHANNELS, REPORTS: len(REPORT_CHANNELS)}.get(role, len(CHANNELS))
 
 
 def role_lams(role: str, lams: tuple[float, ...] | np.ndarray) -> np.ndarray:
@@ -250,8 +253,7 @@ def role_increments(graph: SlotGraph, n: int, config: EvidenceConfig) -> dict[st
     out = {}
     for role in ROLES:
         unique, sums = sum_by(role_keys(graph, n, role), monitored if role in MONITORED else per_edge)
-        if role == "owner":
-            sums[:, [F, TR, COM, TON, *SIZED]] = 0.0  # an owner's evidence is what it reports: n and w
+        sums = sums[:, :channels_of(role)]  # an owner's evidence is what it reports: n and w
         if role == "collaborator" and share.any():  # a collaborator only owners reported of: in REPORTED alone
             unique, sums = unique[sums[:, N] > 0], sums[sums[:, N] > 0]
         out[role] = (unique, sums)

@@ -155,7 +155,7 @@ class SizeCorrection(nn.Module):
         (P, 5) raw PHYSICS_COLUMNS (the task's size last) -> (P,) the shift of T_beh: zero where the size or j's sized evidence is unknown, and nothing computed
         where the correction is not adopted or the log is graded (an export traces the model as it stands)."""
         if not experts.flags or not self.adopted:
-            return torch.zeros(len(physics), dtype=physics.dtype, device=physics.device)
+            return torch.zeros_like(physics[:, 0])  # of the traced input's length (an export's axis is dynamic)
         _, k, prior, ridge = self.params.unbind()
         at = stats @ self.memory  # (n_c, STATS) at the adopted memory
         at = at if dst is None else at.index_select(0, dst)  # (P, STATS)

@@ -43,7 +43,7 @@ from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
 from model.credibility import credibility
-from model.evidence import (CHANNELS, N, PAIR_CHANNELS, POPULATION, REPORTED, REPORTS, ROLES, STATE_ROLES, W,
+from model.evidence import (N, POPULATION, REPORTED, REPORTS, ROLES, STATE_ROLES, W,
                             EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay, empty_state, find,
                             report_increments, role_increments, with_load)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
@@ -109,7 +109,7 @@ def slot_part(stages: Stages, events: pa.Table, slot: int) -> SlotPart:
     d = config.gnn.out_dim
     if events.num_rows == 0:
         empty = np.zeros(0, dtype=np.int64)
-        nothing = {role: (empty, np.zeros((0, len(CHANNELS)))) for role in (*ROLES, REPORTED)}
+        nothing = {role: (empty, np.zeros((0, channels_of(role)))) for role in (*ROLES, REPORTED)}
         return SlotPart(slot, empty, np.zeros(0, object), empty, np.zeros((0, d), np.float32), empty,
                         np.zeros((0, 4)), nothing, empty, has_tasks=False)
     edges = slot_edges(events, config.clock, config.weights)
@@ -194,7 +194,7 @@ class DeviceFrame:
     owner: np.ndarray  # (n, L, C) evidence as owner
     pairs: np.ndarray  # (m,) pair keys of the recent owners' pairs
     pair_owners: np.ndarray  # (m,) the owner key of each pair
-    pair_evidence: np.ndarray  # (m, L, PAIR_CHANNELS): the channels a pair's features read (most of a frame's bytes)
+    pair_evidence: np.ndarray  # (m, L, PAIR_CHANNELS): what a pair's state keeps (most of a frame's bytes)
     population: np.ndarray  # (1, L, C) the population's evidence this frame holds (one shard holds it all)
     reports: np.ndarray  # (n, L, 2) each device's REPORTS sums (model.evidence.load_memory)
     # what owners reported themselves of their pairs (model.credibility), each frame's of its devices as collaborators:
@@ -392,7 +392,6 @@ class DeviceHistory:
         tags = np.concatenate([pairs_state.tags[held], *(p.pair_owners[f] for p, f in zip(pending, fresh))])
         pairs, first = np.unique(candidates, return_index=True)
         pair_evidence, _ = self._evidence("pair", pairs, slot)
-        pair_evidence = np.ascontiguousarray(pair_evidence[..., :PAIR_CHANNELS])
         population, _ = self._evidence("population", np.array([POPULATION]), slot)
         reports, _ = self._evidence(REPORTS, keys, slot)
         reported, reported_pairs, reported_evidence, monitored, reported_since = self.reported(slot)
@@ -495,12 +494,12 @@ class EvidenceSnapshot:
 
 
 def with_channels(values: np.ndarray, role: str) -> np.ndarray:
-    """A role's saved sums (m, L, C') with the channels added since (C' < C) at zero."""
+    """A role's saved sums (m, L, C') as this trustbeam keeps them (C): channels added since (C' < C) at zero, and
+    for a role that keeps fewer now (a pair, an owner: the channels its features never read) its first C."""
     missing = channels_of(role) - values.shape[-1]
-    if missing < 0:
-        raise ValueError(f"evidence snapshot: {role} holds {values.shape[-1]} channels, more than the "
-                         f"{channels_of(role)} this trustbeam keeps (written by a later one?)")
-    return np.concatenate([values, np.zeros((*values.shape[:-1], missing))], axis=-1) if missing else values
+    if missing <= 0:
+        return np.ascontiguousarray(values[..., :channels_of(role)])
+    return np.concatenate([values, np.zeros((*values.shape[:-1], missing))], axis=-1)
 
 
 def status_arrays(status: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

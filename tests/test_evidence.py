@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from model.channel import OnTimeCurve
-from model.evidence import (CHANNELS, COM, LOADED, DRIFT_SCALE, F, N, NEVER, POPULATION, REPORT_CHANNELS, RIDGE, SIZED, TON, TR, W,
+from model.evidence import (CHANNELS, DRIFT_SCALE, LOADED, N, NEVER, POPULATION, REPORT_CHANNELS, RIDGE, W,
                             EvidenceConfig, EvidenceState, EvidenceTrack, load_drift, load_memory, load_rate,
                             pair_evidence_features, report_increments, role_increments, with_load)
 from model.graphs import SlotGraph
@@ -75,10 +75,11 @@ def test_role_increments_by_hand() -> None:
     ton = 2 * factor
     np.testing.assert_allclose(sums[0], [3, 2 * 0.8 + 0.5, 2, 2, 1, ton, 0, 0, 0, 0, 0, ton, 1, ton, 1, ton])
     keys, sums = roles["owner"]
-    assert keys.tolist() == [0, 1] and sums[:, [F, TR, COM, TON, *SIZED]].sum() == 0  # what owners report: n and w
+    assert keys.tolist() == [0, 1] and sums.shape == (2, 2)  # what owners report: n and w, all an owner keeps
     np.testing.assert_allclose(sums[:, [N, W]], [[2, 1.6], [1, 0.5]])
-    keys, _ = roles["pair"]
+    keys, sums = roles["pair"]  # n, w, f, tr, com: all a pair keeps
     assert keys.tolist() == [0 * 3 + 2, 1 * 3 + 2]
+    np.testing.assert_allclose(sums, [[2, 1.6, 2, 2, 1], [1, 0.5, 0, 0, 0]])
     keys, sums = roles["population"]  # the whole slot under one key
     assert keys.tolist() == [POPULATION]
     np.testing.assert_allclose(sums[0], roles["collaborator"][1].sum(axis=0))
