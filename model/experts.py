@@ -130,8 +130,9 @@ class SizeCorrection(nn.Module):
     experts' physics (:meth:`RuleExperts.forecasts`). Per collaborator, at one memory lambda: its rate
     P(com | tr) = (COM + k * prior) / (TON + k) and the line of its computation outcomes on the task's log size x
     (the :data:`model.evidence.SIZED` sums), its slope shrunk toward flat by ``ridge`` times its evidence, read at the
-    scored task's x. Zero until :meth:`adopt` is given the training period's choice (:func:`model.baselines.size_choice`): a
-    fleet whose behaviour does not depend on size would pay for the slopes' noise.
+    scored task's x. Zero until :meth:`adopt` is given the training period's choice
+    (:func:`model.baselines.size_choice`): a fleet whose behaviour does not depend on size would pay for the slopes'
+    noise.
 
     Glossary: TS, CS j's on-time-weighted transmissions and computations of tasks of known size; TX, CX, TXX those
     times x, x^2; k the prior strength."""
@@ -152,8 +153,9 @@ class SizeCorrection(nn.Module):
     def forward(self, experts: RuleExperts, stats: torch.Tensor, dst: torch.Tensor | None, physics: torch.Tensor
                 ) -> torch.Tensor:
         """stats (n_c, STATS, L) the collaborators' raw sums, dst (P,) each pair's row in them (None: row p), physics
-        (P, 5) raw PHYSICS_COLUMNS (the task's size last) -> (P,) the shift of T_beh: zero where the size or j's sized evidence is unknown, and nothing computed
-        where the correction is not adopted or the log is graded (an export traces the model as it stands)."""
+        (P, 5) raw PHYSICS_COLUMNS (the task's size last) -> (P,) the shift of T_beh: zero where the size or j's sized
+        evidence is unknown; nothing computed where the correction is not adopted or the log is graded (an export
+        traces the model as it stands)."""
         if not experts.flags or not self.adopted:
             return torch.zeros_like(physics[:, 0])  # of the traced input's length (an export's axis is dynamic)
         _, k, prior, ridge = self.params.unbind()
