@@ -216,6 +216,7 @@ def test_cli_train_writes_a_loadable_checkpoint(tmp_path, capsys) -> None:
     assert report["model_version"].startswith("bm-") and len(report["val_loss"]) <= 2
     model, index, manifest = load(tmp_path / "ckpt")
     assert len(index) == report["devices"] and manifest["metadata"]["test_rmse"] == report["test_rmse"]
+    assert report["size_corrected"] is False and not model.head.sizing.adopted  # one task size: nothing to read
 
 
 def test_training_is_deterministic_for_a_seed(history: History) -> None:

@@ -189,7 +189,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     summary = {"setting": report.setting, "best_epoch": report.fit.best_epoch, "val_loss": report.fit.val_losses,
                "train_loss": report.fit.train_losses, "test_rmse": report.test_rmse, "test_mae": report.test_mae,
                "train_slots": len(report.train_slots), "test_slots": len(report.test_slots),
-               "devices": len(history.index), "search": report.search, "train_seconds": round(phase.seconds["train"], 1)}
+               "devices": len(history.index), "search": report.search, "train_seconds": round(phase.seconds["train"], 1),
+               "size_corrected": bool(config.head == "context" and model.head.sizing.adopted)}
     with phase("save"):
         content = save(model, history.index, args.out, metadata={"events": str(Path(args.events).resolve()),
                                                                  "status": args.status, "train": asdict(train),
