@@ -41,5 +41,6 @@ def test_the_loop_schedules_from_the_live_topics_and_its_outcomes_flow_back(brok
     assert all(0 <= summary["mean_voc"][arm] <= 1 for arm in ARMS)
     assert summary["mean_voc"]["oracle"] > summary["mean_voc"]["random"]  # the same tasks and draws for every arm
     assert all(0 <= share <= 1 for share in summary["fallback_share"].values())
+    assert summary["attacker_share"] == dict.fromkeys(ARMS, 0.0)  # nobody attacks here
     assert min(report.ages_s) >= 0 and sorted(report.ages_s)[len(report.ages_s) // 2] == 0  # the previous slot's
     assert len(report.cycle_s) == loop + 1 and (tmp_path / "client.json").exists()
