@@ -16,8 +16,8 @@
    statuses the pipeline last scored (the slot before; statuses carry no CPU load), its own T_beh.
    Every arm but random applies the paper's rule (T = T_beh * T_res >= theta, then the highest VoC) and,
    like a scheduler must, falls back to random-in-range for a task none of whose candidates reaches
-   theta (counted per arm). A failed task achieves 0. With ``--attack``, each arm's share of the tasks handed to an
-   attacker's id is counted too (whether or not that attacker misbehaves toward the owner then).
+   theta (counted per arm). A failed task achieves 0. With ``--attack``, each arm's share of honest owners' tasks
+   handed to an attacker's id is counted too (whether or not that attacker misbehaves toward the owner then).
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ class ScheduleReport:
     tasks: int = 0
     achieved: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ARMS, 0.0))  # summed VoC
     answered: int = 0  # trustbeam tasks answered by the client (the rest fell back to random)
-    to_attackers: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARMS, 0))  # tasks handed to an
-    #                                                                                          attacker's id
+    honest_tasks: int = 0  # tasks of owners that are no attacker's id
+    to_attackers: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARMS, 0))  # of those, handed to one
     without_candidate: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         [a for a in ARMS if a not in ("trustbeam", "trustbeam_ev", "random")], 0))  # fell back
     ages_s: list[float] = field(default_factory=list)
@@ -72,7 +72,7 @@ class ScheduleReport:
         return {"tasks": self.tasks, "slots": len(self.slots),
                 "mean_voc": {arm: round(v / n, 4) for arm, v in self.achieved.items()},
                 "answered_share": round(self.answered / n, 4),
-                "attacker_share": {arm: round(v / n, 4) for arm, v in self.to_attackers.items()},
+                "attacker_share": {arm: round(v / max(self.honest_tasks, 1), 4) for arm, v in self.to_attackers.items()},
                 "fallback_share": {arm: round(v / n, 4) for arm, v in self.without_candidate.items()},
                 "score_age_s": {"median": round(float(np.median(self.ages_s)), 1) if self.ages_s else None,
                                 "max": round(max(self.ages_s), 1) if self.ages_s else None},
@@ -204,8 +204,10 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
             picks[name] = fallback(choice, 10)
     picks["random"], _ = simulator.choose(np.random.default_rng([config.seed, 11, slot]), owners, slot)
 
+    honest = ~world.attacker[owners]  # what attackers hand one another wins them nothing
+    report.honest_tasks += int(honest.sum())
     for arm, picked in picks.items():
-        report.to_attackers[arm] += int(world.attacker[picked].sum())
+        report.to_attackers[arm] += int((world.attacker[picked] & honest).sum())
     ran = simulator.outcome(slot, index, tasks, owners, picks["trustbeam"], thetas, draws)
     report.achieved["trustbeam"] += float(ran.voc.sum())
     for arm in ARMS[1:]:  # the counterfactual arms, on the same tasks and random numbers
@@ -263,7 +265,7 @@ def run_schedule_demo(sim: SimConfig, bootstrap: str | None, epochs: int, warmup
     summary = report.summary()
     print(f"\nAchieved VoC per task over {report.tasks} tasks in {len(report.slots)} slots "
           f"(a failed task, or an oracle task with no candidate reaching theta, achieves 0):")
-    print("| selection | mean VoC | fell back to random-in-range | handed to attackers |\n|---|---|---|---|")
+    print("| selection | mean VoC | fell back to random-in-range | honest owners' tasks handed to attackers |\n|---|---|---|---|")
     for arm in ARMS:
         fell = (1 - summary["answered_share"]) if arm == "trustbeam" else summary["fallback_share"].get(arm)
         print(f"| {arm} | {summary['mean_voc'][arm]:.4f} | {'' if fell is None else f'{100 * fell:.1f} %'} | "
