@@ -3,8 +3,10 @@
 A device that answers under several ids (a Sybil's, all at once; a whitewasher's, one after another) still sits at one
 place and reports that place in its statuses. Ids whose latest reported positions lie within ``radius_m`` of each other
 (or are linked by a chain of such ids) are judged as one collaborator: each id's evidence as collaborator becomes the
-sum over its group's ids, and its recency the most recent of theirs. A Sybil's ids then pool their failures, and a
-whitewasher's new id starts from the record its old ids left (decaying as any evidence does) instead of from the prior.
+sum over its group's ids, and its recency the most recent of theirs; and an owner's own group is no candidate of
+its tasks (:func:`model.scoring.score_pairs`: a device does not offload to itself). A Sybil's ids then pool their
+failures, and a whitewasher's new id starts from the record its old ids left (decaying as any evidence does) instead of
+from the prior.
 Where no two ids stand that close (every honest fleet whose devices stand apart) nothing changes.
 
 What it cannot see: an attacker that reports its ids farther apart than the radius, and honest devices closer than
@@ -29,14 +31,6 @@ def colocated(xy: np.ndarray, radius_m: float) -> np.ndarray:
     pairs = cKDTree(xy[known]).query_pairs(radius_m, output_type="ndarray") if len(known) > 1 else np.zeros((0, 2), int)
     links = coo_matrix((np.ones(len(pairs)), (known[pairs[:, 0]], known[pairs[:, 1]])), shape=(n, n))
     return connected_components(links, directed=False)[1]
-
-
-def judged_together(collaborator: np.ndarray, since: np.ndarray, xy: np.ndarray, radius_m: float | None
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`pooled` over the groups of :func:`colocated` (``radius_m`` None: every id judged apart)."""
-    if radius_m is None:
-        return collaborator, since
-    return pooled(collaborator, since, colocated(xy, radius_m))
 
 
 def pooled(collaborator: np.ndarray, since: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -47,7 +47,7 @@ from model.evidence import (N, POPULATION, REPORTED, REPORTS, ROLES, STATE_ROLES
                             EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay, empty_state, find,
                             report_increments, role_increments, with_load)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
-from model.identity import judged_together
+from model.identity import colocated, pooled
 from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift
 from model.stages import Stages
@@ -602,12 +602,18 @@ class PairScores:
 
 def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,
                 version: int = 0, piece: int = 0) -> PairScores:
-    """Score each recent owner against its candidates (within range): T_beh, T_res and VoC of every pair.
-    ``version`` numbers the piece's scorings (:attr:`PairScores.version`); ``piece`` names the piece of the slot
-    ``frame`` is (:meth:`DeviceFrame.pieces`)."""
+    """Score each recent owner against its candidates (within range; not its own ids, those at its place:
+    :mod:`model.identity`): T_beh, T_res and VoC of every pair. ``version`` numbers the piece's scorings
+    (:attr:`PairScores.version`); ``piece`` names the piece of the slot ``frame`` is (:meth:`DeviceFrame.pieces`)."""
     owners = np.flatnonzero(frame.recent_owner)
     known = np.flatnonzero(~np.isnan(frame.status[:, X]))
-    src, dst, _ = candidate_pairs(frame.status[:, [X, Y]], owners, known, ranking.range_m)  # (P,) frame rows
+    xy = frame.status[:, [X, Y]]
+    src, dst, _ = candidate_pairs(xy, owners, known, ranking.range_m)  # (P,) frame rows
+    radius = stages.config.evidence.colocation_m
+    group = None if radius is None else colocated(xy, radius)  # ids at one place: one device
+    if group is not None:
+        other = group[src] != group[dst]
+        src, dst = src[other], dst[other]
     thresholds = frame.profile[:, 2]
     thresholds = np.where(np.isnan(thresholds), ranking.default_threshold, thresholds)
     if ranking.threshold_floor is not None:
@@ -619,8 +625,9 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
         collaborator, population, reporters = credited_evidence(frame)
         at, known = find(reporters[0], frame.keys[src])
         believed[known] = reporters[1][at[known]]
-        collaborator, since = judged_together(collaborator, frame.since, frame.status[:, [X, Y]],
-                                              stages.config.evidence.colocation_m)
+        since = frame.since
+        if group is not None:
+            collaborator, since = pooled(collaborator, since, group)
         blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, stages.config.evidence,
                                    population, frame.status[:, LOAD], frame.reports)
         t_beh = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)

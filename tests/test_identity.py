@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from model.evidence import EvidenceConfig
-from model.identity import colocated, judged_together, pooled
+from model.identity import colocated, pooled
 
 
 def test_ids_within_the_radius_share_a_group_and_ids_without_a_position_stand_alone() -> None:
@@ -28,9 +28,8 @@ def test_pooled_sums_each_groups_evidence_and_keeps_its_latest_service() -> None
 def test_ids_apart_are_left_as_they_are() -> None:
     collaborator, since = np.ones((3, 2, 4)), np.array([1, 2, 3])
     xy = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
-    for radius in (1.0, None):
-        sums, latest = judged_together(collaborator, since, xy, radius)
-        assert sums is collaborator and latest is since
+    sums, latest = pooled(collaborator, since, colocated(xy, 1.0))
+    assert sums is collaborator and latest is since
 
 
 def test_a_radius_that_is_not_positive_is_refused_by_name() -> None:

@@ -75,6 +75,13 @@ def test_sybil_ids_are_judged_as_one_alike_offline_and_in_the_scorer(sybil_log) 
     np.testing.assert_array_equal(evidence[0, :width], evidence[1, :width])  # one record for both ids
     assert not np.array_equal(apart[0, :width], apart[1, :width])  # two records apart
     assert_scores_equal_prediction(sybil_log)
+    position = {d: xy for d, xy in zip(status["device"].to_pylist(), zip(status["x_m"].to_pylist(),
+                                                                       status["y_m"].to_pylist()))}
+    ranking = RankingConfig(range_m=None, scores_per_owner=1000)
+    scores = [s for r in score_log(TorchStages(model, history.index), events, status, ranking, SystemParams(), "v1")
+              for s in r.scores]
+    aliases = [s for s in scores if position[s.owner] == position[s.collaborator]]
+    assert len(scores) > 1000 and not aliases  # a Sybil owner is not offered its own ids
 
 
 def test_the_task_sizes_correction_alike_offline_and_in_the_scorer() -> None:
