@@ -265,7 +265,8 @@ def run_schedule_demo(sim: SimConfig, bootstrap: str | None, epochs: int, warmup
     summary = report.summary()
     print(f"\nAchieved VoC per task over {report.tasks} tasks in {len(report.slots)} slots "
           f"(a failed task, or an oracle task with no candidate reaching theta, achieves 0):")
-    print("| selection | mean VoC | fell back to random-in-range | honest owners' tasks handed to attackers |\n|---|---|---|---|")
+    print("| selection | mean VoC | fell back to random-in-range | honest owners' tasks handed to attackers |\n"
+          "|---|---|---|---|")
     for arm in ARMS:
         fell = (1 - summary["answered_share"]) if arm == "trustbeam" else summary["fallback_share"].get(arm)
         print(f"| {arm} | {summary['mean_voc'][arm]:.4f} | {'' if fell is None else f'{100 * fell:.1f} %'} | "
