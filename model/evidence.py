@@ -12,7 +12,7 @@ is known, ton and com again, times x = log2(size / :data:`REFERENCE_BITS`) and t
 same regression on the task's size, which a device that serves small tasks and fails large ones (opportunistic
 service) makes steep (the head's size correction, :class:`model.experts.SizeCorrection`). Evidence is
 kept per *role*: a device as collaborator (every channel), a device as owner (n, w: what it
-reports of others, e.g. a rater's bias), a pair owner -> collaborator (every channel) and the whole
+reports of others, e.g. a rater's bias), a pair owner -> collaborator (n, w, f, tr, com) and the whole
 population (one key, :data:`POPULATION`: every task of the log, so that the level a log drifts to is
 tracked online, in the streaming shards as offline). Each
 sum forgets by a factor lambda per slot, for each lambda of :class:`EvidenceConfig` at once, so a
@@ -253,7 +253,7 @@ def role_increments(graph: SlotGraph, n: int, config: EvidenceConfig) -> dict[st
     out = {}
     for role in ROLES:
         unique, sums = sum_by(role_keys(graph, n, role), monitored if role in MONITORED else per_edge)
-        sums = sums[:, :channels_of(role)]  # an owner's evidence is what it reports: n and w
+        sums = sums[:, :channels_of(role)]  # what the role's features read (an owner's: what it reports, n and w)
         if role == "collaborator" and share.any():  # a collaborator only owners reported of: in REPORTED alone
             unique, sums = unique[sums[:, N] > 0], sums[sums[:, N] > 0]
         out[role] = (unique, sums)

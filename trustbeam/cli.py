@@ -52,7 +52,7 @@ def _positive_metres(option: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"{option}: expected metres > 0 or 'none' (got {text!r})") from None
+        value = float("nan")
     if not value > 0:
         raise ValueError(f"{option}: expected metres > 0 or 'none' (got {text!r})")
     return value
