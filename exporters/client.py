@@ -7,9 +7,10 @@ collaborator for owner X with this task and threshold theta" from the latest slo
   a new view too (the one read last wins): a view never mixes two publications. Records of an older
   publication, as on a replay, are ignored.
 * **Answers** (:meth:`TrustClient.best`): the candidates of the owner's newest slot (its ranking and its
-  trust scores) with T >= theta; the highest VoC wins, then the highest T. VoC is the ranking's, computed
-  for the owner's latest task profile; a scheduler with a different task passes ``value`` to rate the
-  candidates for it. ``age_s`` is how long ago the scored slot ended.
+  trust scores) with T >= theta; the highest VoC wins, then the highest T. VoC and T are the ranking's,
+  computed for the owner's latest task profile; a scheduler with a different task passes ``value`` to rate the
+  candidates for it, and its task's size to read each T for that size (:func:`trust_for_size`: where the
+  model's trust depends on the size, the records say how). ``age_s`` is how long ago the scored slot ended.
 * **Restarts**: :meth:`TrustClient.checkpoint` writes the state and its topic positions to a snapshot
   file (atomically), then commits those positions to the consumer group. A restarted client loads the
   snapshot and resumes from its positions, which are the group's committed offsets unless it died
@@ -62,6 +63,15 @@ class OwnerView:
     model_version: str = ""
     ranking: CollaboratorRanking | None = None
     scores: dict[str, TrustScore] = field(default_factory=dict)
+
+
+def trust_for_size(trust: float, published_bits: float | None, slope: float | None, task_bits: float | None
+                   ) -> float:
+    """A published T read for a task of ``task_bits``: T + slope * log2(task_bits / published_bits), clipped to
+    [0, 1] (the record's ``size_slope`` per doubling of the size its trust is for); T itself where any is unknown."""
+    if task_bits is None or published_bits is None or slope is None:
+        return trust
+    return float(np.clip(trust + slope * np.log2(task_bits / published_bits), 0.0, 1.0))
 
 
 def revision(record: TrustScore | CollaboratorRanking) -> int:
@@ -174,18 +184,17 @@ class TrustClient:
             read += self.poll(0.2)
         return read
 
-    def best(self, owner: str, theta: float | None = None, value: Value | None = None) -> Choice:
-        """The best collaborator for ``owner`` at threshold ``theta`` (default: its ranking's threshold)."""
+    def best(self, owner: str, theta: float | None = None, value: Value | None = None,
+             task_size_bits: float | None = None) -> Choice:
+        """The best collaborator for ``owner`` at threshold ``theta`` (default: its ranking's threshold), with each
+        T read for a task of ``task_size_bits`` (default: the owner's latest, which the records are for)."""
         view = self.views.get(owner)
         ranking = view.ranking if view else None
         theta = theta if theta is not None else (ranking.threshold if ranking else self.default_theta)
         if view is None:
             return Choice(owner, None, None, None, theta, None, None, None, 0)
-        trust = {c: s.trust for c, s in view.scores.items()}
-        voc: dict[str, float] = {}
-        for candidate in ranking.candidates if ranking else ():
-            trust[candidate.collaborator] = candidate.trust
-            voc[candidate.collaborator] = candidate.voc
+        trust = self.trust(owner, task_size_bits)
+        voc = {candidate.collaborator: candidate.voc for candidate in (ranking.candidates if ranking else ())}
         eligible = sorted(c for c, t in trust.items() if t >= theta)
         any_record = ranking or next(iter(view.scores.values()))
         age = self.now() - any_record.slot_end_ms / 1000
@@ -196,6 +205,20 @@ class TrustClient:
         chosen = eligible[best]
         return Choice(owner, chosen, trust[chosen], float(rated[best]) if rated[best] >= 0 else None, theta,
                       view.slot, age, any_record.model_version, len(eligible))
+
+    def trust(self, owner: str, task_size_bits: float | None = None) -> dict[str, float]:
+        """Each candidate's T in ``owner``'s newest view (its trust scores, then its ranking's), read for a task of
+        ``task_size_bits`` (default: the owner's latest, which the records are for); empty for an owner unseen."""
+        view = self.views.get(owner)
+        if view is None:
+            return {}
+        trust = {c: trust_for_size(s.trust, s.task_size_bits, s.size_slope, task_size_bits)
+                 for c, s in view.scores.items()}
+        ranking = view.ranking
+        for candidate in ranking.candidates if ranking else ():
+            trust[candidate.collaborator] = trust_for_size(candidate.trust, ranking.task_size_bits,
+                                                           candidate.size_slope, task_size_bits)
+        return trust
 
     def checkpoint(self) -> None:
         """Snapshot the state with its positions (atomically), then commit the positions to the group."""

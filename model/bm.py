@@ -122,6 +122,12 @@ class BM(nn.Module):
                                     rate_prior, on_time, tr_rate)
 
     @property
+    def size_corrected(self) -> bool:
+        """Whether T_beh depends on the task's size: training adopted the head's size correction
+        (:class:`model.experts.SizeCorrection`). Scoring then publishes how the trust moves with it."""
+        return self.config.uses_context and self.head.sizing.adopted
+
+    @property
     def uses_encoder(self) -> bool:
         """Whether T_beh depends on Y: the paper head always; the context head when training kept an end-to-end
         epoch that gave Y weight (:attr:`model.head.ContextHead.reads_embeddings`). Scoring, the ONNX export and

@@ -559,6 +559,8 @@ class PairScores:
     t_res: np.ndarray  # (P,)
     voc: np.ndarray  # (P,)
     believed: np.ndarray | None = None  # (P,) each pair's owner's credibility as a reporter (None: 1, all believed)
+    task_sizes: np.ndarray | None = None  # (n,) per frame row its latest task's size, bit (NaN: none; None: unknown)
+    size_slope: np.ndarray | None = None  # (P,) T_beh's change per doubling of that size (None: T_beh ignores it)
 
     def forecasts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """((P,) pair keys, (P,) raw T_beh, (P,) how far the owner's report of the pair's outcome is believed)."""
@@ -569,7 +571,9 @@ class PairScores:
                 revision: int = 0) -> SlotScores:
         """The piece's trust scores and rankings with T_beh moved by ``shift`` (clipped to [0, 1]): one ranking per
         recent owner, by the paper's rule, with no candidates where none is in range. ``revision`` numbers the
-        piece's publications (0: the first; an update after late events has a higher one)."""
+        piece's publications (0: the first; an update after late events has a higher one). Each record says the
+        owner's task size its trust is for, and, where the model's trust depends on it, the trust's change per
+        doubling of it (T_res times T_beh's), with which a scheduler reads the trust for a task of its own."""
         slot, ids, src, dst, thresholds = self.slot, self.ids, self.src, self.dst, self.thresholds
         t_beh = np.clip(self.t_beh + shift, 0.0, 1.0) if shift else self.t_beh
         trust = np.clip(t_beh * self.t_res, 0.0, 1.0)
@@ -589,15 +593,29 @@ class PairScores:
                                           ranking.top_k)])
         window = {"slot": slot, "slot_start_ms": int(clock.start_ms(slot)), "slot_end_ms": int(clock.end_ms(slot)),
                   "model_version": model_version, "is_update": revision > 0, "revision": revision}
+        sizes = np.full(len(ids), np.nan) if self.task_sizes is None else self.task_sizes
+        slope = {} if self.size_slope is None else {"size_slope": self.size_slope * self.t_res}
         p = np.concatenate([nothing, *scored])
         scores = Columns.of(TrustScore, len(p), owner=ids[src[p]], collaborator=ids[dst[p]], t_beh=t_beh[p],
-                            t_res=self.t_res[p], trust=trust[p], **window)
+                            t_res=self.t_res[p], trust=trust[p], task_size_bits=nullable(sizes[src[p]]),
+                            **{name: values[p] for name, values in slope.items()}, **window)
         c = np.concatenate([nothing, *listed])
-        entries = Columns.of(RankedCandidate, len(c), collaborator=ids[dst[c]], trust=trust[c], voc=self.voc[c])
+        entries = Columns.of(RankedCandidate, len(c), collaborator=ids[dst[c]], trust=trust[c], voc=self.voc[c],
+                             **{name: values[c] for name, values in slope.items()})
         rankings = Columns.of(CollaboratorRanking, len(self.owners), owner=ids[self.owners],
-                              threshold=thresholds[self.owners],
+                              threshold=thresholds[self.owners], task_size_bits=nullable(sizes[self.owners]),
                               candidates=Nested.of(entries, [len(chosen) for chosen in listed]), **window)
         return SlotScores(slot, scores, rankings, self.piece)
+
+
+def nullable(values: np.ndarray) -> np.ndarray:
+    """A float column for a nullable field: as it is where every value is known, else objects with None for NaN."""
+    missing = np.isnan(values)
+    if not missing.any():
+        return values
+    out = values.astype(object)
+    out[missing] = None
+    return out
 
 
 def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,
@@ -619,6 +637,7 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
     if ranking.threshold_floor is not None:
         thresholds = np.minimum(thresholds, ranking.threshold_floor)
     t_beh, t_res, voc, believed = np.zeros(len(src)), np.zeros(len(src)), np.zeros(len(src)), np.ones(len(src))
+    slope = np.zeros(len(src)) if stages.size_corrected else None
     if len(src):
         physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
         pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
@@ -630,12 +649,16 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
             collaborator, since = pooled(collaborator, since, group)
         blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, stages.config.evidence,
                                    population, frame.status[:, LOAD], frame.reports)
-        t_beh = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
+        features = physics.features()
+        t_beh = stages.t_beh_pairs(frame.y, features, blocks, src, dst, pair_at)
+        if slope is not None:  # the same pairs for a task of twice the size (the last physics column)
+            features[:, -1] *= 2
+            slope = stages.t_beh_pairs(frame.y, features, blocks, src, dst, pair_at) - t_beh
         status_j = frame.status[dst]
         t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])
         voc = physics.value(params)
     return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc,
-                      believed)
+                      believed, frame.profile[:, 0], slope)
 
 
 def credited_evidence(frame: DeviceFrame) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:

@@ -37,6 +37,7 @@ class Stages(Protocol):
     config: BMConfig
     idle: np.ndarray  # (d,) the slot embedding of an idle device
     uses_encoder: bool  # whether t_beh reads Y (else slot_embeddings and long_term are never needed)
+    size_corrected: bool  # whether t_beh depends on the task's size (the last physics column)
     pairs_per_call: int  # pairs a t_beh call scores at once (bounds its memory)
 
     def feature_rows(self, ids: pa.Array) -> np.ndarray:
@@ -130,6 +131,7 @@ class TorchStages:
         self.pairs_per_call = pairs_per_call
         self.config = model.config
         self.uses_encoder = model.uses_encoder
+        self.size_corrected = model.size_corrected
         self.idle = model.slot_encoder.idle.detach().cpu().numpy()
         with torch.no_grad():  # the node2vec rows as inference reads them, then the cold row
             self.table = torch.cat([model.device_features(), model.cold[None]])

@@ -2,7 +2,8 @@
 
 Decoding is strict: the bytes must be UTF-8 JSON of at most MAX_MESSAGE_BYTES,
 an object without duplicate keys, with a known
-``schema_version`` and exactly the record's fields. Every failure is a
+``schema_version`` (this one or an older one: a version only adds nullable fields, which an older record lacks)
+and exactly the record's fields. Every failure is a
 :class:`ValidationError`. ``NaN``/``Infinity`` literals parse, then fail the
 field's finiteness rule, so the error names the field. :func:`from_json_forward` is the one
 lenient reader: consumers use it to keep reading records of a newer version.
@@ -43,18 +44,23 @@ def from_versioned_dict(cls: type[R], obj: dict[str, Any]) -> R:
     if VERSION_FIELD not in body:
         raise ValidationError(VERSION_FIELD, None, "required field is missing")
     version = body.pop(VERSION_FIELD)
-    if isinstance(version, bool) or version != cls.SCHEMA_VERSION:
+    if not known_version(cls, version):
         raise ValidationError(
             VERSION_FIELD, version, f"unknown version for {cls.NAME} (known: {cls.SCHEMA_VERSION})"
         )
     return cls.from_dict(body)  # type: ignore[return-value]
 
 
+def known_version(cls: type[Record], version: Any) -> bool:
+    """Whether ``version`` is one a reader of ``cls`` decodes strictly: 1 to its own."""
+    return isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= cls.SCHEMA_VERSION
+
+
 def from_json_forward(cls: type[R], data: bytes | str) -> tuple[R, bool]:
     """Decode a message of this version or a newer one, for consumers that must keep reading when
     producers upgrade first. Fields this version does not know (at any depth) are ignored; the rest
-    is validated as usual. Returns (record, whether the message was newer). Older or malformed
-    versions raise ValidationError."""
+    is validated as usual. Returns (record, whether the message was newer). Malformed versions raise
+    ValidationError."""
     obj = parse_json(data)
     if not isinstance(obj, dict):
         raise ValidationError(_WHOLE, obj, f"expected a JSON object for {cls.NAME}")

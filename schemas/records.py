@@ -19,6 +19,18 @@ MAX_RANKED = 1000
 MONITOR_PREFIX = "monitor:"  # the id namespace of neutral monitors: a reporter named "monitor:<name>" is one
 
 
+def _task_size() -> Any:
+    """What a published trust is for: the size of the owner's latest task."""
+    return number("size of the owner's task the trust (and VoC) is for: its latest (null: unknown)", unit="bit", gt=0,
+                  nullable=True)
+
+
+def _size_slope() -> Any:
+    """How a published trust moves with the task's size (the model's size correction, :mod:`model.experts`)."""
+    return number("change of the trust T per doubling of the task's size (null: the model's trust does not depend "
+                  "on it)", unit="1/doubling", nullable=True)
+
+
 def foreign_reporter(reporter: Any, owner: Any) -> Any:
     """True where a reporter names neither the task's owner nor a monitor (null: the neutral monitor of a log that
     does not say), for one record or for object columns of a batch."""
@@ -103,9 +115,12 @@ class DeviceStatus(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class TrustScore(Record):
-    """The rolling trust of one (owner, collaborator) pair after a slot: T = T_beh * T_res."""
+    """The rolling trust of one (owner, collaborator) pair after a slot: T = T_beh * T_res, for a task of
+    ``task_size_bits``; a scheduler's task of another size s has T + ``size_slope`` * log2(s / task_size_bits)
+    (clipped to [0, 1]). Version 2 added those two fields."""
 
     NAME = "trust_score"
+    SCHEMA_VERSION = 2
 
     owner: str = ident("device that would offload (i)")
     collaborator: str = ident("candidate collaborator (j)")
@@ -119,6 +134,8 @@ class TrustScore(Record):
     is_update: bool = flag("re-publication of a slot after late events")
     revision: int = integer("which publication of the slot this is: 0 the first, n the n-th update (null: a "
                             "producer that does not number them)", ge=0, nullable=True)
+    task_size_bits: float = _task_size()
+    size_slope: float = _size_slope()
 
     RULES = (
         Rule("collaborator", "must differ from owner", lambda r: r.owner == r.collaborator),
@@ -135,13 +152,17 @@ class RankedCandidate(Record):
     collaborator: str = ident("candidate collaborator (j)")
     trust: float = number("overall trust T", ge=0, le=1)
     voc: float = number("expected value of task completion V for the owner's task profile", ge=0, le=1)
+    size_slope: float = _size_slope()
 
 
 @dataclass(frozen=True, kw_only=True)
 class CollaboratorRanking(Record):
-    """An owner's top candidates after a slot: those with T >= threshold, best VoC first."""
+    """An owner's top candidates after a slot: those with T >= threshold, best VoC first, for a task of
+    ``task_size_bits`` (see :class:`TrustScore` for another size). Version 2 added it and the candidates'
+    ``size_slope``."""
 
     NAME = "collaborator_ranking"
+    SCHEMA_VERSION = 2
 
     owner: str = ident("device that would offload (i)")
     slot: int = integer("slot index k", ge=0)
@@ -152,6 +173,7 @@ class CollaboratorRanking(Record):
     is_update: bool = flag("re-publication of a slot after late events")
     revision: int = integer("which publication of the slot this is: 0 the first, n the n-th update (null: a "
                             "producer that does not number them)", ge=0, nullable=True)
+    task_size_bits: float = _task_size()
     candidates: tuple[RankedCandidate, ...] = records(
         RankedCandidate, "candidates in selection order (first is chosen)", max_len=MAX_RANKED
     )

@@ -19,15 +19,19 @@ SLOT_MS = 60_000
 
 
 def slot_records(owner: str, slot: int, candidates: dict[str, tuple[float, float]], threshold: float = 0.4,
-                 is_update: bool = False, revision: int | None = None, model: str = "bm-test"
+                 is_update: bool = False, revision: int | None = None, model: str = "bm-test",
+                 task_size_bits: float | None = None, slopes: dict[str, float] | None = None
                  ) -> list[tuple[str, object]]:
-    """A ranking (candidates with T >= threshold, best VoC first) and a trust score per candidate."""
+    """A ranking (candidates with T >= threshold, best VoC first) and a trust score per candidate; ``slopes``: each
+    candidate's change of T per doubling of the task's size (``task_size_bits``, what the trust is for)."""
     common = dict(owner=owner, slot=slot, slot_start_ms=slot * SLOT_MS, slot_end_ms=(slot + 1) * SLOT_MS,
-                  model_version=model, is_update=is_update, revision=revision)
+                  model_version=model, is_update=is_update, revision=revision, task_size_bits=task_size_bits)
+    slopes = slopes or {}
     ranked = sorted(((c, t, v) for c, (t, v) in candidates.items() if t >= threshold), key=lambda x: -x[2])
     ranking = CollaboratorRanking(threshold=threshold, candidates=tuple(
-        RankedCandidate(collaborator=c, trust=t, voc=v) for c, t, v in ranked), **common)
-    scores = [TrustScore(collaborator=c, t_beh=t, t_res=1.0, trust=t, **common) for c, (t, _) in candidates.items()]
+        RankedCandidate(collaborator=c, trust=t, voc=v, size_slope=slopes.get(c)) for c, t, v in ranked), **common)
+    scores = [TrustScore(collaborator=c, t_beh=t, t_res=1.0, trust=t, size_slope=slopes.get(c), **common)
+              for c, (t, _) in candidates.items()]
     return [("rankings", ranking)] + [("scores", s) for s in scores]
 
 
@@ -90,14 +94,34 @@ def test_newer_schema_versions_are_read_and_garbage_is_counted(broker) -> None:
     topics = fresh_topics(broker)
     (_, ranking), *_ = slot_records("a", 4, {"b": (0.8, 0.6)})
     newer = json.loads(to_json(ranking))
-    newer.update(schema_version=2, region="eu-west")
+    newer.update(schema_version=CollaboratorRanking.SCHEMA_VERSION + 1, region="eu-west")
     newer["candidates"][0]["latency_ms"] = 12
-    send(broker, topics, [], raw=[("rankings", json.dumps(newer).encode()), ("rankings", b"\xff garbage"),
-                                   ("scores", b'{"schema_version": 1}')])
+    (_, ranking), *_ = slot_records("c", 4, {"d": (0.7, 0.5)})
+    older = json.loads(to_json(ranking))  # version 1: before the task's size and the slopes
+    del older["task_size_bits"], older["candidates"][0]["size_slope"]
+    older["schema_version"] = 1
+    send(broker, topics, [], raw=[("rankings", json.dumps(newer).encode()), ("rankings", json.dumps(older).encode()),
+                                   ("rankings", b"\xff garbage"), ("scores", b'{"schema_version": 1}')])
     client = TrustClient(broker.settings, topics, group=f"g-{uuid.uuid4().hex[:6]}")
     client.catch_up()
-    assert client.best("a").collaborator == "b"
-    assert (client.counters["newer_version"], client.counters["undecodable"], client.counters["read"]) == (1, 2, 3)
+    assert client.best("a").collaborator == "b" and client.best("c").collaborator == "d"
+    assert (client.counters["newer_version"], client.counters["undecodable"], client.counters["read"]) == (1, 2, 4)
+    client.close()
+
+
+def test_a_schedulers_task_size_moves_the_trust_it_reads(broker) -> None:
+    """Records for a 1 Mbit task whose trust falls 0.1 per doubling at b and not at c: for a 4 Mbit task b's T is
+    0.9 - 0.2 = 0.7, below theta 0.75, so c answers; for a 0.5 Mbit one b's T is 1.0 (clipped), and b (VoC 0.6)
+    beats c (VoC 0.5). Without a size, the records' own task."""
+    topics = fresh_topics(broker)
+    send(broker, topics, slot_records("a", 3, {"b": (0.9, 0.6), "c": (0.8, 0.5)}, task_size_bits=1e6,
+                                      slopes={"b": -0.1, "c": 0.0}))
+    client = TrustClient(broker.settings, topics, group=f"g-{uuid.uuid4().hex[:6]}")
+    client.catch_up()
+    large, small = (client.best("a", theta=0.75, task_size_bits=bits) for bits in (4e6, 5e5))
+    assert (large.collaborator, large.trust, large.eligible) == ("c", pytest.approx(0.8), 1)
+    assert (small.collaborator, small.trust, small.eligible) == ("b", pytest.approx(1.0), 2)
+    assert client.best("a", theta=0.75).trust == pytest.approx(0.9)
     client.close()
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from model.config import RankingConfig
 from schemas import CollaborationEvent, from_json
+from simulator.config import Attack, AttackKind
 from simulator.engine import Simulator
 from tests.pipeline_fixtures import SIM, job, write_checkpoint
 from exporters.kafka_client import read_to_end
@@ -16,9 +17,15 @@ from trustbeam.schedule import ARMS, schedule_loop, tagged_topics
 pytestmark = pytest.mark.kafka
 
 
-def test_the_loop_schedules_from_the_live_topics_and_its_outcomes_flow_back(broker, tmp_path, monkeypatch) -> None:
+# opportunistic attackers fail large tasks: the loop's tasks have sizes (1/4 to 4 times the nominal), as the warm-up's
+OPPORTUNISTS = dict(attack=Attack(AttackKind.OPPORTUNISTIC, 0.2), task_size_spread=4.0)
+
+
+@pytest.mark.parametrize("world", [{}, OPPORTUNISTS], ids=["paper", "opportunistic"])
+def test_the_loop_schedules_from_the_live_topics_and_its_outcomes_flow_back(broker, tmp_path, monkeypatch,
+                                                                             world) -> None:
     monkeypatch.setenv("TRUSTBEAM_STATE_DIR", str(tmp_path))
-    sim = replace(SIM, slots=10, tasks=450)
+    sim = replace(SIM, slots=10, tasks=450, **world)
     checkpoint = write_checkpoint(tmp_path / "model", sim)
     topics = tagged_topics()
     config = job(checkpoint, topics=topics, ranking=RankingConfig(owner_slots=6, range_m=None, scores_per_owner=10))
@@ -41,6 +48,12 @@ def test_the_loop_schedules_from_the_live_topics_and_its_outcomes_flow_back(brok
     assert all(0 <= summary["mean_voc"][arm] <= 1 for arm in ARMS)
     assert summary["mean_voc"]["oracle"] > summary["mean_voc"]["random"]  # the same tasks and draws for every arm
     assert all(0 <= share <= 1 for share in summary["fallback_share"].values())
-    assert summary["attacker_share"] == dict.fromkeys(ARMS, 0.0)  # nobody attacks here
+    sizes = {e.task_size_bits for e in events if e.event_time_ms >= loop_start}
+    if sim.attack is None:
+        assert summary["attacker_share"] == dict.fromkeys(ARMS, 0.0) and sizes == {sim.task_size_bits}
+    else:  # the loop's tasks vary in size as the warm-up's; attackers are counted where they misbehave
+        assert len(sizes) > 10 and all(sim.task_size_bits / 4 <= s <= 4 * sim.task_size_bits for s in sizes)
+        assert all(0 <= share <= 1 for share in summary["attacker_share"].values())
+        assert summary["attacker_share"]["oracle_ev"] <= summary["attacker_share"]["random"]
     assert min(report.ages_s) >= 0 and sorted(report.ages_s)[len(report.ages_s) // 2] == 0  # the previous slot's
     assert len(report.cycle_s) == loop + 1 and (tmp_path / "client.json").exists()

@@ -98,6 +98,38 @@ def test_the_task_sizes_correction_alike_offline_and_in_the_scorer() -> None:
     assert np.abs(moved[0] - moved[1]).max() > 0.05
 
 
+def test_published_trust_says_its_task_size_and_how_it_moves_with_the_size() -> None:
+    """Each record names the owner's task size its trust is for and, where the correction is adopted, the trust's
+    change per doubling of it: T_res times T_beh's at twice the size minus T_beh's (the training path's, offline);
+    a scheduler reads the trust for a task of its own from them. Without the correction the slope is null."""
+    events, status, history, model = scored_log(OPPORTUNISTS)
+    ranking = RankingConfig(range_m=None, scores_per_owner=1000)
+    rows = {name: i for i, name in enumerate(history.index.ids)}
+    unadopted = next(r for r in score_log(TorchStages(model, history.index), events, status, ranking, SystemParams(),
+                                          "v1") if r.slot == 9)
+    assert all(s.size_slope is None for s in unadopted.scores) and unadopted.scores
+    model.head.sizing.adopt(lam_index=2, strength=2.0, prior_mean=0.8, ridge=1.0)
+    result = next(r for r in score_log(TorchStages(model, history.index), events, status, ranking, SystemParams(),
+                                       "v1") if r.slot == 9)
+    src = np.array([rows[s.owner] for s in result.scores])
+    dst = np.array([rows[s.collaborator] for s in result.scores])
+    profile = latest_profiles(events, np.array([s.owner for s in result.scores], object), 9)
+    doubled = profile * [2.0, 1.0]
+    with torch.no_grad():
+        at, twice = (model.t_beh(model.pair_outputs(history, PairQuery(src, dst, 9, p))).numpy()
+                     for p in (profile, doubled))
+    t_res = np.array([s.t_res for s in result.scores])
+    slope = np.array([s.size_slope for s in result.scores])
+    np.testing.assert_allclose(slope, (twice - at) * t_res, atol=1e-5)
+    assert np.abs(slope).max() > 0.01
+    np.testing.assert_array_equal([s.task_size_bits for s in result.scores], profile[:, 0])
+    listed = {(r.owner, c.collaborator): c.size_slope for r in result.rankings for c in r.candidates}
+    by_pair = {(s.owner, s.collaborator): s.size_slope for s in result.scores}
+    assert listed and all(by_pair[pair] == value for pair, value in listed.items())
+    size_of = {s.owner: s.task_size_bits for s in result.scores}
+    assert all(r.task_size_bits == size_of[r.owner] for r in result.rankings)
+
+
 def latest_profiles(events: pa.Table, owners: np.ndarray, slot: int) -> np.ndarray:
     """(o, 2) the size and density of each owner's latest task by the end of ``slot``: what the scorer reads."""
     slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())

@@ -12,12 +12,15 @@
    random numbers for success, the other arms are evaluated as counterfactuals: random-in-range
    selection, the rules ``qs_trust`` and ``channel_beta`` (fitted on the warm-up slots, then fed the
    outcomes that really ran, slot by slot) and the oracle (the hidden reliability as T_beh). Every
-   arm decides with what a scheduler knows when the slot's tasks arrive: T_res and VoC from the
-   statuses the pipeline last scored (the slot before; statuses carry no CPU load), its own T_beh.
-   Every arm but random applies the paper's rule (T = T_beh * T_res >= theta, then the highest VoC) and,
-   like a scheduler must, falls back to random-in-range for a task none of whose candidates reaches
-   theta (counted per arm). A failed task achieves 0. With ``--attack``, each arm's share of honest owners' tasks
-   handed to an attacker's id is counted too (whether or not that attacker misbehaves toward the owner then).
+   arm decides with what a scheduler knows when the slot's tasks arrive: its tasks (their sizes too, where
+   ``--task-size-spread`` varies them), T_res and each task's VoC from the statuses the pipeline last scored
+   (the slot before; statuses carry no CPU load), its own T_beh (trustbeam's read for the task's size from
+   the records, :meth:`exporters.client.TrustClient.trust`). Every arm but random applies the paper's rule
+   (T = T_beh * T_res >= theta, then the highest VoC) and, like a scheduler must, falls back to random-in-range
+   for a task none of whose candidates reaches theta (counted per arm). A failed task achieves 0. With
+   ``--attack``, each arm's share of honest owners' tasks handed to an attacker misbehaving toward the owner
+   then (an on-off attacker's bad stretch, a selective one's targets, an opportunistic one's large tasks,
+   always for the other kinds; :meth:`simulator.world.World.misbehaving`) is counted too.
 """
 
 from __future__ import annotations
@@ -175,25 +178,31 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
         picks, _ = simulator.choose(np.random.default_rng([config.seed, stream, slot]), owners, slot)
         return np.where(missing, picks, chosen)
 
+    sizes = simulator.task_sizes(slot, 0, len(tasks))  # None: every task the nominal size (the paper)
+    task_bits = np.full(len(tasks), config.task_size_bits) if sizes is None else sizes
+    pool = in_range(world, owners, slot)
+    profile = np.stack([task_bits[pool.rows], np.full(len(pool.rows), config.density_cycles_per_bit)], axis=1)
+    # what a scheduler knows when the slot's tasks arrive: its tasks, and the statuses the pipeline last scored (the
+    # slot before), from which each task's VoC and T_res are computed as the pipeline does (no hidden CPU load, no
+    # current radio)
+    seen = status_values(simulator.status_table(slot - 1))  # (devices, 8), rows in device order
+    voc = pool.dense(pair_physics(seen[owners[pool.rows]], seen[pool.cols], profile, config.system).value(config.system),
+                     -np.inf)
     chosen = np.full(len(tasks), -1, dtype=np.int64)
     chosen_ev = np.full(len(tasks), -1, dtype=np.int64)
     for k, (owner, theta) in enumerate(zip(world.ids.take(owners).to_pylist(), thetas)):
-        choice = client.best(owner, theta=float(theta))
+        size = float(task_bits[k])
+        task_voc = task_value(voc[k], row_of)
+        choice = client.best(owner, theta=float(theta), value=task_voc, task_size_bits=size)
         if choice.collaborator is not None:
             chosen[k] = row_of[choice.collaborator]
             report.ages_s.append(choice.age_s)
-        expected = client.best(owner, theta=float(theta), value=expected_value(client, owner))
+        expected = client.best(owner, theta=float(theta), value=expected_value(client.trust(owner, size), task_voc),
+                               task_size_bits=size)
         if expected.collaborator is not None:
             chosen_ev[k] = row_of[expected.collaborator]
     answered = chosen >= 0
     picks = {"trustbeam": fallback(chosen, 10), "trustbeam_ev": fallback(chosen_ev, 10)}
-    pool = in_range(world, owners, slot)
-    profile = np.tile([config.task_size_bits, config.density_cycles_per_bit], (len(pool.rows), 1))
-    # what a scheduler knows when the slot's tasks arrive: the statuses the pipeline last scored (the slot
-    # before), from which VoC and T_res are computed as the pipeline does (no hidden CPU load, no current radio)
-    seen = status_values(simulator.status_table(slot - 1))  # (devices, 8), rows in device order
-    voc = pool.dense(pair_physics(seen[owners[pool.rows]], seen[pool.cols], profile, config.system).value(config.system),
-                     -np.inf)
     t_res = resource_trust(seen[pool.cols, WILLINGNESS], seen[pool.cols, COMM_OK], seen[pool.cols, COMP_OK])
     beliefs = {name: scorer.score(owners[pool.rows], pool.cols, profile) for name, scorer in rules.scorers.items()}
     beliefs["oracle"] = pool.expected.reliability(rules.weights)
@@ -207,25 +216,34 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
     honest = ~world.attacker[owners]  # what attackers hand one another wins them nothing
     report.honest_tasks += int(honest.sum())
     for arm, picked in picks.items():
-        report.to_attackers[arm] += int((world.attacker[picked] & honest).sum())
-    ran = simulator.outcome(slot, index, tasks, owners, picks["trustbeam"], thetas, draws)
+        report.to_attackers[arm] += int((world.misbehaving(picked, owners, slot, sizes) & honest).sum())
+    ran = simulator.outcome(slot, index, tasks, owners, picks["trustbeam"], thetas, draws, sizes)
     report.achieved["trustbeam"] += float(ran.voc.sum())
     for arm in ARMS[1:]:  # the counterfactual arms, on the same tasks and random numbers
-        report.achieved[arm] += float(simulator.outcome(slot, index, tasks, owners, picks[arm], thetas, draws).voc.sum())
+        report.achieved[arm] += float(simulator.outcome(slot, index, tasks, owners, picks[arm], thetas, draws,
+                                                        sizes).voc.sum())
     report.tasks += len(tasks)
     report.answered += int(answered.sum())
     report.slots.append(slot)
     return ran.events
 
 
-def expected_value(client: TrustClient, owner: str) -> Callable[[list[str]], np.ndarray]:
-    """The scheduler's value of each eligible candidate under the expected-value rule: T x VoC from the owner's
-    ranking (-1 for a candidate the ranking does not list with a VoC)."""
-    view = client.views.get(owner)
-    listed = {c.collaborator: c for c in view.ranking.candidates} if view and view.ranking else {}
-
+def task_value(voc: np.ndarray, row_of: dict[str, int]) -> Callable[[list[str]], np.ndarray]:
+    """The scheduler's VoC of its task at each eligible candidate, from ``voc`` (devices,) (-inf out of range): -1
+    for a candidate out of its range, as the client rates one it knows no VoC of."""
     def value(eligible: list[str]) -> np.ndarray:
-        return np.array([listed[c].trust * listed[c].voc if c in listed else -1.0 for c in eligible])
+        return np.array([max(float(voc[row_of[c]]), -1.0) for c in eligible])
+
+    return value
+
+
+def expected_value(trust: dict[str, float], voc: Callable[[list[str]], np.ndarray]
+                   ) -> Callable[[list[str]], np.ndarray]:
+    """The scheduler's value of each eligible candidate under the expected-value rule: its T for the task (``trust``,
+    :meth:`TrustClient.trust`) x the task's VoC there (-1 where that is unknown)."""
+    def value(eligible: list[str]) -> np.ndarray:
+        rated = voc(eligible)
+        return np.where(rated >= 0, np.array([trust[c] for c in eligible]) * rated, -1.0)
 
     return value
 
@@ -265,7 +283,7 @@ def run_schedule_demo(sim: SimConfig, bootstrap: str | None, epochs: int, warmup
     summary = report.summary()
     print(f"\nAchieved VoC per task over {report.tasks} tasks in {len(report.slots)} slots "
           f"(a failed task, or an oracle task with no candidate reaching theta, achieves 0):")
-    print("| selection | mean VoC | fell back to random-in-range | honest owners' tasks handed to attackers |\n"
+    print("| selection | mean VoC | fell back to random-in-range | honest owners' tasks handed to misbehaving attackers |\n"
           "|---|---|---|---|")
     for arm in ARMS:
         fell = (1 - summary["answered_share"]) if arm == "trustbeam" else summary["fallback_share"].get(arm)

@@ -174,7 +174,7 @@ def export_onnx(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str] 
     target = Path(out) if out is not None else Path(checkpoint) / "onnx"
     config = model.config
     meta = {"format": FORMAT, "model_version": source["model_version"], "source_content_hash": source["content_hash"],
-            "uses_encoder": model.uses_encoder,
+            "uses_encoder": model.uses_encoder, "size_corrected": model.size_corrected,
             "window": config.window, "d_model": config.gnn.out_dim, "node_dim": config.gnn.node_dim,
             "devices": len(index), "a_tr": config.weights.a_tr, "a_com": config.weights.a_com, "opset": OPSET}
     modules = {"gnn.onnx": GNNStage, "sequence.onnx": SequenceStage, "head.onnx": HeadStage, "pairs.onnx": PairsStage}

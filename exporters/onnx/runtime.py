@@ -72,6 +72,7 @@ class OnnxStages:
             raise OnnxModelError(f"{root}: exported from checkpoint {manifest.get('model_version')!r}, not the one "
                                  f"configured (content hash {expect_content_hash[:12]}...); export it again")
         self.uses_encoder = bool(manifest.get("uses_encoder", True))
+        self.size_corrected = bool(manifest.get("size_corrected", True))  # an older export: ask the graph
         files = stage_files(self.uses_encoder)
         for name in files:
             if not (root / name).is_file() or file_sha256(root / name) != manifest["files"].get(name):
