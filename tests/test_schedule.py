@@ -12,7 +12,7 @@ from simulator.config import Attack, AttackKind
 from simulator.engine import Simulator
 from tests.pipeline_fixtures import SIM, job, write_checkpoint
 from exporters.kafka_client import read_to_end
-from trustbeam.schedule import ARMS, schedule_loop, tagged_topics
+from trustbeam.schedule import schedule_loop, tagged_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -43,14 +43,14 @@ def test_the_loop_schedules_from_the_live_topics_and_its_outcomes_flow_back(brok
     ran = sum(e.voc for e in events if e.event_time_ms >= loop_start)
     assert report.achieved["trustbeam"] == pytest.approx(ran)  # the arm's VoC is what the published tasks achieved
     summary = report.summary()
-    arms = {"trustbeam", "qs_trust", "channel_beta", "oracle"}
-    assert set(summary["mean_voc"]) == arms | {f"{a}_ev" for a in arms} | {"random"} == set(ARMS)
-    assert all(0 <= summary["mean_voc"][arm] <= 1 for arm in ARMS)
+    arms = {"trustbeam", "qs_trust", "channel_beta", "oracle"} | ({"channel_beta_sized"} if sim.attack else set())
+    assert set(summary["mean_voc"]) == arms | {f"{a}_ev" for a in arms} | {"random"} == set(report.arms)
+    assert all(0 <= summary["mean_voc"][arm] <= 1 for arm in report.arms)
     assert summary["mean_voc"]["oracle"] > summary["mean_voc"]["random"]  # the same tasks and draws for every arm
     assert all(0 <= share <= 1 for share in summary["fallback_share"].values())
     sizes = {e.task_size_bits for e in events if e.event_time_ms >= loop_start}
     if sim.attack is None:
-        assert summary["attacker_share"] == dict.fromkeys(ARMS, 0.0) and sizes == {sim.task_size_bits}
+        assert summary["attacker_share"] == dict.fromkeys(report.arms, 0.0) and sizes == {sim.task_size_bits}
     else:  # the loop's tasks vary in size as the warm-up's; attackers are counted where they misbehave
         assert len(sizes) > 10 and all(sim.task_size_bits / 4 <= s <= 4 * sim.task_size_bits for s in sizes)
         assert all(0 <= share <= 1 for share in summary["attacker_share"].values())

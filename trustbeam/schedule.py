@@ -50,25 +50,39 @@ from simulator.publish import KafkaPublisher
 from exporters.client import TrustClient
 from exporters.kafka_client import KafkaSettings, Topics, ensure_topics
 
-RULE_ARMS = ("qs_trust", "channel_beta")
-ARMS = ("trustbeam", *RULE_ARMS, "oracle", "trustbeam_ev", *(f"{arm}_ev" for arm in RULE_ARMS), "oracle_ev", "random")
-# the *_ev arms choose by the expected-value rule (the highest T x VoC among T >= theta) instead of the paper's
+LIVE_ARMS = ("trustbeam", "trustbeam_ev", "random")  # the arms that do not select among T >= theta themselves
+
+
+def rule_arms(sim: SimConfig) -> tuple[str, ...]:
+    """The rules a closed loop compares trustbeam with: QS-Trust and channel_beta, and where tasks vary in size the
+    sized rule (channel_beta reading the task's size; where every task has one size it equals channel_beta)."""
+    return ("qs_trust", "channel_beta", *(("channel_beta_sized",) if sim.task_size_spread != 1 else ()))
+
+
+def arms_of(rules: tuple[str, ...]) -> tuple[str, ...]:
+    """Every arm: trustbeam, the rules and the oracle by the paper's rule, then by the expected-value rule (``_ev``:
+    the highest T x VoC among T >= theta), then random-in-range."""
+    return ("trustbeam", *rules, "oracle", "trustbeam_ev", *(f"{arm}_ev" for arm in rules), "oracle_ev", "random")
 
 
 @dataclass
 class ScheduleReport:
+    arms: tuple[str, ...]  # :func:`arms_of`
     tasks: int = 0
-    achieved: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ARMS, 0.0))  # summed VoC
+    achieved: dict[str, float] = field(init=False)  # summed VoC per arm
     answered: int = 0  # trustbeam tasks answered by the client (the rest fell back to random)
     honest_tasks: int = 0  # tasks of owners that are no attacker's id
-    to_attackers: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARMS, 0))  # of those, handed to one
-    without_candidate: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        [a for a in ARMS if a not in ("trustbeam", "trustbeam_ev", "random")], 0))  # fell back
+    to_attackers: dict[str, int] = field(init=False)  # of those, per arm, handed to an attacker misbehaving then
+    without_candidate: dict[str, int] = field(init=False)  # per arm that selects, tasks it fell back on
     ages_s: list[float] = field(default_factory=list)
     slots: list[int] = field(default_factory=list)
     cycle_s: list[float] = field(default_factory=list)
     events_read: int = 0
     events_published: int = 0
+
+    def __post_init__(self) -> None:
+        self.achieved, self.to_attackers = dict.fromkeys(self.arms, 0.0), dict.fromkeys(self.arms, 0)
+        self.without_candidate = dict.fromkeys([a for a in self.arms if a not in LIVE_ARMS], 0)
 
     def summary(self) -> dict:
         n = max(self.tasks, 1)
@@ -93,9 +107,10 @@ def schedule_loop(sim: SimConfig, settings: KafkaSettings, job: JobConfig, warmu
     ensure_topics(settings, job.topics.partitions())
     simulator = Simulator(sim)
     publisher = KafkaPublisher(settings, job.topics)
-    report = ScheduleReport()
+    names = rule_arms(sim)
+    report = ScheduleReport(arms_of(names))
     warm = [_publish_slot(simulator, publisher, slot) for slot in range(warmup)]
-    rules = RuleArms(simulator, warm, job.stages()[0].config.weights)
+    rules = RuleArms(simulator, warm, job.stages()[0].config.weights, names)
     ledger = _cycle(settings, job, Ledger(), report)
     clock = {"now_s": 0.0}
     client = TrustClient(settings, job.topics, group=f"schedule-{uuid.uuid4().hex[:8]}", snapshot=snapshot,
@@ -133,13 +148,14 @@ def _publish_slot(simulator: Simulator, publisher: KafkaPublisher, slot: int) ->
 class RuleArms:
     """The rule arms' scorers: fitted on the warm-up slots, then advanced with the outcomes that ran."""
 
-    def __init__(self, simulator: Simulator, warm: list[tuple[pa.Table, pa.Table]], weights) -> None:
+    def __init__(self, simulator: Simulator, warm: list[tuple[pa.Table, pa.Table]], weights,
+                 names: tuple[str, ...]) -> None:
         config = simulator.config
         self.index, self.clock, self.weights = DeviceIndex(tuple(simulator.world.ids.to_pylist())), config.clock, weights
         events, status = (pa.concat_tables(tables) for tables in zip(*warm))
         history = History.from_events(events, config.clock, weights, index=self.index, first_slot=0, status=status)
         train = list(range(1, history.slots))
-        self.scorers: dict[str, OnlineScorer] = {name: RULES[name](history, train) for name in RULE_ARMS}
+        self.scorers: dict[str, OnlineScorer] = {name: RULES[name](history, train) for name in names}
         for graph in history.graphs:
             for scorer in self.scorers.values():
                 scorer.advance(graph)
@@ -219,7 +235,7 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
         report.to_attackers[arm] += int((world.misbehaving(picked, owners, slot, sizes) & honest).sum())
     ran = simulator.outcome(slot, index, tasks, owners, picks["trustbeam"], thetas, draws, sizes)
     report.achieved["trustbeam"] += float(ran.voc.sum())
-    for arm in ARMS[1:]:  # the counterfactual arms, on the same tasks and random numbers
+    for arm in report.arms[1:]:  # the counterfactual arms, on the same tasks and random numbers
         report.achieved[arm] += float(simulator.outcome(slot, index, tasks, owners, picks[arm], thetas, draws,
                                                         sizes).voc.sum())
     report.tasks += len(tasks)
@@ -285,7 +301,7 @@ def run_schedule_demo(sim: SimConfig, bootstrap: str | None, epochs: int, warmup
           f"(a failed task, or an oracle task with no candidate reaching theta, achieves 0):")
     print("| selection | mean VoC | fell back to random-in-range | honest owners' tasks handed to misbehaving attackers |\n"
           "|---|---|---|---|")
-    for arm in ARMS:
+    for arm in report.arms:
         fell = (1 - summary["answered_share"]) if arm == "trustbeam" else summary["fallback_share"].get(arm)
         print(f"| {arm} | {summary['mean_voc'][arm]:.4f} | {'' if fell is None else f'{100 * fell:.1f} %'} | "
               f"{100 * summary['attacker_share'][arm]:.1f} % |")
