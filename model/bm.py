@@ -121,6 +121,15 @@ class BM(nn.Module):
                                     outage or OutageCurve.prior(config.system), config.dropout, config.head_members,
                                     rate_prior, on_time, tr_rate)
 
+    def pair_scores(self, sides: PairSides) -> torch.Tensor:
+        """(P, 2) each pair's T_beh (:meth:`t_beh` of :meth:`head.read <model.head.ContextHead.read>`) and its
+        change were the pair's task twice its size (:meth:`model.head.ContextHead.size_slope`; 0 where T_beh does
+        not read the size): what the scorer publishes, one pass of the head for both."""
+        raw = self.head.read(sides)
+        t_beh = self.t_beh(raw)
+        slope = self.head.size_slope(sides, raw) if self.size_corrected else torch.zeros_like(t_beh)
+        return torch.stack([t_beh, slope], dim=-1)
+
     @property
     def size_corrected(self) -> bool:
         """Whether T_beh depends on the task's size: training adopted the head's size correction

@@ -297,6 +297,14 @@ class ContextHead(nn.Module):
         shift = self.sizing(self.experts, raw, sides.dst, sides.physics)
         return torch.cat([torch.logit(own.clamp(1e-6, 1 - 1e-6)), forecasts, shift[:, None]], dim=-1)
 
+    def size_slope(self, sides: PairSides, raw: torch.Tensor) -> torch.Tensor:
+        """(P,) how far the published T_beh moves were each pair's task twice its size, from :meth:`read`'s outputs
+        ``raw``: only the size correction (their last column) reads the size, so the rest stands."""
+        stats = sides.collaborator[:, self.known:].reshape(-1, len(STATS), self.lams)
+        doubled = torch.cat([sides.physics[:, :-1], 2 * sides.physics[:, -1:]], dim=-1)
+        moved = torch.cat([raw[:, :-1], self.sizing(self.experts, stats, sides.dst, doubled)[:, None]], dim=-1)
+        return self.t_beh(moved) - self.t_beh(raw)
+
     @property
     def reads_embeddings(self) -> bool:
         """Whether any member's output depends on Y_i, Y_j: the warm-up starts their weights at zero and, with

@@ -6,7 +6,8 @@ A scorer (:mod:`model.scoring`) needs only these stages of a trained BM:
 * ``long_term``: the sequence encoder (BiMamba) over S slot embeddings per device -> Y
 * ``t_beh``: the pair head on Y_i, Y_j, the pair's physics and evidence -> T_beh; ``t_beh_pairs`` the same for
   candidate pairs of a frame's devices, from per-device inputs (the scorer's call: on PyTorch, what depends on one
-  device goes through the head's first layer once per device, not once per candidate)
+  device goes through the head's first layer once per device, not once per candidate), with how far each T_beh
+  moves when the task doubles in size (:meth:`model.bm.BM.pair_scores`)
 
 A model whose head does not read Y (``uses_encoder`` False: the warmed-up head that training keeps when no
 end-to-end epoch helps) needs ``t_beh`` only: scorers skip the other two, and its ONNX export holds
@@ -57,11 +58,12 @@ class Stages(Protocol):
         (P,) float64 T_beh."""
 
     def t_beh_pairs(self, y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: np.ndarray,
-                    dst: np.ndarray, pair_at: np.ndarray) -> np.ndarray:
+                    dst: np.ndarray, pair_at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The same T_beh (P,) of the pairs (``src``, ``dst``) (P,) of a frame's rows, from the frame's Y (n, d), the
         pairs' physics (P, 5) and the evidence blocks (rows per device, ``pair_at`` (P,) per pair): what
         ``t_beh(y[src], y[dst], physics, blocks.features(src, dst, pair_at))`` gives, without a row of inputs per
-        pair for what depends on one device."""
+        pair for what depends on one device; and (P,) T_beh's change were each pair's task twice its size (0 where
+        the model's T_beh does not read the size: ``size_corrected`` False)."""
 
 
 SIDES = ("y_owner", "owner", "y_collaborator", "collaborator", "pair", "physics", "src", "dst")  # PairSides' order
@@ -164,13 +166,13 @@ class TorchStages:
         return out
 
     def t_beh_pairs(self, y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: np.ndarray,
-                    dst: np.ndarray, pair_at: np.ndarray) -> np.ndarray:
+                    dst: np.ndarray, pair_at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every device a chunk of pairs reads goes through the head's device-level products once
         (:class:`model.head.PairSides`)."""
-        out = np.zeros(len(src))
+        out = np.zeros((len(src), 2))
         with torch.no_grad():
             for part in chunks(len(src), self.pairs_per_call):
                 sides = pair_sides(y, physics[part], blocks, src[part], dst[part], pair_at[part])
-                raw = self.model.head.read(PairSides(*(self.model.tensor(sides[name]) for name in SIDES)))
-                out[part] = self.model.t_beh(raw).double().cpu().numpy()
-        return out
+                scores = self.model.pair_scores(PairSides(*(self.model.tensor(sides[name]) for name in SIDES)))
+                out[part] = scores.double().cpu().numpy()
+        return out[:, 0], out[:, 1]

@@ -93,7 +93,8 @@ def test_head_stage_matches_pytorch(both, pairs: int) -> None:
 @pytest.mark.parametrize("devices, pairs, per_call", [(1, 1, 65536), (40, 900, 250), (500, 70_000, 65536)])
 def test_pairs_of_a_frame_score_as_their_gathered_rows(both, devices: int, pairs: int, per_call: int) -> None:
     """t_beh_pairs (PyTorch: each device's part of the head once; ONNX: every pair's inputs built) equals t_beh on
-    every pair's gathered inputs, however the pairs fall into calls."""
+    every pair's gathered inputs, however the pairs fall into calls; and its size slope equals t_beh for tasks of
+    twice the size minus t_beh (the model adopted its size correction)."""
     torch_stages, onnx_stages = both
     evidence, width = torch_stages.config.evidence, torch_stages.config.gnn.out_dim
     lams = len(evidence.lams)
@@ -108,13 +109,17 @@ def test_pairs_of_a_frame_score_as_their_gathered_rows(both, devices: int, pairs
                         rng.uniform(0.2, 2.5, pairs), 2 ** rng.uniform(17, 23, pairs)], axis=1).astype(np.float32)
     physics[::7] = np.nan
     want = torch_stages.t_beh(y[src], y[dst], physics, blocks.features(src, dst, pair_at))
+    doubled = physics * np.array([1, 1, 1, 1, 2], np.float32)
+    moved = torch_stages.t_beh(y[src], y[dst], doubled, blocks.features(src, dst, pair_at)) - want
+    assert torch_stages.size_corrected and (pairs < 100 or np.abs(moved).max() > 1e-3)
     for stages in both:
         stages.pairs_per_call = per_call
         try:
-            got = stages.t_beh_pairs(y, physics, blocks, src, dst, pair_at)
+            got, slope = stages.t_beh_pairs(y, physics, blocks, src, dst, pair_at)
         finally:
             stages.pairs_per_call = 65536
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(slope, moved, atol=1e-5, rtol=0)
 
 
 def test_a_simulated_run_scores_the_same_on_both_backends(both) -> None:

@@ -72,7 +72,7 @@ class OnnxStages:
             raise OnnxModelError(f"{root}: exported from checkpoint {manifest.get('model_version')!r}, not the one "
                                  f"configured (content hash {expect_content_hash[:12]}...); export it again")
         self.uses_encoder = bool(manifest.get("uses_encoder", True))
-        self.size_corrected = bool(manifest.get("size_corrected", True))  # an older export: ask the graph
+        self.size_corrected = bool(manifest["size_corrected"])
         files = stage_files(self.uses_encoder)
         for name in files:
             if not (root / name).is_file() or file_sha256(root / name) != manifest["files"].get(name):
@@ -118,14 +118,14 @@ class OnnxStages:
         return out
 
     def t_beh_pairs(self, y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: np.ndarray,
-                    dst: np.ndarray, pair_at: np.ndarray) -> np.ndarray:
-        out = np.zeros(len(src))
+                    dst: np.ndarray, pair_at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        out = np.zeros((len(src), 2))
         session = self.sessions["pairs.onnx"]
         declared = {i.name for i in session.get_inputs()}  # the paper head's graph reads Y and the rows only
         for part in chunks(len(src), self.pairs_per_call):
             sides = pair_sides(y, physics[part], blocks, src[part], dst[part], pair_at[part])
             out[part] = session.run(None, {k: v for k, v in sides.items() if k in declared})[0]
-        return out
+        return out[:, 0], out[:, 1]
 
     def t_beh(self, y_i: np.ndarray, y_j: np.ndarray, physics: np.ndarray, evidence: np.ndarray) -> np.ndarray:
         out = np.zeros(len(y_i))
