@@ -196,7 +196,7 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
 
     sizes = simulator.task_sizes(slot, 0, len(tasks))  # None: every task the nominal size (the paper)
     task_bits = np.full(len(tasks), config.task_size_bits) if sizes is None else sizes
-    pool = in_range(world, owners, slot)
+    pool = in_range(world, owners, slot, sizes)  # the oracle knows each task's truth at its size
     profile = np.stack([task_bits[pool.rows], np.full(len(pool.rows), config.density_cycles_per_bit)], axis=1)
     # what a scheduler knows when the slot's tasks arrive: its tasks, and the statuses the pipeline last scored (the
     # slot before), from which each task's VoC and T_res are computed as the pipeline does (no hidden CPU load, no
