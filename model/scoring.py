@@ -637,7 +637,7 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
     if ranking.threshold_floor is not None:
         thresholds = np.minimum(thresholds, ranking.threshold_floor)
     t_beh, t_res, voc, believed = np.zeros(len(src)), np.zeros(len(src)), np.zeros(len(src)), np.ones(len(src))
-    slope = np.zeros(len(src)) if stages.size_corrected else None  # T_beh's change per doubling of the task's size
+    slope = np.zeros(len(src))  # T_beh's change per doubling of the task's size
     if len(src):
         physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
         pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
@@ -649,13 +649,12 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
             collaborator, since = pooled(collaborator, since, group)
         blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, stages.config.evidence,
                                    population, frame.status[:, LOAD], frame.reports)
-        t_beh, size_slope = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
-        slope = size_slope if stages.size_corrected else None
+        t_beh, slope = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
         status_j = frame.status[dst]
         t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])
         voc = physics.value(params)
     return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc,
-                      believed, frame.profile[:, 0], slope)
+                      believed, frame.profile[:, 0], slope if stages.size_corrected else None)
 
 
 def credited_evidence(frame: DeviceFrame) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:

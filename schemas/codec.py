@@ -45,9 +45,8 @@ def from_versioned_dict(cls: type[R], obj: dict[str, Any]) -> R:
         raise ValidationError(VERSION_FIELD, None, "required field is missing")
     version = body.pop(VERSION_FIELD)
     if not known_version(cls, version):
-        raise ValidationError(
-            VERSION_FIELD, version, f"unknown version for {cls.NAME} (known: {cls.SCHEMA_VERSION})"
-        )
+        known = "1" if cls.SCHEMA_VERSION == 1 else f"1 to {cls.SCHEMA_VERSION}"
+        raise ValidationError(VERSION_FIELD, version, f"unknown version for {cls.NAME} (known: {known})")
     return cls.from_dict(body)  # type: ignore[return-value]
 
 
