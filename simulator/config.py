@@ -66,7 +66,9 @@ class Attack:
     whenever a fellow colluder is in range and report every such task a success; bad-mouthers offload as everyone
     does and report the computation of every task an honest device ran for them as failed. ``id_spread_m``: a
     device's further ids (a Sybil's, a whitewasher's) stand and report up to this many metres from it in x and y
-    (uniform), as an attacker that spreads its ids' positions to look like several devices would."""
+    (uniform), as an attacker that spreads its ids' positions to look like several devices would.
+    ``whitewash_from``: the slot from which whitewashers leave their ids (before it, poor devices that keep theirs:
+    a wave of whitewashing that starts after a model was trained)."""
 
     kind: AttackKind
     share: float
@@ -75,6 +77,7 @@ class Attack:
     whitewash_min_tasks: int = 3
     whitewash_below: float = 0.7
     id_spread_m: float = 0.0
+    whitewash_from: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.share < 1:
@@ -84,6 +87,8 @@ class Attack:
                 raise ValueError(f"Attack.{name}: must be >= 1 (got {getattr(self, name)!r})")
         if not self.id_spread_m >= 0:
             raise ValueError(f"--id-spread-m: must be >= 0 (got {self.id_spread_m!r})")
+        if self.whitewash_from < 0:
+            raise ValueError(f"--whitewash-from: must be >= 0 (got {self.whitewash_from!r})")
         if not 0 <= self.whitewash_below <= 1:
             raise ValueError(f"Attack.whitewash_below: must be in [0, 1] (got {self.whitewash_below!r})")
 

@@ -164,9 +164,9 @@ class Simulator:
 
     def whitewash(self, slot: int) -> None:
         """Whitewashers whose record under their current id is poor (``config.attack``) rejoin under their next
-        id from the next slot on."""
+        id from the next slot on (from ``whitewash_from`` on)."""
         attack, w = self.config.attack, self.world
-        if self.record is None:
+        if self.record is None or slot < attack.whitewash_from:
             return
         everyone = np.arange(w.size)
         poor = self.record.poor(attack.whitewash_min_tasks, attack.whitewash_below)

@@ -100,6 +100,17 @@ def test_a_whitewasher_rejoins_under_a_new_id_only_after_a_poor_record() -> None
     assert not np.isin(never_joined, collab).any()
 
 
+def test_whitewashing_that_starts_late_keeps_every_id_until_then() -> None:
+    """``whitewash_from``: no id leaves before that slot (poor records and all), and ids do leave after it."""
+    start = SMALL.slots // 2
+    attack = Attack(AttackKind.WHITEWASHING, 0.2, whitewash_ids=6, whitewash_from=start)
+    world = simulated_world(replace(SMALL, attack=attack))[3]
+    left = world.left[world.left < NEVER]
+    assert len(left) and left.min() >= start + 1  # leaves at the end of a slot >= start, rejoins the next
+    with pytest.raises(ValueError, match="--whitewash-from"):
+        Attack(AttackKind.WHITEWASHING, 0.2, whitewash_from=-1)
+
+
 def _rows(world, ids: pa.ChunkedArray) -> np.ndarray:
     return pc.index_in(ids, value_set=world.ids).to_numpy()
 

@@ -46,6 +46,9 @@ def _add_attack_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--id-spread-m", type=float, default=0.0, metavar="M",
                         help="a Sybil's or whitewasher's further ids stand up to M metres from the device in x and y "
                              "(default 0: one position, what one device reports)")
+    parser.add_argument("--whitewash-from", type=int, default=0, metavar="SLOT",
+                        help="whitewashers leave their ids from this slot on (default 0: throughout; e.g. the first "
+                             "test slot: a wave that starts after the model was trained)")
 
 
 def _positive_metres(option: str, text: str) -> float:
@@ -61,7 +64,8 @@ def _positive_metres(option: str, text: str) -> float:
 def _attack_setting(args: argparse.Namespace) -> dict:
     from dataclasses import replace
 
-    attack = replace(parse_attack(args.attack), id_spread_m=args.id_spread_m) if args.attack else None
+    attack = replace(parse_attack(args.attack), id_spread_m=args.id_spread_m,
+                     whitewash_from=args.whitewash_from) if args.attack else None
     return attack_setting(attack, args.owner_reports, args.task_size_spread)
 
 
