@@ -29,7 +29,7 @@ from bench.report import emit
 from model.baselines import RULES, predict_edges
 from model.checkpoint import load
 from model.config import RankingConfig
-from model.evaluate import CALIBRATION_BINS, newcomer_flags
+from model.evaluate import CALIBRATION_BINS
 from model.history import History
 from model.metrics import expected_calibration_error, mae, rmse
 from model.recalibration import RecalibrationConfig, replayed_shifts
@@ -71,9 +71,8 @@ def main() -> None:
     forecasts = {name: predict_edges(RULES[name](history, train_slots), history, test_slots)
                  for name in ("mean", "channel_beta")}
     forecasts["bm"] = bm
-    new = newcomer_flags(history, config.evidence)(batch.query.dst, batch.query.end)  # the shift's strata
     for name, fitted in (("bm_online", None), ("bm_job", published)):
-        shift = replayed_shifts(bm, observed, batch.tasks, edge_slot, recalibration, fitted, new)
+        shift = replayed_shifts(bm, observed, batch.tasks, edge_slot, recalibration, fitted)
         forecasts[name] = np.clip(bm + shift, 0.0, 1.0)
     rows = []
     for name, forecast in forecasts.items():

@@ -38,12 +38,11 @@ import torch
 
 from model.baselines import RULES, OnlineScorer, predict_edges
 from model.bm import BMConfig, PairQuery, Readout
-from model.evidence import EvidenceConfig
 from model.history import History
 from model.manipulation import DETECT_BELOW, attack_measures
 from model.metrics import expected_calibration_error, mae, rmse
 from model.plots import plot_curves, plot_reliability
-from model.recalibration import RecalibrationConfig, newcomers, slot_shifts
+from model.recalibration import RecalibrationConfig, replayed_shifts
 from model.train import TrainConfig, predict, prepare, targets, time_split, train_bm
 from model.voc import THETAS, Scorer, candidate_rmse, scored_tasks, voc_curves
 
@@ -133,27 +132,18 @@ def learned_scorer(model, history: History, readout: Readout | None = None) -> S
     return score
 
 
-def shifted_scorer(scorer: Scorer, slots: np.ndarray, shifts: np.ndarray,
-                   newcomer: Callable[[np.ndarray, int], np.ndarray] | None = None) -> Scorer:
+def shifted_scorer(scorer: Scorer, slots: np.ndarray, shifts: np.ndarray) -> Scorer:
     """``scorer`` with the online level shift of the slot it forecasts, as the job publishes it: ``slots`` (k,) the
-    sorted test slots that had edges, ``shifts`` (k, strata) the shifts each got (:func:`model.recalibration.
-    slot_shifts`), ``newcomer`` (candidates (P,), end) -> (P,) bool: which are newcomers (None: none). A slot without
-    edges gets the next such slot's (no outcome came between them); one after the last, the last's."""
+    sorted test slots that had edges, ``shifts`` (k,) the shift each got (:func:`model.recalibration.replayed_shifts`).
+    A slot without edges gets the next such slot's (no outcome came between them); one after the last, the last's."""
     if not len(slots):
         return scorer
 
     def score(src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray) -> np.ndarray:
         at = min(int(np.searchsorted(slots, end + 1)), len(slots) - 1)
-        stratum = np.zeros(len(dst), np.int64) if newcomer is None else newcomer(dst, end).astype(np.int64)
-        return np.clip(scorer(src, dst, end, profile) + shifts[at][stratum], 0.0, 1.0)
+        return np.clip(scorer(src, dst, end, profile) + shifts[at], 0.0, 1.0)
 
     return score
-
-
-def newcomer_flags(history: History, config: EvidenceConfig) -> Callable[[np.ndarray, int | np.ndarray], np.ndarray]:
-    """(collaborators (P,), end: one slot or (P,)) -> (P,) bool: which are newcomers as of the end of slot ``end``
-    (their evidence as the head reads it, :func:`model.recalibration.newcomers`)."""
-    return lambda dst, end: newcomers(history.collaborator_evidence(dst, np.asarray(end, np.int64), config)[0])
 
 
 def online_scorer(scorer: OnlineScorer, history: History) -> Scorer:
@@ -199,17 +189,15 @@ def accuracy(prediction: np.ndarray, observed: np.ndarray, hidden: np.ndarray | 
 
 
 def predictions_table(history: History, test_slots: list[int], batch, forecasts: dict[str, np.ndarray],
-                      hidden: np.ndarray | None, behaviour: np.ndarray | None, newcomer: np.ndarray) -> pa.Table:
+                      hidden: np.ndarray | None, behaviour: np.ndarray | None) -> pa.Table:
     """Every test edge (in :func:`targets` order): its absolute slot, owner and collaborator ids, the observed
-    T_col (``target``) and its tasks, whether the collaborator was a newcomer (the online shift's stratum), the
-    hidden truth and the collaborator's behaviour when simulated, and one column per method with its forecast
-    (T_beh)."""
+    T_col (``target``) and its tasks, the hidden truth and the collaborator's behaviour when simulated, and
+    one column per method with its forecast (T_beh)."""
     query = batch.query
     ids = np.asarray(history.index.ids, dtype=object)
     columns = {"slot": pa.array(history.first_slot + query.end + 1, pa.int64()),
                "owner": pa.array(ids[query.src], pa.string()), "collaborator": pa.array(ids[query.dst], pa.string()),
-               "target": pa.array(batch.t_col, pa.float64()), "tasks": pa.array(batch.tasks, pa.float64()),
-               "newcomer": pa.array(newcomer, pa.bool_())}
+               "target": pa.array(batch.t_col, pa.float64()), "tasks": pa.array(batch.tasks, pa.float64())}
     if hidden is not None:
         columns["truth"] = pa.array(hidden, pa.float64())
     if behaviour is not None:
@@ -230,8 +218,6 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
     train_slots, test_slots = time_split(history, train.test_fraction)
     batch = targets(history, test_slots)
     observed, edge_slot = batch.t_col, batch.query.end + 1
-    is_new = newcomer_flags(history, config.evidence)  # whose collaborator is a newcomer (the online shift's strata)
-    new = is_new(batch.query.dst, batch.query.end) if len(batch) else np.zeros(0, bool)
     hidden = truth_for(history, test_slots, simulated.truth) if simulated else None
     behaviour = simulated.behaviour[batch.query.dst] if simulated else None
     attacker = simulated.world.attacker if simulated else np.zeros(0, bool)
@@ -262,11 +248,10 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
                 scorers[f"{method}_max"] = learned_scorer(model, history, readout="max")
             if method == "bm":  # what owners reported weighs by their credibility, as in the job's publisher
                 believed = targets(history, test_slots, config.evidence).tasks
-                slots, shifts = slot_shifts(predicted[method], observed, believed, edge_slot, RecalibrationConfig(),
-                                            newcomer=new)
-                shift = shifts[np.searchsorted(slots, edge_slot), new.astype(np.int64)]
+                shift = replayed_shifts(predicted[method], observed, believed, edge_slot, RecalibrationConfig())
                 predicted[ONLINE] = np.clip(predicted[method] + shift, 0.0, 1.0)
-                scorers[ONLINE] = shifted_scorer(scorers[method], slots, shifts, is_new)  # selects as published
+                slots, first = np.unique(edge_slot, return_index=True)  # an edge's shift is its slot's
+                scorers[ONLINE] = shifted_scorer(scorers[method], slots, shift[first])  # selects as published
                 if method in medians:  # the median readout stays: a skewed target's mean moves, its mode need not
                     medians[ONLINE] = medians[method]
         elif method in RULES:
@@ -297,7 +282,7 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             for method, measures in attack_measures(simulated.world, simulated.events, scored,
                                                          seed=train.seed).items():
                 out.setdefault(method, {}).update(measures)
-    return RunOutput(out, predictions_table(history, test_slots, batch, forecasts, hidden, behaviour, new))
+    return RunOutput(out, predictions_table(history, test_slots, batch, forecasts, hidden, behaviour))
 
 
 def _mean_std(values: list) -> dict:

@@ -134,21 +134,11 @@ class History:
                       ) -> np.ndarray:
         """(P, F) evidence features of owner ``src`` about collaborator ``dst`` as of the end of slot ``end``."""
         tracks = self.tracks(config)
-        collaborator, since, population = self.collaborator_evidence(dst, end, config)
+        collaborator, since = tracks["collaborator"].query(dst, end)
         owner, _ = tracks["owner"].query(src, end)
         pair, _ = tracks["pair"].query(src * len(self.index) + dst, end)
+        population, _ = tracks["population"].query(np.full(len(src), POPULATION), end)
         reports, _ = tracks[REPORTS].query(dst, end)
-        return pair_evidence_features(collaborator, owner, pair, since, config, population,
-                                      self.load(dst, np.broadcast_to(end, np.shape(dst))), reports=reports)
-
-    def collaborator_evidence(self, dst: np.ndarray, end: np.ndarray, config: EvidenceConfig
-                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(collaborator (P, L, C), slots since its last task (P,), population (P, L, C)): the evidence of each
-        collaborator ``dst`` as of the end of slot ``end`` as the head reads it: what monitors saw, what owners
-        reported weighed by their credibility then, its ids at one place judged as one."""
-        tracks = self.tracks(config)
-        collaborator, since = tracks["collaborator"].query(dst, end)
-        population, _ = tracks["population"].query(np.full(len(dst), POPULATION), end)
         end = np.broadcast_to(end, np.shape(dst))
         for slot in np.unique(end):
             rows = end == slot
@@ -160,7 +150,8 @@ class History:
             together = self.judged_together(config, int(slot))
             if together is not None:
                 collaborator[rows], since[rows] = together[0][dst[rows]], together[1][dst[rows]]
-        return collaborator, since, population
+        return pair_evidence_features(collaborator, owner, pair, since, config, population,
+                                      self.load(dst, end), reports=reports)
 
     def judged_together(self, config: EvidenceConfig, slot: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Every device's (evidence as collaborator (n, L, C), slots since it served (n,)) through relative slot

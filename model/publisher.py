@@ -2,7 +2,7 @@
 and the job's ``PublishSlots`` (Beam state).
 
 Slot s's forecasts move by the level shift of every outcome seen through s (:class:`model.recalibration.OnlineShift`:
-s's observed pairs set against the raw forecasts of the slot published before it; newcomers' by their own). In the streaming job an update
+s's observed pairs set against the raw forecasts of the slot published before it). In the streaming job an update
 of a published slot u (late events within the allowed lateness) brings u's newer outcomes and pieces, and the shards
 send the slots after it again: the publisher goes back to the state before u, recomputes the shifts from u on, and
 publishes again every piece whose records changed, so that each slot's last publication equals the offline one.
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from model.config import RankingConfig, SlotClock
-from model.recalibration import NO_SHIFT, OnlineShift, Shift
+from model.recalibration import OnlineShift
 
 if TYPE_CHECKING:  # model.scoring publishes through this module
     from model.scoring import PairScores, SlotScores
@@ -35,7 +35,7 @@ class RecentSlot:
     changed: set[int] = field(default_factory=set)  # pieces newer than their last publication
     outcomes_changed: bool = False
     before: OnlineShift | None = None  # the recalibration before this slot (once published)
-    shift: Shift | None = None  # the shifts its records were last published with
+    shift: float | None = None  # the shift its records were last published with
     revisions: dict[int, int] = field(default_factory=dict)  # publications so far, per piece
 
 
@@ -81,7 +81,7 @@ class SlotPublisher:
             state = self.recent[first].before.copy()  # go back to the state before the earliest change
         for slot in (s for s in due if s >= first):
             recent = self.recent[slot]
-            shift = NO_SHIFT
+            shift = 0.0
             if state is not None:
                 recent.before = state.copy()
                 shift = state.advance(slot, *(recent.outcomes[1] if recent.outcomes else NO_OUTCOMES))

@@ -13,13 +13,6 @@ so a residual within ``guard`` standard errors of zero moves nothing (a log that
 forecasts), and a clear one is followed almost whole. Glossary: f the forecast T_beh, y the slot's observed
 T_col, w its tasks, lam ``memory``.
 
-Newcomers have a shift of their own: a pair whose collaborator has fewer than :data:`NEWCOMER_TASKS` tasks
-(forgetting-weighted at the longest memory, its ids at one place as one: :func:`newcomers`) is set against, and
-moved by, the residuals of newcomers only. A model's prior for a device it knows nothing of is learned from the
-newcomers of its training period; when newcomers change (a wave of whitewashers rejoining under fresh ids), how the
-new ones behave is in the residuals of the slots since, and their trust follows it while the others' stays. Where
-no collaborator is new the newcomers' shift never moves and the others' is the one level shift.
-
 :class:`OnlineShift` is what a publisher keeps between slots (``score_log`` offline, ``PublishSlots`` in the job):
 the level shift, and the raw forecasts of the last slot it published, which the next slot's outcomes are set
 against. ``trustbeam evaluate``'s ``bm_online`` (:func:`replayed_shifts`) runs the same shift over every test
@@ -34,16 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from model.credibility import believed_share
-from model.evidence import N, find
-
-NEWCOMER_TASKS = 2.0  # a collaborator with fewer tasks than this at the longest memory is a newcomer
-STRATA = 2  # the shifts' strata: 0 the collaborators known, 1 the newcomers
-
-
-def newcomers(collaborator: np.ndarray) -> np.ndarray:
-    """(P,) bool: whether each collaborator's evidence (P, L, C), as the head reads it, holds fewer than
-    :data:`NEWCOMER_TASKS` tasks at the longest memory."""
-    return collaborator[:, -1, N] < NEWCOMER_TASKS
+from model.evidence import find
 
 
 @dataclass(frozen=True)
@@ -93,115 +77,79 @@ class LevelShift:
 
 
 def replayed_shifts(forecast: np.ndarray, outcome: np.ndarray, tasks: np.ndarray, slot: np.ndarray,
-                    config: RecalibrationConfig, fitted: np.ndarray | None = None,
-                    newcomer: np.ndarray | None = None) -> np.ndarray:
+                    config: RecalibrationConfig, fitted: np.ndarray | None = None) -> np.ndarray:
     """(n,) the shift each edge's forecast gets when its slots are published in order and each slot's outcomes
     refit the shift before the next: an edge of slot s sees only the outcomes of slots before s (the state
     starts empty at the first slot). All arguments (n,), ``slot`` the edges' slots. ``fitted`` (n,) bool: the
     edges whose outcomes refit the shift (None: all); a slot with none ages nothing, as :meth:`OnlineShift.advance`
-    (the job's publisher meets only the outcomes of the pairs it forecast: :mod:`bench.recalibration_bench`).
-    ``newcomer`` (n,) bool: the edges whose collaborator is new (:func:`newcomers`; None: none is)."""
-    slots, shifts = slot_shifts(forecast, outcome, tasks, slot, config, fitted, newcomer)
-    stratum = np.zeros(len(slot), np.int64) if newcomer is None else np.asarray(newcomer, np.int64)
-    return shifts[np.searchsorted(slots, slot), stratum]
-
-
-def slot_shifts(forecast: np.ndarray, outcome: np.ndarray, tasks: np.ndarray, slot: np.ndarray,
-                config: RecalibrationConfig, fitted: np.ndarray | None = None, newcomer: np.ndarray | None = None
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """(k,) the edges' slots, sorted, and (k, :data:`STRATA`) the shift each slot's forecasts get (of known
-    collaborators, of newcomers), as :func:`replayed_shifts` replays them (the same arguments): each stratum refit
-    by its own edges' outcomes, a stratum with no edge fitted in a slot aged by nothing."""
-    states = [LevelShift(config) for _ in range(STRATA)]
+    (the job's publisher meets only the outcomes of the pairs it forecast: :mod:`bench.recalibration_bench`)."""
+    state = LevelShift(config)
     fitted = np.ones(len(slot), bool) if fitted is None else np.asarray(fitted, bool)
-    stratum = np.zeros(len(slot), np.int64) if newcomer is None else np.asarray(newcomer, np.int64)
-    slots = np.unique(slot)
-    out = np.zeros((len(slots), STRATA))
-    for k, s in enumerate(slots):
+    out = np.zeros(len(slot))
+    for s in np.unique(slot):
         rows = slot == s
-        out[k] = [state.shift for state in states]
-        for number, state in enumerate(states):
-            used = rows & fitted & (stratum == number)
-            if used.any():
-                state.update(forecast[used], outcome[used], tasks[used])
-    return slots, out
-
-
-Shift = tuple[float, ...]  # a slot's shift per stratum (STRATA): of known collaborators, of newcomers
-NO_SHIFT: Shift = (0.0,) * STRATA
+        out[rows] = state.shift
+        used = rows & fitted
+        if used.any():
+            state.update(forecast[used], outcome[used], tasks[used])
+    return out
 
 
 @dataclass
 class OnlineShift:
     """A publisher's recalibration between slots (slots in order; see the module's docstring).
 
-    For each slot: :meth:`advance` with the slot's outcomes gives the shifts its forecasts get, then
+    For each slot: :meth:`advance` with the slot's outcomes gives the shift its forecasts get, then
     :meth:`remember` keeps its raw forecasts for the next slot's outcomes."""
 
-    levels: list[LevelShift]  # per stratum: known collaborators, newcomers
+    level: LevelShift
     slot: int = -1  # the last slot published
     pairs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (m,) its pairs' keys, sorted
     forecasts: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (m,) their raw T_beh (before the shift)
     believed: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (m,) their owners' credibility as reporters
-    newcomer: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # (m,) whether their collaborator was new
 
     @classmethod
     def start(cls, config: RecalibrationConfig | None) -> "OnlineShift | None":
         """A fresh state (None without recalibration)."""
-        return None if config is None else cls([LevelShift(config) for _ in range(STRATA)])
+        return None if config is None else cls(LevelShift(config))
 
     def copy(self) -> "OnlineShift":
         """An independent state (the arrays are never written in place)."""
-        return OnlineShift([replace(level) for level in self.levels], self.slot, self.pairs, self.forecasts,
-                           self.believed, self.newcomer)
-
-    @property
-    def shift(self) -> Shift:
-        return tuple(level.shift for level in self.levels)
+        return OnlineShift(replace(self.level), self.slot, self.pairs, self.forecasts, self.believed)
 
     def advance(self, slot: int, pairs: np.ndarray, outcome: np.ndarray, tasks: np.ndarray,
-                reported: np.ndarray | None = None) -> Shift:
-        """The shifts for ``slot``'s forecasts, after setting its outcomes (pair keys, observed T_col, tasks, and the
-        share of those the owner reported: (k,) each) against the last published slot's forecasts of the same pairs,
-        each stratum's against its own; what an owner reported weighs by its credibility then
-        (:mod:`model.credibility`)."""
+                reported: np.ndarray | None = None) -> float:
+        """The shift for ``slot``'s forecasts, after setting its outcomes (pair keys, observed T_col, tasks, and the
+        share of those the owner reported: (k,) each) against the last published slot's forecasts of the same pairs;
+        what an owner reported weighs by its credibility then (:mod:`model.credibility`)."""
         if slot <= self.slot:
             raise ValueError(f"OnlineShift.advance: slot {slot} is not after the last published slot {self.slot}")
         at, hit = find(self.pairs, pairs)
-        weight = tasks.astype(float)
-        if reported is not None and hit.any():
-            weight[hit] = weight[hit] * believed_share(reported[hit], self.believed[at[hit]])
-        for number, level in enumerate(self.levels):
-            mine = hit.copy()
-            mine[hit] = self.newcomer[at[hit]] == bool(number)
-            if mine.any():  # a slot none of whose pairs was forecast ages nothing (as replayed_shifts)
-                level.update(self.forecasts[at[mine]], outcome[mine], weight[mine])
-        return self.shift
+        if hit.any():  # a slot none of whose pairs was forecast ages nothing (as replayed_shifts)
+            weight = tasks[hit]
+            if reported is not None:
+                weight = weight * believed_share(reported[hit], self.believed[at[hit]])
+            self.level.update(self.forecasts[at[hit]], outcome[hit], weight)
+        return self.level.shift
 
-    def remember(self, slot: int, pairs: np.ndarray, forecasts: np.ndarray, believed: np.ndarray | None = None,
-                 newcomer: np.ndarray | None = None) -> None:
-        """Keep ``slot``'s raw forecasts ((m,) pair keys and T_beh, how far each owner's reports are believed: 1
-        where None, and whether each collaborator is new: none where None): the next slot's outcomes meet them."""
+    def remember(self, slot: int, pairs: np.ndarray, forecasts: np.ndarray, believed: np.ndarray | None = None
+                 ) -> None:
+        """Keep ``slot``'s raw forecasts ((m,) pair keys and T_beh, and how far each owner's reports are believed:
+        1 where None): the next slot's outcomes meet them."""
         order = np.argsort(pairs)
         believed = np.ones(len(order)) if believed is None else np.asarray(believed, float)
-        newcomer = np.zeros(len(order), bool) if newcomer is None else np.asarray(newcomer, bool)
         self.slot, self.pairs = slot, np.asarray(pairs, np.int64)[order]
-        self.forecasts, self.believed, self.newcomer = np.asarray(forecasts)[order], believed[order], newcomer[order]
+        self.forecasts, self.believed = np.asarray(forecasts)[order], believed[order]
 
     def save(self, path: str | Path) -> None:
-        sums = np.array([[level.weight, level.weight_sq, level.residual, level.residual_sq] for level in self.levels])
-        np.savez(path, sums=sums, slot=np.array(self.slot), pairs=self.pairs, forecasts=self.forecasts,
-                 believed=self.believed, newcomer=self.newcomer)
+        level = self.level
+        np.savez(path, sums=np.array([level.weight, level.weight_sq, level.residual, level.residual_sq]),
+                 slot=np.array(self.slot), pairs=self.pairs, forecasts=self.forecasts, believed=self.believed)
 
     @classmethod
     def load(cls, path: str | Path, config: RecalibrationConfig) -> "OnlineShift":
-        """What :meth:`save` wrote, continued under ``config`` (a state saved before the newcomers' stratum: its
-        one level for the known collaborators, the newcomers' fresh)."""
+        """What :meth:`save` wrote, continued under ``config``."""
         with np.load(path) as saved:
-            pairs = saved["pairs"]
-            believed = saved["believed"] if "believed" in saved else np.ones(len(pairs))
-            newcomer = saved["newcomer"] if "newcomer" in saved else np.zeros(len(pairs), bool)
-            sums = np.atleast_2d(saved["sums"])
-            levels = [LevelShift(config, *row.tolist()) for row in sums]
-            levels += [LevelShift(config) for _ in range(STRATA - len(levels))]
-            return cls(levels, int(saved["slot"]), pairs, saved["forecasts"], believed, newcomer)
+            believed = saved["believed"] if "believed" in saved else np.ones(len(saved["pairs"]))
+            return cls(LevelShift(config, *saved["sums"].tolist()), int(saved["slot"]), saved["pairs"],
+                       saved["forecasts"], believed)

@@ -49,7 +49,7 @@ from model.evidence import (N, POPULATION, REPORTED, REPORTS, ROLES, STATE_ROLES
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.identity import colocated, pooled
 from model.publisher import SlotPublisher
-from model.recalibration import NO_SHIFT, OnlineShift, Shift, newcomers
+from model.recalibration import OnlineShift
 from model.stages import Stages
 from model.status import COMM_OK, COMP_OK, LOAD, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
 from model.trust import resource_trust
@@ -561,27 +561,21 @@ class PairScores:
     believed: np.ndarray | None = None  # (P,) each pair's owner's credibility as a reporter (None: 1, all believed)
     task_sizes: np.ndarray | None = None  # (n,) per frame row its latest task's size, bit (NaN: none; None: unknown)
     size_slope: np.ndarray | None = None  # (P,) T_beh's change per doubling of that size (None: T_beh ignores it)
-    newcomer: np.ndarray | None = None  # (P,) whether the candidate is a newcomer (model.recalibration; None: none)
 
-    def forecasts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """((P,) pair keys, (P,) raw T_beh, (P,) how far the owner's report of the pair's outcome is believed, (P,)
-        whether the candidate is a newcomer)."""
+    def forecasts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """((P,) pair keys, (P,) raw T_beh, (P,) how far the owner's report of the pair's outcome is believed)."""
         believed = np.ones(len(self.src)) if self.believed is None else self.believed
-        return pair_keys(self.keys[self.src], self.keys[self.dst]), self.t_beh, believed, self.strata().astype(bool)
+        return pair_keys(self.keys[self.src], self.keys[self.dst]), self.t_beh, believed
 
-    def strata(self) -> np.ndarray:
-        """(P,) each pair's stratum of the online recalibration: 1 where its candidate is a newcomer, else 0."""
-        return np.zeros(len(self.src), np.int64) if self.newcomer is None else self.newcomer.astype(np.int64)
-
-    def publish(self, ranking: RankingConfig, model_version: str, clock: SlotClock, shift: Shift = NO_SHIFT,
+    def publish(self, ranking: RankingConfig, model_version: str, clock: SlotClock, shift: float = 0.0,
                 revision: int = 0) -> SlotScores:
-        """The piece's trust scores and rankings with T_beh moved by ``shift`` (each pair by its stratum's, clipped
-        to [0, 1]): one ranking per recent owner, by the paper's rule, with no candidates where none is in range. ``revision`` numbers the
+        """The piece's trust scores and rankings with T_beh moved by ``shift`` (clipped to [0, 1]): one ranking per
+        recent owner, by the paper's rule, with no candidates where none is in range. ``revision`` numbers the
         piece's publications (0: the first; an update after late events has a higher one). Each record says the
         owner's task size its trust is for, and, where the model's trust depends on it, the trust's change per
         doubling of it (T_res times T_beh's), with which a scheduler reads the trust for a task of its own."""
         slot, ids, src, dst, thresholds = self.slot, self.ids, self.src, self.dst, self.thresholds
-        t_beh = np.clip(self.t_beh + np.asarray(shift)[self.strata()], 0.0, 1.0) if any(shift) else self.t_beh
+        t_beh = np.clip(self.t_beh + shift, 0.0, 1.0) if shift else self.t_beh
         trust = np.clip(t_beh * self.t_res, 0.0, 1.0)
         bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1]]) if len(src) else np.zeros(0, np.int64)
         spans = {int(src[begin]): np.arange(begin, end) for begin, end in zip(bounds, np.r_[bounds[1:], len(src)])}
@@ -644,7 +638,6 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
         thresholds = np.minimum(thresholds, ranking.threshold_floor)
     t_beh, t_res, voc, believed = np.zeros(len(src)), np.zeros(len(src)), np.zeros(len(src)), np.ones(len(src))
     slope = np.zeros(len(src))  # T_beh's change per doubling of the task's size
-    newcomer = np.zeros(len(src), bool)
     if len(src):
         physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
         pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
@@ -657,12 +650,11 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
         blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, stages.config.evidence,
                                    population, frame.status[:, LOAD], frame.reports)
         t_beh, slope = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
-        newcomer = newcomers(collaborator[dst])
         status_j = frame.status[dst]
         t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])
         voc = physics.value(params)
     return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc,
-                      believed, frame.profile[:, 0], slope if stages.size_corrected else None, newcomer)
+                      believed, frame.profile[:, 0], slope if stages.size_corrected else None)
 
 
 def credited_evidence(frame: DeviceFrame) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:

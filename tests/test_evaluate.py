@@ -176,15 +176,15 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     import pyarrow.parquet as pq
 
     table = pq.read_table(predictions)
-    assert table.column_names[:10] == ["run", "seed", "slot", "owner", "collaborator", "target", "tasks", "newcomer",
-                                       "truth", "behaviour"]
+    assert table.column_names[:9] == ["run", "seed", "slot", "owner", "collaborator", "target", "tasks", "truth",
+                                      "behaviour"]
     assert set(methods) | {"bayes"} <= set(table.column_names)
     assert set(table["seed"].to_pylist()) == {3}
     bm, truth = table["bm"].to_numpy(), table["truth"].to_numpy()
     assert np.sqrt(np.mean((bm - truth) ** 2)) == pytest.approx(report["bm"]["rmse_truth"]["mean"])
     # bm_online is bm with the online shift replayed over the test slots from the file's own columns
     shift = replayed_shifts(bm, table["target"].to_numpy(), table["tasks"].to_numpy(), table["slot"].to_numpy(),
-                            RecalibrationConfig(), newcomer=table["newcomer"].to_numpy(zero_copy_only=False))
+                            RecalibrationConfig())
     assert table["bm_online"].to_numpy() == pytest.approx(np.clip(bm + shift, 0.0, 1.0))
     assert paired["best_other"] != "bm_online"
     for png in ("voc_vs_theta.png", "rmse_per_slot.png", "reliability.png"):
@@ -195,13 +195,12 @@ def test_the_online_scorer_adds_the_shift_of_the_slot_it_forecasts_by_hand() -> 
     def constant(src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray) -> np.ndarray:
         return np.full(len(src), 0.5)
 
-    scorer = shifted_scorer(constant, np.array([3, 5]), np.array([[0.1, -0.3], [0.7, -0.2]]),
-                            newcomer=lambda dst, end: dst == 1)  # candidate 1 is a newcomer, 0 is not
-    pair = (np.zeros(2, np.int64), np.array([0, 1]))
-    assert scorer(*pair, 2, np.zeros((2, 2))) == pytest.approx([0.6, 0.2])  # slot 3
-    assert scorer(*pair, 3, np.zeros((2, 2))) == pytest.approx([1.0, 0.3])  # slot 4, no edges: slot 5's, clipped
-    assert scorer(*pair, 9, np.zeros((2, 2))) == pytest.approx([1.0, 0.3])  # after the last slot: the last's
-    assert shifted_scorer(constant, np.zeros(0, np.int64), np.zeros((0, 2))) is constant
+    scorer = shifted_scorer(constant, np.array([3, 5]), np.array([0.1, 0.7]))
+    pair = (np.zeros(2, np.int64), np.ones(2, np.int64))
+    assert scorer(*pair, 2, np.zeros((2, 2))) == pytest.approx([0.6, 0.6])  # slot 3
+    assert scorer(*pair, 3, np.zeros((2, 2))) == pytest.approx([1.0, 1.0])  # slot 4, no edges: slot 5's, clipped
+    assert scorer(*pair, 9, np.zeros((2, 2))) == pytest.approx([1.0, 1.0])  # after the last slot: the last's
+    assert shifted_scorer(constant, np.zeros(0, np.int64), np.zeros(0)) is constant
 
 
 def test_selection_rule_by_hand() -> None:

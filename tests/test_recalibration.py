@@ -64,33 +64,19 @@ def test_config_refuses_bad_values_by_name(kwargs, message) -> None:
 
 def test_online_shift_sets_outcomes_against_the_last_published_forecasts_by_hand(tmp_path) -> None:
     online = OnlineShift.start(RecalibrationConfig(memory=0.5, guard=0.0))
-    assert online.advance(0, np.array([7]), np.array([0.9]), np.array([1.0])) == (0.0, 0.0)  # nothing forecast yet
+    assert online.advance(0, np.array([7]), np.array([0.9]), np.array([1.0])) == 0.0  # nothing forecast yet
     online.remember(0, np.array([9, 5, 7]), np.array([0.1, 0.5, 0.6]))
     # pairs 5 and 7 were forecast (0.5, 0.6); pair 4 was not and moves nothing: (1 * 0.2 + 3 * 0.1) / 4
     shift = online.advance(1, np.array([5, 4, 7]), np.array([0.7, 0.0, 0.7]), np.array([1.0, 5.0, 3.0]))
-    assert shift == pytest.approx((0.125, 0.0))  # no newcomer among them: theirs stays
+    assert shift == pytest.approx(0.125)
     with pytest.raises(ValueError, match="slot 1 is not after the last published slot 1"):
         online.remember(1, np.array([5]), np.array([0.5]))
         online.advance(1, np.array([5]), np.array([0.5]), np.array([1.0]))
     online.save(tmp_path / "online.npz")
     back = OnlineShift.load(tmp_path / "online.npz", RecalibrationConfig(memory=0.5, guard=0.0))
-    assert (back.slot, back.levels, back.pairs.tolist(), back.forecasts.tolist()) == \
-        (online.slot, online.levels, online.pairs.tolist(), online.forecasts.tolist())
+    assert (back.slot, back.level, back.pairs.tolist(), back.forecasts.tolist()) == \
+        (online.slot, online.level, online.pairs.tolist(), online.forecasts.tolist())
     assert OnlineShift.start(None) is None  # recalibration off
-
-
-def test_newcomers_are_shifted_by_their_own_residuals_by_hand(tmp_path) -> None:
-    """Pair 5's collaborator is a newcomer: its residual (-0.4) moves the newcomers' shift alone; the known pairs'
-    (+0.1 at 7) move theirs; a state saved before the newcomers' stratum loads with a fresh one."""
-    online = OnlineShift.start(RecalibrationConfig(memory=0.5, guard=0.0))
-    online.remember(0, np.array([9, 5, 7]), np.array([0.1, 0.5, 0.6]), newcomer=np.array([False, True, False]))
-    shift = online.advance(1, np.array([5, 7]), np.array([0.1, 0.7]), np.array([2.0, 3.0]))
-    assert shift == pytest.approx((0.1, -0.4))
-    sums = [online.levels[0].weight, online.levels[0].weight_sq, online.levels[0].residual, online.levels[0].residual_sq]
-    np.savez(tmp_path / "old.npz", sums=np.array(sums), slot=np.array(1), pairs=online.pairs,
-             forecasts=online.forecasts, believed=online.believed)  # what a job before the strata saved
-    old = OnlineShift.load(tmp_path / "old.npz", RecalibrationConfig(memory=0.5, guard=0.0))
-    assert old.shift == pytest.approx((0.1, 0.0)) and not old.newcomer.any()
 
 
 def test_what_an_owner_reported_weighs_by_its_credibility_in_the_shift() -> None:
@@ -100,9 +86,9 @@ def test_what_an_owner_reported_weighs_by_its_credibility_in_the_shift() -> None
     # half of its: 3 tasks x (1 - 0.5 x 0.5) = 2.25 of weight on its residual 0.1
     shift = online.advance(1, np.array([5, 7]), np.array([0.9, 0.7]), np.array([1.0, 3.0]),
                            reported=np.array([1.0, 0.5]))
-    assert shift == pytest.approx((0.1, 0.0))
+    assert shift == pytest.approx(0.1)
     online.remember(1, np.array([5]), np.array([0.5]))  # believed by default
-    assert online.advance(2, np.array([5]), np.array([0.9]), np.array([2.0]), reported=np.array([1.0]))[0] > 0.1
+    assert online.advance(2, np.array([5]), np.array([0.9]), np.array([2.0]), reported=np.array([1.0])) > 0.1
 
 
 def test_online_shift_replays_like_evaluate_when_every_edge_was_forecast() -> None:
@@ -110,18 +96,14 @@ def test_online_shift_replays_like_evaluate_when_every_edge_was_forecast() -> No
     slot = np.repeat(np.arange(6), 40)
     pairs = np.tile(np.arange(40), 6)  # the same pairs every slot, each forecast the slot before
     forecast, outcome, tasks = rng.uniform(0, 1, 240), rng.uniform(0, 1, 240) + 0.2, rng.integers(1, 4, 240)
-    new = (pairs < 8) & (slot < 4)  # 8 collaborators new until slot 4, whose outcomes run 0.3 below the others'
-    outcome[new] -= 0.3
     config = RecalibrationConfig(guard=0.5)
     online, shifts = OnlineShift.start(config), []
     for s in range(6):  # slot s's forecasts are published at s - 1: remembered before s's outcomes come
         if s:
             shifts.append(online.advance(s - 1, pairs[slot == s - 1], outcome[slot == s - 1], tasks[slot == s - 1]))
-        online.remember(s - 1, pairs[slot == s], forecast[slot == s], newcomer=new[slot == s])
-    replayed = replayed_shifts(forecast, outcome, tasks, slot, config, newcomer=new)
-    assert [shift[0] for shift in shifts] == pytest.approx([replayed[(slot == s) & ~new][0] for s in range(1, 6)])
-    assert [shift[1] for shift in shifts[:3]] == pytest.approx([replayed[(slot == s) & new][0] for s in range(1, 4)])
-    assert shifts[2][1] < shifts[2][0] - 0.2  # the newcomers' residuals moved theirs alone
+        online.remember(s - 1, pairs[slot == s], forecast[slot == s])
+    replayed = replayed_shifts(forecast, outcome, tasks, slot, config)
+    assert shifts == pytest.approx([replayed[slot == s][0] for s in range(1, 6)])
 
 
 def test_replayed_shifts_fitted_on_the_forecast_pairs_equal_the_publishers() -> None:
@@ -139,7 +121,7 @@ def test_replayed_shifts_fitted_on_the_forecast_pairs_equal_the_publishers() -> 
             shifts.append(online.advance(s - 1, pairs[slot == s - 1], outcome[slot == s - 1], tasks[slot == s - 1]))
         online.remember(s - 1, pairs[(slot == s) & published], forecast[(slot == s) & published])
     replayed = replayed_shifts(forecast, outcome, tasks, slot, config, fitted=published)
-    assert [shift[0] for shift in shifts] == pytest.approx([replayed[slot == s][0] for s in range(1, 7)])
+    assert shifts == pytest.approx([replayed[slot == s][0] for s in range(1, 7)])
     assert replayed[slot == 5][0] == replayed[slot == 4][0]  # slot 4 refit nothing and aged nothing
     everything = replayed_shifts(forecast, outcome, tasks, slot, config)
     assert not np.allclose(replayed, everything)  # fewer edges: other shifts
