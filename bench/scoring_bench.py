@@ -172,7 +172,8 @@ def main() -> None:
                         rates[where] = (gemm_flops_per_s(), cores)
                     total, stage_seconds, slots = scoring(stages, events, status, kind)
                     rows.append({**_row(f"scoring, {kind}, {where}", args.devices * slots, total, cores),
-                                 **{f"{k}_s": round(v, 2) for k, v in stage_seconds.items()}})
+                                 "uses_encoder": stages.uses_encoder,
+                                 **{f"{k}_s": round(v, 3) for k, v in stage_seconds.items()}})
         seconds, slots, workers = every_core_at_once(checkpoint, work / "log")  # the head's, made last
         rows.append(_row(f"scoring, head, {workers} one-core workers at once", args.devices * slots, seconds, workers))
         config = model.config
