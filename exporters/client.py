@@ -27,6 +27,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from numbers import Real
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -68,7 +69,11 @@ class OwnerView:
 def trust_for_size(trust: float, published_bits: float | None, slope: float | None, task_bits: float | None
                    ) -> float:
     """A published T read for a task of ``task_bits``: T + slope * log2(task_bits / published_bits), clipped to
-    [0, 1] (the record's ``size_slope`` per doubling of the size its trust is for); T itself where any is unknown."""
+    [0, 1] (the record's ``size_slope`` per doubling of the size its trust is for); T itself where any is unknown.
+    Raises ValueError naming ``task_size_bits`` for a size that is not a positive number."""
+    if task_bits is not None and not (isinstance(task_bits, Real) and not isinstance(task_bits, bool)
+                                      and 0 < task_bits < np.inf):
+        raise ValueError(f"task_size_bits: must be a finite number > 0 (got {task_bits!r})")
     if task_bits is None or published_bits is None or slope is None:
         return trust
     return float(np.clip(trust + slope * np.log2(task_bits / published_bits), 0.0, 1.0))

@@ -122,6 +122,9 @@ def test_a_schedulers_task_size_moves_the_trust_it_reads(broker) -> None:
     assert (large.collaborator, large.trust, large.eligible) == ("c", pytest.approx(0.8), 1)
     assert (small.collaborator, small.trust, small.eligible) == ("b", pytest.approx(1.0), 2)
     assert client.best("a", theta=0.75).trust == pytest.approx(0.9)
+    for bad in (0.0, -1e6, float("nan")):
+        with pytest.raises(ValueError, match="task_size_bits: must be a finite number > 0"):
+            client.best("a", theta=0.75, task_size_bits=bad)
     client.close()
 
 
