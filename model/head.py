@@ -285,7 +285,7 @@ class ContextHead(nn.Module):
 
     def read(self, sides: PairSides, member: int | None = None) -> torch.Tensor:
         """:meth:`forward` on inputs split by what they depend on (the scorer's: every device's part once)."""
-        raw = sides.collaborator[:, self.known:].reshape(-1, len(STATS), self.lams)  # its STATS per lambda
+        raw = self.stats(sides)
         rates = self.experts.rates(raw)  # (n_c, K)
         logits = torch.logit(rates.clamp(1e-4, 1 - 1e-4))
         collaborator = torch.cat([sides.collaborator[:, :self.known], logits], dim=-1)
@@ -297,10 +297,14 @@ class ContextHead(nn.Module):
         shift = self.sizing(self.experts, raw, sides.dst, sides.physics)
         return torch.cat([torch.logit(own.clamp(1e-6, 1 - 1e-6)), forecasts, shift[:, None]], dim=-1)
 
+    def stats(self, sides: PairSides) -> torch.Tensor:
+        """(n_c, STATS, L) the collaborators' raw sums per lambda, the tail of their rows (what the rules read)."""
+        return sides.collaborator[:, self.known:].reshape(-1, len(STATS), self.lams)
+
     def size_slope(self, sides: PairSides, raw: torch.Tensor) -> torch.Tensor:
         """(P,) how far the published T_beh moves were each pair's task twice its size, from :meth:`read`'s outputs
         ``raw``: only the size correction (their last column) reads the size, so the rest stands."""
-        stats = sides.collaborator[:, self.known:].reshape(-1, len(STATS), self.lams)
+        stats = self.stats(sides)
         doubled = torch.cat([sides.physics[:, :-1], 2 * sides.physics[:, -1:]], dim=-1)
         moved = torch.cat([raw[:, :-1], self.sizing(self.experts, stats, sides.dst, doubled)[:, None]], dim=-1)
         return self.t_beh(moved) - self.t_beh(raw)
