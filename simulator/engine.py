@@ -77,7 +77,9 @@ class Summary:
 @dataclass(frozen=True)
 class Outcome:
     """Executed tasks: their events, the transmission and computation outcomes as reported, the achieved VoC
-    (0 for a failed task) and each task's hidden expected reliability."""
+    (0 for a failed task), each task's hidden expected reliability, and the VoC it was expected to achieve (its VoC
+    if it succeeds times the hidden P(tr and com): the achieved VoC's mean over the draws, what an arm's choice is
+    worth without their noise)."""
 
     events: pa.Table
     tr: np.ndarray
@@ -85,6 +87,7 @@ class Outcome:
     voc: np.ndarray
     reliability: np.ndarray
     p_com: np.ndarray  # each task's hidden P(tr and com)
+    expected_voc: np.ndarray
 
 
 class MemorySink:
@@ -295,7 +298,9 @@ class Simulator:
         tr = draws[0] < expected.p_tr
         com = tr & (draws[1] < expected.p_com_given_tr)
         tr, com = self.reported(owners, collabs, tr, com, by_owner)
-        voc = physics.value_of_completion(expected.offload, expected.local, c.system) * (tr & com)
+        value = physics.value_of_completion(expected.offload, expected.local, c.system)
+        p_success = expected.p_tr * expected.p_com_given_tr
+        voc = value * (tr & com)
         offset_ms = ((index - tasks.start) * c.clock.slot_ms) // len(tasks)
         nulls = pa.nulls(m, pa.float64())
         owner_ids = w.ids.take(owners)
@@ -319,7 +324,7 @@ class Simulator:
             "slot": np.full(m, slot, dtype=np.int64),
         }
         events = pa.Table.from_pydict(columns, schema=events_file_schema(c.clock.metadata()))
-        return Outcome(events, tr, com, voc, expected.reliability(c.weights), expected.p_tr * expected.p_com_given_tr)
+        return Outcome(events, tr, com, voc, expected.reliability(c.weights), p_success, value * p_success)
 
     def truth_table(self, slot: int, keys: np.ndarray, per_task: np.ndarray | None = None) -> pa.Table:
         """The hidden expected reliability of each pair that collaborated in the slot: of the nominal task, or with

@@ -47,6 +47,8 @@ def test_the_loop_schedules_from_the_live_topics_and_its_outcomes_flow_back(brok
     assert set(summary["mean_voc"]) == arms | {f"{a}_ev" for a in arms} | {"random"} == set(report.arms)
     assert all(0 <= summary["mean_voc"][arm] <= 1 for arm in report.arms)
     assert summary["mean_voc"]["oracle"] > summary["mean_voc"]["random"]  # the same tasks and draws for every arm
+    assert set(summary["expected_voc"]) == set(report.arms) and all(0 < v <= 1 for v in summary["expected_voc"].values())
+    assert summary["expected_voc"]["oracle_ev"] > summary["expected_voc"]["random"]
     assert all(0 <= share <= 1 for share in summary["fallback_share"].values())
     sizes = {e.task_size_bits for e in events if e.event_time_ms >= loop_start}
     if sim.attack is None:

@@ -90,6 +90,25 @@ def test_truth_is_the_expectation_of_the_observed_weight() -> None:
     assert len({tuple(k.values()) for k in keys}) == truth.num_rows
 
 
+def test_a_tasks_expected_voc_is_its_achieved_voc_without_the_draws() -> None:
+    simulator = Simulator(SMALL)
+    slot, rng = 12, np.random.default_rng(0)
+    tasks = simulator.slot_tasks(slot)
+    owners = rng.integers(0, SMALL.devices, size=len(tasks))
+    collabs, _ = simulator.choose(rng, owners, slot)
+    index, thresholds = np.arange(tasks.start, tasks.stop), np.full(len(tasks), 0.5)
+    runs = [simulator.outcome(slot, index, tasks, owners, collabs, thresholds, rng.random((2, len(tasks))))
+            for _ in range(400)]
+    first = runs[0]
+    succeeded = first.tr & first.com
+    assert 0 < succeeded.sum() < len(tasks)
+    assert first.voc[succeeded] * first.p_com[succeeded] == pytest.approx(first.expected_voc[succeeded])
+    assert (first.voc[~succeeded] == 0).all() and (first.expected_voc > 0).all()
+    achieved = np.mean([r.voc for r in runs], axis=0)  # over the draws, per task: its expectation
+    assert np.abs(achieved - first.expected_voc).mean() < 0.1 * first.expected_voc.mean()
+    assert achieved.mean() == pytest.approx(first.expected_voc.mean(), rel=0.02)
+
+
 def test_hidden_behaviour_shapes_reliability() -> None:
     world = World(SimConfig(devices=700, slots=200, seed=1))
     owners = np.zeros(700, dtype=np.int64)

@@ -17,7 +17,10 @@
    (the slot before; statuses carry no CPU load), its own T_beh (trustbeam's read for the task's size from
    the records, :meth:`exporters.client.TrustClient.trust`). Every arm but random applies the paper's rule
    (T = T_beh * T_res >= theta, then the highest VoC) and, like a scheduler must, falls back to random-in-range
-   for a task none of whose candidates reaches theta (counted per arm). A failed task achieves 0. With
+   for a task none of whose candidates reaches theta (counted per arm). A failed task achieves 0. Beside what each
+   arm achieved, the VoC its choices were expected to achieve (each chosen task's VoC if it succeeds times its hidden
+   P(success): the same mean without the success draws' noise, which over a few hundred tasks where two arms choose
+   apart is as large as the arms' difference). With
    ``--attack``, each arm's share of honest owners' tasks handed to an attacker misbehaving toward the owner
    then (an on-off attacker's bad stretch, a selective one's targets, an opportunistic one's large tasks,
    always for the other kinds; :meth:`simulator.world.World.misbehaving`) is counted too.
@@ -70,6 +73,7 @@ class ScheduleReport:
     arms: tuple[str, ...]  # :func:`arms_of`
     tasks: int = 0
     achieved: dict[str, float] = field(init=False)  # summed VoC per arm
+    expected: dict[str, float] = field(init=False)  # summed VoC per arm expected from its choices (no draws' noise)
     answered: int = 0  # trustbeam tasks answered by the client (the rest fell back to random)
     honest_tasks: int = 0  # tasks of owners that are no attacker's id
     to_attackers: dict[str, int] = field(init=False)  # of those, per arm, handed to an attacker misbehaving then
@@ -81,13 +85,15 @@ class ScheduleReport:
     events_published: int = 0
 
     def __post_init__(self) -> None:
-        self.achieved, self.to_attackers = dict.fromkeys(self.arms, 0.0), dict.fromkeys(self.arms, 0)
+        self.achieved, self.expected = dict.fromkeys(self.arms, 0.0), dict.fromkeys(self.arms, 0.0)
+        self.to_attackers = dict.fromkeys(self.arms, 0)
         self.without_candidate = dict.fromkeys([a for a in self.arms if a not in LIVE_ARMS], 0)
 
     def summary(self) -> dict:
         n = max(self.tasks, 1)
         return {"tasks": self.tasks, "slots": len(self.slots),
                 "mean_voc": {arm: round(v / n, 4) for arm, v in self.achieved.items()},
+                "expected_voc": {arm: round(v / n, 4) for arm, v in self.expected.items()},
                 "answered_share": round(self.answered / n, 4),
                 "attacker_share": {arm: round(v / max(self.honest_tasks, 1), 4) for arm, v in self.to_attackers.items()},
                 "fallback_share": {arm: round(v / n, 4) for arm, v in self.without_candidate.items()},
@@ -234,10 +240,11 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
     for arm, picked in picks.items():
         report.to_attackers[arm] += int((world.misbehaving(picked, owners, slot, sizes) & honest).sum())
     ran = simulator.outcome(slot, index, tasks, owners, picks["trustbeam"], thetas, draws, sizes)
-    report.achieved["trustbeam"] += float(ran.voc.sum())
-    for arm in report.arms[1:]:  # the counterfactual arms, on the same tasks and random numbers
-        report.achieved[arm] += float(simulator.outcome(slot, index, tasks, owners, picks[arm], thetas, draws,
-                                                        sizes).voc.sum())
+    for arm in report.arms:  # the counterfactual arms on the same tasks and random numbers as the one that ran
+        outcome = ran if arm == "trustbeam" else simulator.outcome(slot, index, tasks, owners, picks[arm], thetas,
+                                                                   draws, sizes)
+        report.achieved[arm] += float(outcome.voc.sum())
+        report.expected[arm] += float(outcome.expected_voc.sum())
     report.tasks += len(tasks)
     report.answered += int(answered.sum())
     report.slots.append(slot)
@@ -284,7 +291,7 @@ def run_schedule_demo(sim: SimConfig, bootstrap: str | None, epochs: int, warmup
     step(f"broker at {settings.bootstrap}")
     if settings.is_local:
         print(f"    {LocalBroker().start()}", file=sys.stderr)
-    step("model: BM trained on an earlier run of the paper's setting (cached, shared with `trustbeam demo`)")
+    step("model: BM trained on an earlier run of this world's setting (cached, shared with `trustbeam demo`)")
     checkpoint = cached_checkpoint(sim, epochs, state_dir() / "demo")
     window = load(checkpoint)[0].config.window
     topics = tagged_topics()
@@ -299,12 +306,12 @@ def run_schedule_demo(sim: SimConfig, bootstrap: str | None, epochs: int, warmup
     summary = report.summary()
     print(f"\nAchieved VoC per task over {report.tasks} tasks in {len(report.slots)} slots "
           f"(a failed task, or an oracle task with no candidate reaching theta, achieves 0):")
-    print("| selection | mean VoC | fell back to random-in-range | honest owners' tasks handed to misbehaving attackers |\n"
-          "|---|---|---|---|")
+    print("| selection | mean VoC | expected VoC | fell back to random-in-range | honest owners' tasks handed to "
+          "misbehaving attackers |\n|---|---|---|---|---|")
     for arm in report.arms:
         fell = (1 - summary["answered_share"]) if arm == "trustbeam" else summary["fallback_share"].get(arm)
-        print(f"| {arm} | {summary['mean_voc'][arm]:.4f} | {'' if fell is None else f'{100 * fell:.1f} %'} | "
-              f"{100 * summary['attacker_share'][arm]:.1f} % |")
+        print(f"| {arm} | {summary['mean_voc'][arm]:.4f} | {summary['expected_voc'][arm]:.4f} | "
+              f"{'' if fell is None else f'{100 * fell:.1f} %'} | {100 * summary['attacker_share'][arm]:.1f} % |")
     print(json.dumps({**summary, "topics": {"rankings": topics.rankings, "scores": topics.scores},
                       "checkpoint": str(checkpoint), "seconds": round(time.perf_counter() - started, 1)}, indent=2))
     return 0 if report.answered else 1
