@@ -278,7 +278,7 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             curves = voc_curves(simulated.world, scored, seed=train.seed, rule=rule)  # the candidates scored once
             for method, curve in curves.items():
                 out.setdefault(method, {})[metric] = curve
-        if simulated.world.attacker.any():
+        if simulated.world.attacker.any() or simulated.world.late_joiners.any():
             for method, measures in attack_measures(simulated.world, simulated.events, scored,
                                                          seed=train.seed).items():
                 out.setdefault(method, {}).update(measures)
@@ -364,8 +364,9 @@ def _behaviour_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
 
 
 SELECTION_MEASURES = ("tasks_assigned", "attack_tasks_won", "attack_voc_lost", "whitewash_share_before",
-                      "whitewash_share_after")  # per selection rule (model.manipulation)
-BELIEF_MEASURES = ("attack_slots_to_detect", "attack_detected", "honest_flagged", "honest_trust_shift")
+                      "whitewash_share_after", "newcomer_tasks_won")  # per selection rule (model.manipulation)
+BELIEF_MEASURES = ("attack_slots_to_detect", "attack_detected", "honest_flagged", "honest_trust_shift",
+                   "newcomer_trust_shift")
 
 
 def _attack_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
@@ -389,9 +390,10 @@ def _attack_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
                                                  for method, row in rows.items()])
     lines += ["", f"Manipulation: what each method believed (detected: T_beh toward its victims below {DETECT_BELOW}; "
                   "honest_flagged: honest candidates below it; honest_trust_shift: T_beh minus the truth over honest "
-                  "candidates):", ""]
-    return lines + _table(["method", *BELIEF_MEASURES], [[method, *(cell(row, m) for m in BELIEF_MEASURES)]
-                                                         for method, row in rows.items() if BELIEF_MEASURES[0] in row])
+                  "candidates; newcomer_trust_shift: over honest devices in their first slots after joining late):", ""]
+    beliefs = [m for m in BELIEF_MEASURES if any(m in row for row in rows.values())]
+    return lines + _table(["method", *beliefs], [[method, *(cell(row, m) for m in beliefs)]
+                                                 for method, row in rows.items() if BELIEF_MEASURES[0] in row])
 
 
 INJECTION_MEASURES = ("rmse_genuine_clean", "rmse_genuine_attacked", "victim_shift", "colluder_shift")

@@ -21,7 +21,10 @@ this module counts what the attackers got:
   (negative: honest devices' trust pushed down; what a liar believes, or says it does, selects nothing honest);
 - ``whitewash_share_before`` / ``whitewash_share_after``: a whitewasher's share of a slot's tasks in up to
   :data:`WHITEWASH_WINDOW` test slots before it left an id, and under its new id in as many after (rejoins with
-  test slots on both sides only).
+  test slots on both sides only);
+- where honest devices join late (``SimConfig.churn``), what a defence against fresh ids costs the honest ones:
+  ``newcomer_tasks_won``, the share of test tasks handed to an honest device in its first :data:`WHITEWASH_WINDOW`
+  slots, and ``newcomer_trust_shift``, T_beh minus the truth over such candidates of honest owners.
 
 ``oracle`` selects by the hidden truth, ``random`` uniformly among the candidates whatever the threshold.
 """
@@ -48,6 +51,7 @@ class _Selections:
     assigned: float = 0.0
     won: float = 0.0
     lost: float = 0.0
+    newcomers: float = 0.0  # tasks handed to honest newcomers
     share: list[np.ndarray] = field(default_factory=list)  # per slot: (ids,) share of its tasks each id got
 
 
@@ -58,6 +62,8 @@ class _Beliefs:
     shift: float = 0.0
     flagged: float = 0.0
     honest: int = 0
+    newcomer_shift: float = 0.0
+    newcomers: int = 0
     suspicion: list[np.ndarray] = field(default_factory=list)  # per slot: (ids,) mean T_beh toward its victims
 
 
@@ -84,6 +90,8 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
                                                                                    expected.p_com_given_tr), 0.0)
         voc = pool.dense(pool.value, -np.inf)
         honest = ~world.attacker[cols] & ~world.attacker[owners[rows]]  # as honest owners see honest devices
+        newcomer = honest & world.late_joiners[cols] & (pool.slot - world.joined[cols] < WHITEWASH_WINDOW)
+        new_at = pool.dense(newcomer, False)
         victims = np.bincount(cols[misbehaving], minlength=world.size)
         slots.append(pool.slot)
         victims_seen.append(victims)
@@ -102,16 +110,20 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
                 tally.assigned += float(picked.sum())
                 tally.won += float(won.sum())
                 tally.lost += float(lost_at[task[won], column[won]].sum())
+                tally.newcomers += float(new_at[task, column].sum())
                 tally.share.append(np.bincount(column, minlength=world.size) / max(int(mine.sum()), 1))
         for name, t_beh in beliefs.items():
             tally = beliefs_of.setdefault(name, _Beliefs())
             tally.shift += float((t_beh - truth)[honest].sum())
             tally.flagged += float((t_beh[honest] < detect_below).sum())
             tally.honest += int(honest.sum())
+            tally.newcomer_shift += float((t_beh - truth)[newcomer].sum())
+            tally.newcomers += int(newcomer.sum())
             total = np.bincount(cols[misbehaving], weights=t_beh[misbehaving], minlength=world.size)
             with np.errstate(invalid="ignore", divide="ignore"):
                 tally.suspicion.append(np.where(victims > 0, total / victims, np.nan))
     out: dict[str, dict[str, float]] = {}
+    late = bool(world.late_joiners.any())
     for (name, rule), tally in selections.items():
         suffix = "" if rule == "paper" else f"_{rule}"
         before, after = whitewash_shares(world, np.array(slots), np.array(tally.share))
@@ -119,6 +131,8 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
             f"tasks_assigned{suffix}": tally.assigned / max(tasks, 1),
             f"attack_tasks_won{suffix}": tally.won / max(tasks, 1), f"attack_voc_lost{suffix}": tally.lost / max(tasks, 1),
             f"whitewash_share_before{suffix}": before, f"whitewash_share_after{suffix}": after})
+        if late:
+            out[name][f"newcomer_tasks_won{suffix}"] = tally.newcomers / max(tasks, 1)
     for name, tally in beliefs_of.items():
         delays = stretch_delays(np.array(slots), np.array(tally.suspicion), np.array(victims_seen) > 0,
                                 np.array(candidate_seen) > 0, detect_below)
@@ -126,6 +140,8 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
                          attack_detected=float(np.mean([hit for _, hit in delays])) if delays else float("nan"),
                          honest_flagged=tally.flagged / max(tally.honest, 1),
                          honest_trust_shift=tally.shift / max(tally.honest, 1))
+        if late:
+            out[name]["newcomer_trust_shift"] = tally.newcomer_shift / tally.newcomers if tally.newcomers else float("nan")
     return out
 
 

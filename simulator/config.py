@@ -190,6 +190,9 @@ class SimConfig:
     attack: Attack | None = None  # a share of the devices manipulate (hidden labels in the devices table)
     owner_reports: float = 0.0  # share of tasks whose outcome the owner reports (the event's reporter); the rest a
     #                             neutral monitor observes (reporter null). 0: the paper's setting
+    churn: float = 0.0  # share of the honest devices that join after the start, each at a slot drawn uniformly before
+    #                     the run's last tenth (until then it serves, owns and reports nothing): the newcomers a fresh id
+    #                     hides among. 0: the paper's setting, every device there from slot 0
     clock: SlotClock = field(default_factory=SlotClock)
     system: SystemParams = field(default_factory=SystemParams)
     weights: TrustWeights = field(default_factory=TrustWeights)
@@ -223,6 +226,8 @@ class SimConfig:
             raise ValueError("SimConfig.load_*: need 0 <= load_mean - load_swing and "
                              f"load_mean + load_swing (+ load_drift with telemetry) <= load_max < 1 (got "
                              f"{self.load_mean}, {self.load_swing}, {drift}, {self.load_max})")
+        if not 0 <= self.churn < 1:
+            raise ValueError(f"SimConfig.churn (--churn): must be in [0, 1) (got {self.churn!r})")
         if not 0 <= self.owner_reports <= 1:
             raise ValueError(f"SimConfig.owner_reports: must be in [0, 1] (got {self.owner_reports!r})")
         if not self.task_size_spread >= 1:

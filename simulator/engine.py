@@ -23,7 +23,8 @@ from simulator.config import AttackKind, Policy, SimConfig
 from simulator.world import World
 
 SUB_BATCH = 65_536
-_REPORTS, _SIZES = 4, 6  # random streams of their own: which tasks owners report, the tasks' sizes
+_REPORTS, _SIZES, _OWNERS = 4, 6, 12  # random streams of their own: which tasks owners report, the tasks' sizes, who
+#                                      owns a task drawn for a device yet to join
 MAX_DRAWS = 64  # rejection-sampling rounds before falling back to the nearest available device
 
 STATUS_SCHEMA = arrow_schema(DeviceStatus)
@@ -237,6 +238,7 @@ class Simulator:
         c = self.config
         rng = np.random.default_rng([c.seed, 1, slot, sub])
         owners = self.world.active[rng.integers(0, c.devices, size=len(batch))]  # each device's current id
+        owners = self.world.present_owners(owners, slot, [c.seed, _OWNERS, slot, sub])  # none yet to join
         collabs, fallbacks = self.choose(rng, owners, slot)
         draws = rng.random((2, len(batch)))
         thresholds = rng.uniform(*c.threshold_range, size=len(batch))

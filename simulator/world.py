@@ -122,6 +122,11 @@ class World:
             self.joined[aliases] = NEVER
             chain = np.concatenate([attackers[:, None], aliases.reshape(len(attackers), -1)], axis=1)
             self.next_id[chain[:, :-1]] = chain[:, 1:]
+        if config.churn > 0:  # honest devices that join later, drawn from a stream of their own
+            late_rng = np.random.default_rng([config.seed, 8])
+            honest = np.setdiff1d(np.arange(n), attackers)
+            late = late_rng.choice(honest, size=round(config.churn * len(honest)), replace=False)
+            self.joined[late] = late_rng.integers(1, max(2, int(0.9 * config.slots)), size=len(late))
         self.channel = make_channel(config)
 
     @property
@@ -133,6 +138,20 @@ class World:
     def attacker(self) -> np.ndarray:
         """(rows,) whether each id belongs to an attacking device."""
         return self.attack_label != ""
+
+    @property
+    def late_joiners(self) -> np.ndarray:
+        """(rows,) honest ids that joined after the start (``config.churn``): the honest newcomers."""
+        return (self.joined > 0) & (self.joined != NEVER) & ~self.attacker
+
+    def present_owners(self, owners: np.ndarray, slot: int, key: list[int]) -> np.ndarray:
+        """``owners`` (ids) with each one yet to join in ``slot`` (``config.churn``) replaced by a present device's
+        current id, drawn from the stream ``key`` (nothing is drawn where every owner has joined)."""
+        pending = self.joined[owners] > slot
+        if not pending.any():
+            return owners
+        present = self.active[self.present(self.active, slot)]
+        return np.where(pending, np.random.default_rng(key).choice(present, size=len(owners)), owners)
 
     def present(self, rows: np.ndarray, slot: int) -> np.ndarray:
         """Whether each id is in the system during ``slot`` (a whitewasher's ids only between join and leave)."""

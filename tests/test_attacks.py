@@ -111,6 +111,30 @@ def test_whitewashing_that_starts_late_keeps_every_id_until_then() -> None:
         Attack(AttackKind.WHITEWASHING, 0.2, whitewash_from=-1)
 
 
+def test_honest_devices_that_join_late_serve_own_and_report_nothing_before() -> None:
+    """``churn``: a share of the honest devices joins later, from a stream of its own; until then no task, status or
+    ownership names it, and everything else of the world is drawn as without it."""
+    config = replace(SMALL, churn=0.25, attack=Attack(AttackKind.WHITEWASHING, 0.1))
+    events, _, status, world = simulated_world(config)
+    late = np.flatnonzero(world.late_joiners)
+    assert len(late) == round(0.25 * (SMALL.devices - 8)) and not world.attacker[late].any()
+    assert world.joined[late].min() >= 1 and world.joined[late].max() < 0.9 * SMALL.slots
+    clock = SMALL.clock
+    status_slot = (status["time_ms"].to_numpy() - clock.origin_ms) // clock.slot_ms
+    served = 0
+    for device, joined in zip(world.ids.take(late).to_pylist(), world.joined[late]):
+        for ids, slots in ((events["owner"], events["slot"]), (events["collaborator"], events["slot"]),
+                           (status["device"], status_slot)):
+            at = np.asarray(slots)[pc.equal(ids, device).to_numpy(zero_copy_only=False)]
+            assert (at >= joined).all()
+        served += int(pc.sum(pc.equal(events["collaborator"], device)).as_py() > 0)
+    assert served > len(late) // 2  # and they do serve once they are there
+    plain = simulated_world(replace(config, churn=0.0))[3]
+    assert (plain.cpu_hz == world.cpu_hz).all() and (plain.params.kind == world.params.kind).all()
+    with pytest.raises(ValueError, match="churn"):
+        replace(SMALL, churn=1.0)
+
+
 def _rows(world, ids: pa.ChunkedArray) -> np.ndarray:
     return pc.index_in(ids, value_set=world.ids).to_numpy()
 
@@ -224,7 +248,8 @@ def test_attack_measures_by_hand() -> None:
     world = SimpleNamespace(config=SimpleNamespace(weights=weights), size=4,
                             attacker=np.array([False, False, False, True]),
                             misbehaving=lambda cols, owners, slot, sizes: (cols == 3) & (owners == 0),
-                            left=np.full(4, NEVER), next_id=np.full(4, -1))
+                            left=np.full(4, NEVER), next_id=np.full(4, -1), joined=np.zeros(4, dtype=np.int64),
+                            late_joiners=np.zeros(4, dtype=bool))
     rows, cols = np.array([0, 0, 1, 1]), np.array([2, 3, 2, 3])
     valid = np.zeros((2, 4), dtype=bool)
     valid[rows, cols] = True
@@ -245,7 +270,16 @@ def test_attack_measures_by_hand() -> None:
     assert out["oracle"]["attack_tasks_won"] == 0.0 and out["oracle"]["attack_detected"] == 1.0
     assert out["oracle"]["attack_slots_to_detect"] == 0.0 and out["oracle"]["honest_trust_shift"] == 0.0
     assert 0.0 <= out["random"]["attack_tasks_won"] <= 0.5 and out["random"]["tasks_assigned"] == 1.0
-    assert math.isnan(out["m"]["whitewash_share_before"])
+    assert math.isnan(out["m"]["whitewash_share_before"]) and "newcomer_tasks_won" not in out["m"]
+    # device 2 an honest newcomer (joined at slot 1, 4 slots before): m handed it task 1 (the oracle task 0) and
+    # over-trusts it by 0.9 - truth
+    world.joined[2], world.late_joiners[2] = 1, True
+    out = attack_measures(world, events, [(np.array([0, 1]), pool, beliefs)])
+    assert out["m"]["newcomer_tasks_won"] == 0.5 and out["m"]["newcomer_trust_shift"] == pytest.approx(0.9 - truth)
+    assert out["oracle"]["newcomer_tasks_won"] == 0.5 and out["oracle"]["newcomer_trust_shift"] == 0.0
+    world.joined[2] = 5 - 10  # its first 10 slots over: no newcomer any more
+    assert math.isnan(attack_measures(world, events, [(np.array([0, 1]), pool, beliefs)])["m"]["newcomer_trust_shift"])
+    world.joined[2], world.late_joiners[2] = 0, False
     # an attacker's own tasks count for nothing: with owner 1 a colluder, the one honest task went to the attacker
     world.attacker = np.array([False, True, False, True])
     out = attack_measures(world, events, [(np.array([0, 1]), pool, beliefs)])
@@ -255,10 +289,10 @@ def test_attack_measures_by_hand() -> None:
 
 def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
     out = tmp_path / "report"
-    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--seed", "11", "--attack", "sybil=0.2",
-                 "--methods", "mean", "channel_beta", "oracle", "bayes", "--out", str(out)]) == 0
+    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--seed", "11", "--attack", "sybil=0.2", "--churn",
+                 "0.2", "--methods", "mean", "channel_beta", "oracle", "bayes", "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
-    assert report["setup"]["attack"] == "sybil=0.2"
+    assert report["setup"]["attack"] == "sybil=0.2" and report["setup"]["churn"] == 0.2
     for method in ("mean", "channel_beta", "oracle", "bayes", "random"):  # the Bayes filter selects too: a ceiling
         won = report[method]["attack_tasks_won"]
         assert set(won) == {"mean", "std"} and 0 <= won["mean"] <= 1
@@ -267,6 +301,9 @@ def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
     assert report["bayes"]["voc"]["mean"][2] > report["random"]["voc"]["mean"][2]
     assert 0 < report["channel_beta"]["rmse_truth_honest"]["mean"] < 1  # honest owners' test edges
     assert "attack_tasks_won" in (out / "report.md").read_text()
+    assert report["oracle"]["newcomer_trust_shift"]["mean"] == 0.0  # honest late joiners (--churn): what they get
+    assert 0 < report["oracle"]["newcomer_tasks_won_expected"]["mean"] < 0.5
+    assert "newcomer_trust_shift" in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize("args, message", [(["--attack", "sybil=1.5"], "share of 'sybil' must be in [0, 1)"),

@@ -49,6 +49,10 @@ def _add_attack_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--whitewash-from", type=int, default=0, metavar="SLOT",
                         help="whitewashers leave their ids from this slot on (default 0: throughout; e.g. the first "
                              "test slot: a wave that starts after the model was trained)")
+    parser.add_argument("--churn", type=float, default=0.0, metavar="SHARE",
+                        help="share of the honest devices that join after the start, each at a random slot before "
+                             "the run's last tenth: the honest newcomers a whitewasher's fresh id hides among (default "
+                             "0: every device there from the start, the paper)")
 
 
 def _positive_metres(option: str, text: str) -> float:
@@ -66,7 +70,7 @@ def _attack_setting(args: argparse.Namespace) -> dict:
 
     attack = replace(parse_attack(args.attack), id_spread_m=args.id_spread_m,
                      whitewash_from=args.whitewash_from) if args.attack else None
-    return attack_setting(attack, args.owner_reports, args.task_size_spread)
+    return {**attack_setting(attack, args.owner_reports, args.task_size_spread), "churn": args.churn}
 
 
 def _add_sim_options(parser: argparse.ArgumentParser) -> None:
@@ -276,7 +280,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     def setup(done: int) -> dict:
         return {"runs": runs, "runs_done": done, "seed": args.seed, "mix": args.mix, "telemetry": args.telemetry,
                 "attack": args.attack, "id_spread_m": args.id_spread_m, "owner_reports": sim.owner_reports,
-                "task_size_spread": sim.task_size_spread,
+                "task_size_spread": sim.task_size_spread, "whitewash_from": args.whitewash_from, "churn": sim.churn,
                 "quick": args.quick, "bm": asdict(config), "train": asdict(train),
                 "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots},
                 "seconds": round(time.perf_counter() - started, 1)}

@@ -188,7 +188,7 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
     config, world = simulator.config, simulator.world
     tasks = simulator.slot_tasks(slot)
     rng = np.random.default_rng([config.seed, 9, slot])
-    owners = rng.integers(0, config.devices, size=len(tasks))
+    owners = world.present_owners(rng.integers(0, config.devices, size=len(tasks)), slot, [config.seed, 13, slot])
     thetas = rng.uniform(*config.threshold_range, size=len(tasks))
     draws = rng.random((2, len(tasks)))
     index = np.arange(tasks.start, tasks.stop, dtype=np.int64)
