@@ -110,7 +110,7 @@ def run_demo(sim: SimConfig, bootstrap: str | None, out: str, epochs: int, owner
     topics = Topics()
     ensure_topics(settings, topics.partitions())
 
-    started = step("model: BM trained on an earlier run of the paper's setting (cached after the first demo)")
+    started = step("model: BM trained on an earlier run of this world's setting (cached after the first demo)")
     checkpoint = cached_checkpoint(sim, epochs, state_dir() / "demo")
     timings["model_s"] = time.perf_counter() - started
 
