@@ -488,7 +488,7 @@ class ShardState(beam.DoFn):
             if not self.bounded or slot > self.config.replay_through:
                 book.emitted[slot] = version
                 pieces = kept.frame(self.stages, slot, self.config.ranking).pieces(
-                    self.config.pieces, self.config.ranking.range_m, self.stages.config.evidence.colocation_m)
+                    self.config.pieces, self.config.ranking.range_m, self.stages.config.evidence.identity_m)
             busy += time.perf_counter() - started
             for piece, part in enumerate(pieces):
                 yield (slot, piece), (key, version, part, book.pointers.get(slot) if piece == 0 else None)

@@ -70,6 +70,8 @@ class EvidenceConfig:
     level_memory: float = 0.9  # the lambda of the population's rate the head's forecasts are read against
     colocation_m: float | None = 0.1  # ids reporting positions this close are judged as one collaborator
     #                                   (model.identity: Sybils, whitewashers); None: every id apart
+    succession_m: float | None = 5.0  # a fresh id reporting this close to where an id fell silent continues its
+    succession_slots: int = 10  # record, if that was at most this many slots before (model.identity); None: never
 
     def __post_init__(self) -> None:
         if not self.lams or any(not 0 < lam <= 1 for lam in self.lams):
@@ -79,6 +81,15 @@ class EvidenceConfig:
                              f"(got {self.level_memory!r})")
         if self.colocation_m is not None and not self.colocation_m > 0:
             raise ValueError(f"EvidenceConfig.colocation_m: must be > 0 or None (got {self.colocation_m!r})")
+        if self.succession_m is not None and not self.succession_m > 0:
+            raise ValueError(f"EvidenceConfig.succession_m: must be > 0 or None (got {self.succession_m!r})")
+        if self.succession_slots < 1:
+            raise ValueError(f"EvidenceConfig.succession_slots: must be >= 1 (got {self.succession_slots!r})")
+
+    @property
+    def identity_m(self) -> float:
+        """How far apart two ids judged together (model.identity) may stand at most, chains aside."""
+        return max(self.colocation_m or 0.0, self.succession_m or 0.0)
 
     @property
     def collaborator_normalized(self) -> int:

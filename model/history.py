@@ -26,7 +26,7 @@ from model.evidence import (NEVER, POPULATION, REPORTED, REPORTS, STATE_ROLES, E
                             channels_of, pair_evidence_features, report_increments, role_increments, role_lams,
                             with_load)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
-from model.identity import colocated, pooled
+from model.identity import heard_slots, identity_groups, pooled
 from model.status import LOAD, TELEMETRY, X, Y, StatusLog, status_values, telemetry_of
 
 
@@ -49,7 +49,7 @@ class History:
     clock: SlotClock = field(default_factory=SlotClock)
     _tracks: dict = field(default_factory=dict, compare=False, repr=False)  # EvidenceConfig -> tracks
     _credited: dict = field(default_factory=dict, compare=False, repr=False)  # (EvidenceConfig, slot) -> credited
-    _groups: dict = field(default_factory=dict, compare=False, repr=False)  # (radius, slot) -> colocated groups
+    _groups: dict = field(default_factory=dict, compare=False, repr=False)  # (radii, slot) -> model.identity groups
 
     @classmethod
     def from_events(cls, events: pa.Table, clock: SlotClock, weights: TrustWeights,
@@ -155,16 +155,19 @@ class History:
 
     def judged_together(self, config: EvidenceConfig, slot: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Every device's (evidence as collaborator (n, L, C), slots since it served (n,)) through relative slot
-        ``slot``, credited reports included, pooled over the ids at one place then (:mod:`model.identity`); None
-        where every id is judged apart (no statuses, ``colocation_m`` None, or no two ids within its radius)."""
-        if self.status is None or config.colocation_m is None:
+        ``slot``, credited reports included, pooled over the ids judged as one device then (at one place, or one
+        after another: :mod:`model.identity`); None where every id is judged apart (no statuses, no radius, or no two
+        ids linked)."""
+        if self.status is None or (config.colocation_m is None and config.succession_m is None):
             return None
         devices = np.arange(len(self.index))
-        key = (config.colocation_m, slot)
-        if key not in self._groups:  # None where every id stands apart
-            xy = self.status.latest(devices, self.clock.end_ms(self.first_slot + slot))[:, [X, Y]]
-            group = colocated(xy, config.colocation_m)
-            self._groups[key] = None if len(np.unique(group)) == len(group) else group
+        key = (config.colocation_m, config.succession_m, config.succession_slots, slot)
+        if key not in self._groups:  # None where every id is judged apart
+            end = int(self.clock.end_ms(self.first_slot + slot))
+            xy = self.status.latest(devices, end)[:, [X, Y]]
+            first, last = heard_slots(self.status.first_ms(devices, end), self.status.latest_ms(devices, end), self.clock)
+            self._groups[key] = identity_groups(xy, first, last, config.colocation_m, config.succession_m,
+                                                config.succession_slots)
         if self._groups[key] is None:
             return None
         tracks = self.tracks(config)

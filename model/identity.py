@@ -12,7 +12,14 @@ Where no two ids stand that close (every honest fleet whose devices stand apart)
 What it cannot see: an attacker that reports its ids farther apart than the radius, and honest devices closer than
 it share their records (the radius trades one against the other; the README measures both).
 
-Glossary: ``xy`` (n, 2) reported positions (NaN: none known); ``group`` (n,) the group each id is judged in.
+Ids one after another (:func:`successions`): a whitewasher that reports its new id a few metres from the old one
+escapes the radius, but not what its move looks like: an id falls silent, and within a few slots an id never heard
+of before first reports near where it stood. Such an id continues the silent one's record
+(``EvidenceConfig.succession_m``, ``succession_slots``) for as long as the old one stays silent. Honest newcomers
+are judged apart unless one first reports that close to a device that has just fallen silent.
+
+Glossary: ``xy`` (n, 2) reported positions (NaN: none known); ``group`` (n,) the group each id is judged in;
+``first``, ``last`` (n,) the slots of each id's first and latest report (-1: none known).
 """
 
 from __future__ import annotations
@@ -22,15 +29,49 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
+from model.config import SlotClock
 
-def colocated(xy: np.ndarray, radius_m: float) -> np.ndarray:
-    """(n,) the group of each id: the connected components of "stands within ``radius_m`` of"; an id without a known
-    position is a group of its own. Groups are numbered 0.. in no particular order."""
+
+def colocated(xy: np.ndarray, radius_m: float | None, links: np.ndarray | None = None) -> np.ndarray:
+    """(n,) the group of each id: the connected components of "stands within ``radius_m`` of" (None: of no one), and
+    of the further ``links`` (k, 2) of ids; an id without a known position is a group of its own unless linked.
+    Groups are numbered 0.. in no particular order."""
     n = len(xy)
     known = np.flatnonzero(np.isfinite(xy).all(axis=1))
-    pairs = cKDTree(xy[known]).query_pairs(radius_m, output_type="ndarray") if len(known) > 1 else np.zeros((0, 2), int)
-    links = coo_matrix((np.ones(len(pairs)), (known[pairs[:, 0]], known[pairs[:, 1]])), shape=(n, n))
-    return connected_components(links, directed=False)[1]
+    near = cKDTree(xy[known]).query_pairs(radius_m, output_type="ndarray") if radius_m is not None and len(known) > 1 \
+        else np.zeros((0, 2), np.int64)
+    pairs = np.concatenate([known[near], np.zeros((0, 2), np.int64) if links is None else links])
+    graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
+    return connected_components(graph, directed=False)[1]
+
+
+def heard_slots(first_ms: np.ndarray, last_ms: np.ndarray, clock: SlotClock) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) (n,): the slots of each id's first and latest report from their times (-1 ms: none known)."""
+    return tuple(np.where(ms >= 0, clock.slot_of(np.maximum(ms, 0)), -1) for ms in (first_ms, last_ms))
+
+
+def successions(xy: np.ndarray, first: np.ndarray, last: np.ndarray, radius_m: float, within_slots: int
+                ) -> np.ndarray:
+    """(k, 2) links (silent id, its successor): ids within ``radius_m`` of each other, one first heard of 1 to
+    ``within_slots`` slots after the other was last."""
+    known = np.flatnonzero(np.isfinite(xy).all(axis=1) & (first >= 0))
+    if len(known) < 2:
+        return np.zeros((0, 2), np.int64)
+    a, b = known[cKDTree(xy[known]).query_pairs(radius_m, output_type="ndarray")].T
+    after = (first[b] - last[a] >= 1) & (first[b] - last[a] <= within_slots)  # b took over from a
+    before = (first[a] - last[b] >= 1) & (first[a] - last[b] <= within_slots)  # a took over from b
+    return np.concatenate([np.stack([a[after], b[after]], 1), np.stack([b[before], a[before]], 1)]).astype(np.int64)
+
+
+def identity_groups(xy: np.ndarray, first: np.ndarray, last: np.ndarray, colocation_m: float | None,
+                    succession_m: float | None, within_slots: int) -> np.ndarray | None:
+    """(n,) the group each id is judged in: ids at one place (:func:`colocated`) and ids one after another
+    (:func:`successions`); None where every id is judged apart."""
+    if colocation_m is None and succession_m is None:
+        return None
+    links = None if succession_m is None else successions(xy, first, last, succession_m, within_slots)
+    group = colocated(xy, colocation_m, links)
+    return None if len(np.unique(group)) == len(group) else group
 
 
 def pooled(collaborator: np.ndarray, since: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

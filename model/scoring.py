@@ -47,7 +47,7 @@ from model.evidence import (N, POPULATION, REPORTED, REPORTS, ROLES, STATE_ROLES
                             EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay, empty_state, find,
                             report_increments, role_increments, with_load)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
-from model.identity import colocated, pooled
+from model.identity import heard_slots, identity_groups, pooled
 from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift
 from model.stages import Stages
@@ -187,6 +187,7 @@ class DeviceFrame:
     ids: np.ndarray  # (n,)
     y: np.ndarray  # (n, d) long-term embeddings
     status: np.ndarray  # (n, 9) STATUS_COLUMNS, NaN where no status is known
+    heard_ms: np.ndarray  # (n, 2) when each device's first status and that one were sent (ms; -1 where none is known)
     profile: np.ndarray  # (n, 3) PROFILE_COLUMNS of a recent owner's latest task, NaN for non-owners
     recent_owner: np.ndarray  # (n,) bool
     collaborator: np.ndarray  # (n, L, C) evidence as collaborator
@@ -237,15 +238,16 @@ class DeviceFrame:
         return DeviceFrame(**{f.name: part(f.name) for f in fields(self) if f.name != "recent_owner"},
                            recent_owner=recent[rows])
 
-    def pieces(self, pieces: Pieces, range_m: float | None, colocation_m: float | None = None) -> list["DeviceFrame"]:
+    def pieces(self, pieces: Pieces, range_m: float | None, identity_m: float = 0.0) -> list["DeviceFrame"]:
         """The frame split into ``pieces.count`` frames (:class:`model.candidates.Pieces`): scoring each and
-        joining the results gives the records of scoring the whole frame (with ``colocation_m``, the evidence
-        radius :mod:`model.identity` judges ids together by: a piece holds the ids within it of its candidates)."""
+        joining the results gives the records of scoring the whole frame (with ``identity_m``, the farthest
+        :mod:`model.identity` judges two ids together at, ``EvidenceConfig.identity_m``: a piece holds the ids within
+        it of its candidates)."""
         if pieces.count == 1:  # the whole frame: nothing to copy
             return [self]
         xy = self.status[:, [X, Y]]
         home = pieces.home(xy, range_m)
-        rows, piece = pieces.reach(xy, range_m, colocation_m or 0.0)
+        rows, piece = pieces.reach(xy, range_m, identity_m)
         out = []
         for k in range(pieces.count):
             devices = np.zeros(len(self.keys), bool)
@@ -371,7 +373,9 @@ class DeviceHistory:
         keys, ids = self.names
         y = stages.long_term(*self.sequences(stages, slot)) if stages.uses_encoder else \
             np.zeros((len(keys), stages.config.gnn.out_dim), np.float32)  # (n, d); unread without the encoder
-        status = self.status.latest(keys, int(stages.config.clock.end_ms(slot)))
+        end = int(stages.config.clock.end_ms(slot))
+        status = self.status.latest(keys, end)
+        heard_ms = np.stack([self.status.first_ms(keys, end), self.status.latest_ms(keys, end)], axis=1)
         profile = np.full((len(keys), 1 + len(PROFILE_COLUMNS)), np.nan)
         profile[:, 0] = -np.inf
         for s in range(slot - ranking.owner_slots + 1, slot + 1):
@@ -397,7 +401,7 @@ class DeviceHistory:
         reported, reported_pairs, reported_evidence, monitored, reported_since = self.reported(slot)
         at, held = find(keys, reported_pairs[:, 0])
         np.minimum.at(since, at[held], reported_since[held])  # an owner's report of it says it served too
-        return DeviceFrame(keys, ids, y, status, profile[:, 1:], recent, collaborator, since, owner, pairs,
+        return DeviceFrame(keys, ids, y, status, heard_ms, profile[:, 1:], recent, collaborator, since, owner, pairs,
                            tags[first].astype(np.int64), pair_evidence, population, reports, reported, reported_pairs,
                            reported_evidence, monitored)
 
@@ -627,8 +631,9 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
     known = np.flatnonzero(~np.isnan(frame.status[:, X]))
     xy = frame.status[:, [X, Y]]
     src, dst, _ = candidate_pairs(xy, owners, known, ranking.range_m)  # (P,) frame rows
-    radius = stages.config.evidence.colocation_m
-    group = None if radius is None else colocated(xy, radius)  # ids at one place: one device
+    evidence = stages.config.evidence  # ids at one place, or one after another: one device
+    first, last = heard_slots(frame.heard_ms[:, 0], frame.heard_ms[:, 1], stages.config.clock)
+    group = identity_groups(xy, first, last, evidence.colocation_m, evidence.succession_m, evidence.succession_slots)
     if group is not None:
         other = group[src] != group[dst]
         src, dst = src[other], dst[other]

@@ -72,10 +72,35 @@ class StatusLog:
     def latest(self, keys: np.ndarray, before_ms: int | np.ndarray) -> np.ndarray:
         """(len(keys), 9): each key's latest status strictly before ``before_ms`` (one time for all, or one per
         key); NaN rows where none is known."""
-        keys = np.asarray(keys, np.int64)
         out = np.full((len(keys), len(STATUS_COLUMNS)), np.nan)
+        found, rows = self._latest(keys, before_ms)
+        out[found] = self.values[rows]
+        return out
+
+    def latest_ms(self, keys: np.ndarray, before_ms: int | np.ndarray) -> np.ndarray:
+        """(len(keys),) int64: when each key's latest status strictly before ``before_ms`` was sent; -1 where none."""
+        out = np.full(len(keys), -1, np.int64)
+        found, rows = self._latest(keys, before_ms)
+        out[found] = self.times[rows]
+        return out
+
+    def first_ms(self, keys: np.ndarray, before_ms: int) -> np.ndarray:
+        """(len(keys),) int64: when each key's first status before ``before_ms`` was sent (the log keeps every key's
+        first: :meth:`prune`); -1 where none."""
+        keys = np.asarray(keys, np.int64)
+        out = np.full(len(keys), -1, np.int64)
+        earliest = latest_entries(self.keys, -self.times, self.times < before_ms)  # (sorted by key)
+        at = np.searchsorted(self.keys[earliest], keys)
+        found = at < len(earliest)
+        found[found] = self.keys[earliest[at[found]]] == keys[found]
+        out[found] = self.times[earliest[at[found]]]
+        return out
+
+    def _latest(self, keys: np.ndarray, before_ms: int | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """((len(keys),) whether a status strictly before ``before_ms`` is known, the entry of each found one)."""
+        keys = np.asarray(keys, np.int64)
         if not len(self.keys) or not len(keys):
-            return out
+            return np.zeros(len(keys), bool), np.zeros(0, np.int64)
         before = np.broadcast_to(np.asarray(before_ms, np.int64), keys.shape)
         order = np.lexsort((np.arange(len(self.keys)), self.times, self.keys))  # by key, time, insertion
         sorted_keys, sorted_times = self.keys[order], self.times[order]
@@ -89,12 +114,13 @@ class StatusLog:
         query_ordinal = ordinal[np.minimum(first, len(ordinal) - 1)]
         at = np.searchsorted(combined, query_ordinal * span + (before - base), side="left") - 1
         found = (stop > first) & (at >= first)
-        out[found] = self.values[order[at[found]]]
-        return out
+        return found, order[at[found]]
 
     def prune(self, before_ms: int) -> None:
-        """Forget statuses superseded before ``before_ms``: keep each key's latest before it and all after."""
+        """Forget statuses superseded before ``before_ms``: keep each key's latest before it and all after, and each
+        key's first (when a device was first heard of: :mod:`model.identity`)."""
         old = self.times < before_ms
         keep = ~old
         keep[latest_entries(self.keys, self.times, old)] = True
+        keep[latest_entries(self.keys, -self.times, np.ones(len(self.keys), bool))] = True
         self.keys, self.times, self.values = self.keys[keep], self.times[keep], self.values[keep]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from model.config import SlotClock
 from model.evidence import EvidenceConfig
-from model.identity import colocated, pooled
+from model.identity import colocated, heard_slots, identity_groups, pooled, successions
+from model.status import StatusLog
 
 
 def test_ids_within_the_radius_share_a_group_and_ids_without_a_position_stand_alone() -> None:
@@ -35,3 +37,39 @@ def test_ids_apart_are_left_as_they_are() -> None:
 def test_a_radius_that_is_not_positive_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="colocation_m: must be > 0 or None"):
         EvidenceConfig(colocation_m=0.0)
+    with pytest.raises(ValueError, match="succession_m: must be > 0 or None"):
+        EvidenceConfig(succession_m=-1.0)
+    with pytest.raises(ValueError, match="succession_slots: must be >= 1"):
+        EvidenceConfig(succession_slots=0)
+
+
+def test_an_id_first_heard_of_where_one_fell_silent_continues_it() -> None:
+    """Id 0 was last heard of in slot 5 at (0, 0); id 1 was first heard of in slot 7, 3 m away: one device (either
+    order in the arrays: ids 9 and 8 likewise). Id 2 first heard of 12 slots after id 3 fell silent (more than 10):
+    apart. Id 4 first heard of 8 m from id 0 (more than 5 m): apart. Ids 5 and 6 both heard of in slot 7: apart (both
+    there, not one after the other). Id 7 never reported: apart."""
+    xy = np.array([[0.0, 0.0], [3.0, 0.0], [100.0, 0.0], [103.0, 0.0], [0.0, 8.0], [200.0, 0.0], [201.0, 0.0],
+                   [np.nan, np.nan], [300.0, 1.0], [300.0, 0.0]])
+    first = np.array([0, 7, 20, 0, 6, 0, 2, -1, 9, 0])
+    last = np.array([5, 9, 20, 8, 9, 7, 7, -1, 9, 4])
+    np.testing.assert_array_equal(sorted(map(tuple, successions(xy, first, last, 5.0, 10))), [(0, 1), (9, 8)])
+    group = identity_groups(xy, first, last, colocation_m=0.1, succession_m=5.0, within_slots=10)
+    assert group[0] == group[1] and group[8] == group[9] and len(set(group)) == 8
+    assert identity_groups(xy, first, last, colocation_m=0.1, succession_m=None, within_slots=10) is None
+    assert identity_groups(xy, first, last, colocation_m=None, succession_m=None, within_slots=10) is None
+    both = identity_groups(xy, first, last, colocation_m=1.5, succession_m=5.0, within_slots=10)
+    assert both[0] == both[1] and both[5] == both[6] and len(set(both)) == 7
+
+
+def test_a_status_log_keeps_when_each_device_was_first_heard_of() -> None:
+    clock = SlotClock(origin_ms=1_000, slot_ms=100)
+    log = StatusLog()
+    for t in (1_050, 1_150, 1_250, 1_350):
+        log.add(np.array([3, 4]), np.array([t, t + 10]), np.zeros((2, 9)))
+    log.add(np.array([5]), np.array([1_360]), np.zeros((1, 9)))
+    log.prune(1_300)  # superseded statuses go; each device's first stays
+    np.testing.assert_array_equal(log.first_ms(np.array([4, 3, 5, 6]), 1_400), [1_060, 1_050, 1_360, -1])
+    np.testing.assert_array_equal(log.first_ms(np.array([5]), 1_300), [-1])  # not yet heard of then
+    first, last = heard_slots(log.first_ms(np.array([3, 6]), 1_400), log.latest_ms(np.array([3, 6]), 1_400), clock)
+    np.testing.assert_array_equal(first, [0, -1])
+    np.testing.assert_array_equal(last, [3, -1])

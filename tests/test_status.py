@@ -29,9 +29,10 @@ def test_one_time_per_key_and_ties_take_the_later_entry() -> None:
     np.testing.assert_array_equal(got[2], statuses.values[3])
 
 
-def test_prune_keeps_each_keys_latest_before_the_cut() -> None:
+def test_prune_keeps_each_keys_latest_before_the_cut_and_its_first() -> None:
     statuses = log()
     before = statuses.latest(np.array([0, 1, 3]), 10_000)
     statuses.prune(400)
-    assert sorted(statuses.times.tolist()) == [10, 300, 500]
+    assert sorted(statuses.times.tolist()) == [10, 50, 300, 500]  # key 0's 100 superseded; its first (50) kept
+    np.testing.assert_array_equal(statuses.first_ms(np.array([0, 1, 3]), 10_000), [50, 500, 10])
     np.testing.assert_array_equal(statuses.latest(np.array([0, 1, 3]), 10_000), before)

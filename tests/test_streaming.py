@@ -22,11 +22,12 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.testing.test_stream import TestStream as Stream
 
 from beam_pipeline.pipeline import JOB_HEADER, streaming_pipeline
+from model.history import History
 from model.recalibration import OnlineShift
 from model.scoring import score_log
 from schemas import CollaborationEvent, CollaboratorRanking, DeviceStatus, TrustScore, from_json
 from simulator.config import Attack, AttackKind, SimConfig
-from tests.pipeline_fixtures import SIM, Keep, at, job, kept, run_tables, write_checkpoint
+from tests.pipeline_fixtures import SIM, SMALL, Keep, at, job, kept, run_tables, write_checkpoint
 from tests.test_transforms import raw
 from exporters.kafka_client import KafkaSettings
 
@@ -140,6 +141,20 @@ def test_a_sybils_ids_judged_as_one_stream_like_the_offline_twin(tmp_path) -> No
     status = run_tables(sim)[1]
     places = set(zip(status["x_m"].to_pylist(), status["y_m"].to_pylist()))
     assert len(places) < len(set(status["device"].to_pylist()))  # ids at one place
+    equals_its_twin(result)
+
+
+def test_a_whitewashers_ids_one_after_another_judged_as_one_stream_like_the_offline_twin(tmp_path) -> None:
+    """A fifth of the devices whitewash, each new id reporting up to 3 m from the old one (beyond the place radius):
+    every slot's scorer judges a fresh id that reports where an id just fell silent as its continuation
+    (model.identity.successions) as the offline twin does."""
+    sim = replace(SIM, attack=Attack(AttackKind.WHITEWASHING, 0.2, id_spread_m=3.0))
+    events, status = run_tables(sim)
+    history = History.from_events(events, sim.clock, SMALL.weights, status=status)
+    linked = [s for s in range(history.slots) if history.judged_together(SMALL.evidence, s) is not None]
+    apart = replace(SMALL.evidence, succession_m=None)
+    assert linked and not any(history.judged_together(apart, s) is not None for s in linked)
+    result = run_stream(tmp_path, 2, sim=sim)
     equals_its_twin(result)
 
 
