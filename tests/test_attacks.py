@@ -311,7 +311,8 @@ def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
                                            (["--attack", "sybil=0.1", "--events", "x.parquet"],
                                             "'sybil' cannot be injected into a recorded log"),
                                            (["--owner-reports", "0.5", "--events", "x.parquet"],
-                                            "simulated runs only")])
+                                            "simulated runs only"),
+                                           (["--succession-m", "-3"], "--succession-m: expected metres > 0 or 'none'")])
 def test_evaluate_refuses_bad_attacks_by_name(args, message, tmp_path, capsys) -> None:
     assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--out", str(tmp_path), *args]) == 2
     assert message in capsys.readouterr().err

@@ -257,9 +257,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise ValueError(f"--seed: must be >= 0 (got {args.seed})")
     train = replace(train, device=args.device, seed=args.seed)
-    if args.colocation_m != "default":
-        radius = None if args.colocation_m == "none" else _positive_metres("--colocation-m", args.colocation_m)
-        config = replace(config, evidence=replace(config.evidence, colocation_m=radius))
+    for option, name in (("--colocation-m", "colocation_m"), ("--succession-m", "succession_m")):
+        text = getattr(args, name)
+        if text != "default":
+            radius = None if text == "none" else _positive_metres(option, text)
+            config = replace(config, evidence=replace(config.evidence, **{name: radius}))
     sim = replace(sim, seed=args.seed, telemetry=args.telemetry, **({"mix": parse_mix(args.mix)} if args.mix else {}),
                   **_attack_setting(args))
     if args.events and sim.attack is not None:
@@ -551,6 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--colocation-m", default="default", metavar="M|none",
                           help="ids whose reported positions lie within M metres of each other are judged as one "
                                "collaborator (default: EvidenceConfig's 0.1 m; none: every id apart)")
+    evaluate.add_argument("--succession-m", default="default", metavar="M|none",
+                          help="an id first heard of within M metres of where another fell silent (at most 10 slots "
+                               "before) continues its record (default: EvidenceConfig's 5 m; none: never)")
     evaluate.add_argument("--protocol", choices=["slots", "snapshots"], default="slots",
                           help="slots: next-slot T_col on the last --test-fraction of slots; snapshots: TrustGuard's "
                                "single-timeslot distrust prediction (AUC, MCC) over --snapshots equal-time snapshots "
