@@ -54,13 +54,18 @@ def successions(xy: np.ndarray, first: np.ndarray, last: np.ndarray, radius_m: f
                 ) -> np.ndarray:
     """(k, 2) links (silent id, its successor): ids within ``radius_m`` of each other, one first heard of 1 to
     ``within_slots`` slots after the other was last."""
-    known = np.flatnonzero(np.isfinite(xy).all(axis=1) & (first >= 0))
-    if len(known) < 2:
-        return np.zeros((0, 2), np.int64)
-    a, b = known[cKDTree(xy[known]).query_pairs(radius_m, output_type="ndarray")].T
-    after = (first[b] - last[a] >= 1) & (first[b] - last[a] <= within_slots)  # b took over from a
-    before = (first[a] - last[b] >= 1) & (first[a] - last[b] <= within_slots)  # a took over from b
-    return np.concatenate([np.stack([a[after], b[after]], 1), np.stack([b[before], a[before]], 1)]).astype(np.int64)
+    none = np.zeros((0, 2), np.int64)
+    heard = np.flatnonzero(np.isfinite(xy).all(axis=1) & (first >= 0))
+    silent = heard[last[heard] < last[heard].max()] if len(heard) else heard  # the few not heard of lately
+    if not len(silent):
+        return none
+    fresh = heard[(first[heard] > last[silent].min()) & (first[heard] <= last[silent].max() + within_slots)]
+    if not len(fresh):
+        return none
+    near = cKDTree(xy[silent]).sparse_distance_matrix(cKDTree(xy[fresh]), radius_m, output_type="ndarray")
+    a, b = silent[near["i"]], fresh[near["j"]]
+    took_over = (first[b] - last[a] >= 1) & (first[b] - last[a] <= within_slots)
+    return np.stack([a[took_over], b[took_over]], axis=1).astype(np.int64)
 
 
 def identity_groups(xy: np.ndarray, first: np.ndarray, last: np.ndarray, colocation_m: float | None,
