@@ -164,10 +164,10 @@ class History:
         key = (config.colocation_m, config.succession_m, config.succession_slots, slot)
         if key not in self._groups:  # None where every id is judged apart
             end = int(self.clock.end_ms(self.first_slot + slot))
-            xy = self.status.latest(devices, end)[:, [X, Y]]
-            first, last = heard_slots(self.status.first_ms(devices, end), self.status.latest_ms(devices, end), self.clock)
-            self._groups[key] = identity_groups(xy, first, last, config.colocation_m, config.succession_m,
-                                                config.succession_slots)
+            status, last_ms = self.status.latest_heard(devices, end)
+            first, last = heard_slots(self.status.first_ms(devices, end), last_ms, self.clock)
+            self._groups[key] = identity_groups(status[:, [X, Y]], first, last, config.colocation_m,
+                                                config.succession_m, config.succession_slots)
         if self._groups[key] is None:
             return None
         tracks = self.tracks(config)

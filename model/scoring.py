@@ -374,8 +374,8 @@ class DeviceHistory:
         y = stages.long_term(*self.sequences(stages, slot)) if stages.uses_encoder else \
             np.zeros((len(keys), stages.config.gnn.out_dim), np.float32)  # (n, d); unread without the encoder
         end = int(stages.config.clock.end_ms(slot))
-        status = self.status.latest(keys, end)
-        heard_ms = np.stack([self.status.first_ms(keys, end), self.status.latest_ms(keys, end)], axis=1)
+        status, last_ms = self.status.latest_heard(keys, end)
+        heard_ms = np.stack([self.status.first_ms(keys, end), last_ms], axis=1)
         profile = np.full((len(keys), 1 + len(PROFILE_COLUMNS)), np.nan)
         profile[:, 0] = -np.inf
         for s in range(slot - ranking.owner_slots + 1, slot + 1):

@@ -72,17 +72,15 @@ class StatusLog:
     def latest(self, keys: np.ndarray, before_ms: int | np.ndarray) -> np.ndarray:
         """(len(keys), 9): each key's latest status strictly before ``before_ms`` (one time for all, or one per
         key); NaN rows where none is known."""
-        out = np.full((len(keys), len(STATUS_COLUMNS)), np.nan)
-        found, rows = self._latest(keys, before_ms)
-        out[found] = self.values[rows]
-        return out
+        return self.latest_heard(keys, before_ms)[0]
 
-    def latest_ms(self, keys: np.ndarray, before_ms: int | np.ndarray) -> np.ndarray:
-        """(len(keys),) int64: when each key's latest status strictly before ``before_ms`` was sent; -1 where none."""
-        out = np.full(len(keys), -1, np.int64)
+    def latest_heard(self, keys: np.ndarray, before_ms: int | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`latest`, (len(keys),) int64 when each of those statuses was sent, -1 where none): one search."""
+        values = np.full((len(keys), len(STATUS_COLUMNS)), np.nan)
+        times = np.full(len(keys), -1, np.int64)
         found, rows = self._latest(keys, before_ms)
-        out[found] = self.times[rows]
-        return out
+        values[found], times[found] = self.values[rows], self.times[rows]
+        return values, times
 
     def first_ms(self, keys: np.ndarray, before_ms: int) -> np.ndarray:
         """(len(keys),) int64: when each key's first status before ``before_ms`` was sent (the log keeps every key's

@@ -70,6 +70,6 @@ def test_a_status_log_keeps_when_each_device_was_first_heard_of() -> None:
     log.prune(1_300)  # superseded statuses go; each device's first stays
     np.testing.assert_array_equal(log.first_ms(np.array([4, 3, 5, 6]), 1_400), [1_060, 1_050, 1_360, -1])
     np.testing.assert_array_equal(log.first_ms(np.array([5]), 1_300), [-1])  # not yet heard of then
-    first, last = heard_slots(log.first_ms(np.array([3, 6]), 1_400), log.latest_ms(np.array([3, 6]), 1_400), clock)
+    first, last = heard_slots(log.first_ms(np.array([3, 6]), 1_400), log.latest_heard(np.array([3, 6]), 1_400)[1], clock)
     np.testing.assert_array_equal(first, [0, -1])
     np.testing.assert_array_equal(last, [3, -1])
