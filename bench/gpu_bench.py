@@ -6,7 +6,9 @@ Encoder rows: the long-term embedding Y of N devices from S slot embeddings each
 
 * ``torch cpu``: PyTorch on the CPU with trustbeam's C++ selective scan;
 * ``torch cuda reference``: PyTorch on the GPU with the reference scan (materializes (B, D, L, N));
-* ``torch cuda mamba-ssm``: PyTorch on the GPU with mamba-ssm's fused kernels (the ``gpu`` extra);
+* ``torch cuda mamba-ssm``: PyTorch on the GPU with mamba-ssm's fused kernels (the ``gpu`` extra), inputs
+  through pinned staging buffers while the batch before computes (:func:`model.stages.pinned_batches`);
+* ``torch cuda mamba-ssm pageable``: the same, each batch copied straight from pageable memory before it runs;
 * ``onnxruntime cpu`` / ``onnxruntime cuda``: the exported graph (``trustbeam export-onnx``) on
   onnxruntime's CPU or CUDA execution provider.
 
@@ -38,7 +40,8 @@ import numpy as np
 
 from bench.report import emit, progress
 
-BACKENDS = ("torch cpu", "torch cuda reference", "torch cuda mamba-ssm", "onnxruntime cpu", "onnxruntime cuda")
+BACKENDS = ("torch cpu", "torch cuda reference", "torch cuda mamba-ssm", "torch cuda mamba-ssm pageable",
+            "onnxruntime cpu", "onnxruntime cuda")
 PARITY_DEVICES = 512
 
 
@@ -52,7 +55,7 @@ def missing(backend: str) -> str | None:
         return "the C++ scan did not build"
     if "cuda" in backend and not backend.startswith("onnx") and not torch.cuda.is_available():
         return "PyTorch sees no CUDA GPU"
-    if backend == "torch cuda mamba-ssm" and not cuda_kernels_available():
+    if backend.startswith("torch cuda mamba-ssm") and not cuda_kernels_available():
         return "mamba-ssm is not installed (pip install -e '.[gpu]')"
     if backend.startswith("onnxruntime"):
         import onnxruntime as ort
@@ -75,12 +78,14 @@ def encoder(backend: str, checkpoint: Path) -> Callable[[np.ndarray, np.ndarray,
     if backend.startswith("onnxruntime"):
         return OnnxStages(checkpoint / "onnx", device=backend.split()[-1]).long_term
     model, index, _ = load(checkpoint)
-    scan = {"torch cpu": "cpu", "torch cuda reference": "reference", "torch cuda mamba-ssm": "cuda"}[backend]
+    scan = {"torch cpu": "cpu", "torch cuda reference": "reference", "torch cuda mamba-ssm": "cuda",
+            "torch cuda mamba-ssm pageable": "cuda"}[backend]
     for module in model.modules():
         if isinstance(getattr(module, "config", None), MambaConfig):
             module.config = replace(module.config, backend=scan)
     device = torch.device("cuda" if "cuda" in backend else "cpu")
-    return TorchStages(model, index, device=device).long_term  # batches sized by the GPU's free memory
+    pinned = not backend.endswith("pageable")
+    return TorchStages(model, index, device=device, pinned=pinned).long_term  # batches sized by the GPU's free memory
 
 
 def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repeats: int, work: Path,

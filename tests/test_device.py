@@ -66,6 +66,25 @@ def test_a_simulated_run_scores_the_same_on_the_gpu(tmp_path) -> None:
         np.testing.assert_allclose([s.t_beh for s in b.scores], [s.t_beh for s in a.scores], atol=1e-4)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_pinned_batches_encode_what_pageable_copies_and_the_cpu_encode(tmp_path) -> None:
+    """Several batches and a short last one, so each staging buffer is refilled while the other is in flight."""
+    from model.status import TELEMETRY
+
+    model, index, _ = load(write_checkpoint(tmp_path / "model"))
+    rng = np.random.default_rng(0)
+    n, s, d = 50, model.config.window, model.config.gnn.out_dim
+    inputs = (rng.standard_normal((n, s, d), dtype=np.float32), rng.integers(1, s + 1, n),
+              rng.random((n, s, len(TELEMETRY)), dtype=np.float32))
+    cpu = TorchStages(model, index, device=torch.device("cpu")).long_term(*inputs)
+    pinned, pageable = (TorchStages(model, index, devices_per_call=7, device=torch.device("cuda"),
+                                    pinned=pinned).long_term(*inputs) for pinned in (True, False))
+    assert pinned.shape == (n, d) and np.abs(pinned).sum(1).min() > 0  # every row written
+    np.testing.assert_allclose(pinned, pageable, atol=1e-6)
+    np.testing.assert_allclose(pinned, cpu, atol=1e-4)
+
+
 @pytest.mark.skipif(GPU, reason="needs a machine without a CUDA GPU")
 def test_training_on_cuda_without_a_gpu_is_refused_before_any_work() -> None:
     from model.train import TrainConfig, train_bm
