@@ -1,11 +1,12 @@
-"""Candidates by a k-d tree equal the brute-force owners x fleet filter, pair for pair and in order."""
+"""Candidates by a k-d tree equal the brute-force owners x fleet filter, pair for pair, grouped by owner in the
+Z-order of their cells."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from model.candidates import Pieces, candidate_pairs
+from model.candidates import Pieces, candidate_pairs, z_order
 
 
 def brute_force(xy: np.ndarray, owners: np.ndarray, known: np.ndarray, range_m: float | None):
@@ -23,9 +24,25 @@ def test_the_index_finds_exactly_the_pairs_within_range(devices: int, range_m: f
     known = np.flatnonzero(~np.isnan(xy[:, 0]))
     owners = np.sort(rng.choice(devices, size=max(1, devices // 5), replace=False))
     got, want = candidate_pairs(xy, owners, known, range_m), brute_force(xy, owners, known, range_m)
+    order = np.lexsort((got[1], got[0]))
     for g, w in zip(got, want):
-        np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(g[order], w)
     assert len(got[0]) > 0 or devices == 1
+    src, dst, _ = got
+    starts = np.flatnonzero(np.diff(src, prepend=-1) != 0)
+    assert len(np.unique(src)) == len(starts)  # each owner's pairs together
+    assert all((np.diff(part) > 0).all() for part in np.split(dst, starts[1:]))  # its candidates sorted
+    placed = owners[~np.isnan(xy[owners, 0])]
+    if range_m is not None:
+        placed = placed[z_order(np.floor(xy[placed] / range_m).astype(np.int64))]
+    np.testing.assert_array_equal(src[starts], placed[np.isin(placed, src)])
+
+
+def test_z_order_follows_the_curve_and_keeps_ties_in_order() -> None:
+    cells = np.array([[0, 0], [1, 0], [0, 1], [1, 1], [2, 0], [3, 3], [2, 2], [0, 0], [-4, -4]])
+    # relative to (-4, -4), x in the even bits and y in the odd: codes 48, 49, 50, 51, 52, 63, 60, 48, 0
+    assert z_order(cells).tolist() == [8, 0, 7, 1, 2, 3, 4, 6, 5]  # the two (0, 0) in their order
+    assert z_order(np.zeros((0, 2), np.int64)).tolist() == []
 
 
 def test_a_pair_exactly_at_the_range_is_a_candidate_and_one_beyond_is_not() -> None:
