@@ -42,13 +42,23 @@ class PairPhysics(NamedTuple):
         return np.clip(np.nan_to_num(voc, nan=0.0), 0.0, 1.0)
 
 
-def pair_physics(status_i: np.ndarray, status_j: np.ndarray, profile: np.ndarray, params: SystemParams
-                 ) -> PairPhysics:
+def pair_physics(status_i: np.ndarray, status_j: np.ndarray, profile: np.ndarray, params: SystemParams,
+                 src: np.ndarray | None = None, dst: np.ndarray | None = None) -> PairPhysics:
     """status_i, status_j: (P, 9) STATUS_COLUMNS of owners and candidates; profile: (P, 2) task size (bit) and
-    density (cycle/bit)."""
-    distance = np.hypot(status_i[:, X] - status_j[:, X], status_i[:, Y] - status_j[:, Y])
+    density (cycle/bit). With ``src`` and ``dst`` (P,), status_i and profile are per device (n, ...) read at src,
+    status_j per device read at dst: a pair gathers only the columns the physics reads, and the local cost is
+    computed once per device (the same numbers)."""
+    def owner(values: np.ndarray) -> np.ndarray:
+        return values if src is None else values[src]
+
+    def candidate(column: int) -> np.ndarray:
+        return status_j[:, column] if dst is None else status_j[dst, column]
+
+    distance = np.hypot(owner(status_i[:, X]) - candidate(X), owner(status_i[:, Y]) - candidate(Y))
     size, density = profile[:, 0], profile[:, 1]
+    cpu_j = candidate(CPU)
     with np.errstate(invalid="ignore", divide="ignore"):
-        offload = physics.offload(size, density, distance, status_i[:, TX], status_j[:, RX], status_j[:, CPU], params)
+        offload = physics.offload(owner(size), owner(density), distance, owner(status_i[:, TX]), candidate(RX),
+                                  cpu_j, params)
         local = physics.computation(size, density, status_i[:, CPU], params)
-    return PairPhysics(distance, offload, local, status_i[:, CPU], status_j[:, CPU], size)
+    return PairPhysics(distance, offload, Cost(*map(owner, local)), owner(status_i[:, CPU]), cpu_j, owner(size))

@@ -644,7 +644,7 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
     t_beh, t_res, voc, believed = np.zeros(len(src)), np.zeros(len(src)), np.zeros(len(src)), np.ones(len(src))
     slope = np.zeros(len(src))  # T_beh's change per doubling of the task's size
     if len(src):
-        physics = pair_physics(frame.status[src], frame.status[dst], frame.profile[src, :2], params)
+        physics = pair_physics(frame.status, frame.status, frame.profile[:, :2], params, src, dst)
         pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
         collaborator, population, reporters = credited_evidence(frame)
         at, known = find(reporters[0], frame.keys[src])
@@ -655,8 +655,8 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
         blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, stages.config.evidence,
                                    population, frame.status[:, LOAD], frame.reports)
         t_beh, slope = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
-        status_j = frame.status[dst]
-        t_res = resource_trust(status_j[:, WILLINGNESS], status_j[:, COMM_OK], status_j[:, COMP_OK])
+        status = frame.status
+        t_res = resource_trust(status[:, WILLINGNESS], status[:, COMM_OK], status[:, COMP_OK])[dst]  # per device
         voc = physics.value(params)
     return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc,
                       believed, frame.profile[:, 0], slope if stages.size_corrected else None)

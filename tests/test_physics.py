@@ -100,3 +100,24 @@ def test_params_reject_nonsense(bad) -> None:
         TrustWeights(a_tr=0.5, a_com=0.6)
     with pytest.raises(ValueError, match="slot_ms"):
         SlotClock(slot_ms=0)
+
+
+def test_pair_physics_read_per_device_equals_the_pairs_gathered() -> None:
+    """Reading owners' and candidates' rows at src and dst (the scorer's call) gives every pair's numbers exactly,
+    NaN where a status is unknown."""
+    from model.context import pair_physics
+    from model.status import STATUS_COLUMNS
+
+    rng = np.random.default_rng(3)
+    n = 40
+    status = np.column_stack([rng.choice([1e9, 4e9], n), np.full(n, 0.1), np.full(n, 0.05), rng.uniform(0, 500, (n, 2)),
+                              rng.uniform(0.5, 1, n), np.ones(n), np.ones(n), rng.random(n)])
+    assert status.shape[1] == len(STATUS_COLUMNS)
+    status[3] = np.nan
+    profile = np.column_stack([rng.uniform(1e7, 8e7, n), rng.uniform(500, 3000, n)])
+    src, dst = rng.integers(0, n, 300), rng.integers(0, n, 300)
+    gathered = pair_physics(status[src], status[dst], profile[src], P)
+    per_device = pair_physics(status, status, profile, P, src, dst)
+    np.testing.assert_array_equal(per_device.features(), gathered.features())
+    np.testing.assert_array_equal(per_device.value(P), gathered.value(P))
+    assert np.isnan(per_device.distance_m[(src == 3) | (dst == 3)]).all() and per_device.value(P).max() > 0
