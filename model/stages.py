@@ -127,7 +127,7 @@ def pinned_batches(arrays: Sequence[np.ndarray], batch: int, device: torch.devic
     the copy engine moves it while the GPU computes the batch before (a copy from pageable memory is
     synchronous and runs at a fraction of the link's speed)."""
     side, compute = torch.cuda.Stream(device), torch.cuda.current_stream(device)
-    batch = min(batch, len(arrays[0]))
+    batch = max(1, min(batch, len(arrays[0])))  # no larger than the input; an empty input gives no batch
     staging = [[torch.empty((batch, *a.shape[1:]), dtype=torch.from_numpy(a[:0]).dtype, pin_memory=True)
                 for a in arrays] for _ in range(2)]
     copied = [torch.cuda.Event(), torch.cuda.Event()]
