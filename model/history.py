@@ -164,8 +164,8 @@ class History:
         key = (config.colocation_m, config.succession_m, config.succession_slots, slot)
         if key not in self._groups:  # None where every id is judged apart
             end = int(self.clock.end_ms(self.first_slot + slot))
-            status, last_ms = self.status.latest_heard(devices, end)
-            first, last = heard_slots(self.status.first_ms(devices, end), last_ms, self.clock)
+            status, heard_ms = self.status.heard(devices, end)
+            first, last = heard_slots(heard_ms[:, 0], heard_ms[:, 1], self.clock)
             self._groups[key] = identity_groups(status[:, [X, Y]], first, last, config.colocation_m,
                                                 config.succession_m, config.succession_slots)
         if self._groups[key] is None:

@@ -373,9 +373,7 @@ class DeviceHistory:
         keys, ids = self.names
         y = stages.long_term(*self.sequences(stages, slot)) if stages.uses_encoder else \
             np.zeros((len(keys), stages.config.gnn.out_dim), np.float32)  # (n, d); unread without the encoder
-        end = int(stages.config.clock.end_ms(slot))
-        status, last_ms = self.status.latest_heard(keys, end)
-        heard_ms = np.stack([self.status.first_ms(keys, end), last_ms], axis=1)
+        status, heard_ms = self.status.heard(keys, int(stages.config.clock.end_ms(slot)))
         profile = np.full((len(keys), 1 + len(PROFILE_COLUMNS)), np.nan)
         profile[:, 0] = -np.inf
         for s in range(slot - ranking.owner_slots + 1, slot + 1):

@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from model.evidence import find
+
 STATUS_COLUMNS = ("cpu_hz", "tx_w", "rx_w", "x_m", "y_m", "willingness", "comm_ok", "comp_ok", "cpu_load")
 CPU, TX, RX, X, Y, WILLINGNESS, COMM_OK, COMP_OK, LOAD = range(len(STATUS_COLUMNS))
 
@@ -85,14 +87,17 @@ class StatusLog:
     def first_ms(self, keys: np.ndarray, before_ms: int) -> np.ndarray:
         """(len(keys),) int64: when each key's first status before ``before_ms`` was sent (the log keeps every key's
         first: :meth:`prune`); -1 where none."""
-        keys = np.asarray(keys, np.int64)
         out = np.full(len(keys), -1, np.int64)
         earliest = latest_entries(self.keys, -self.times, self.times < before_ms)  # (sorted by key)
-        at = np.searchsorted(self.keys[earliest], keys)
-        found = at < len(earliest)
-        found[found] = self.keys[earliest[at[found]]] == keys[found]
+        at, found = find(self.keys[earliest], np.asarray(keys, np.int64))
         out[found] = self.times[earliest[at[found]]]
         return out
+
+    def heard(self, keys: np.ndarray, before_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`latest`, (len(keys), 2) int64 when each key's first status and that one were sent, -1 where none):
+        what :mod:`model.identity` judges ids by."""
+        values, last_ms = self.latest_heard(keys, before_ms)
+        return values, np.stack([self.first_ms(keys, before_ms), last_ms], axis=1)
 
     def _latest(self, keys: np.ndarray, before_ms: int | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """((len(keys),) whether a status strictly before ``before_ms`` is known, the entry of each found one)."""
