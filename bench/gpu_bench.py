@@ -34,11 +34,14 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from bench.report import emit, progress
+
+if TYPE_CHECKING:
+    from model.stages import Windows
 
 BACKENDS = ("torch cpu", "torch cuda reference", "torch cuda mamba-ssm", "torch cuda mamba-ssm pageable",
             "onnxruntime cpu", "onnxruntime cuda")
@@ -65,9 +68,8 @@ def missing(backend: str) -> str | None:
     return None
 
 
-def encoder(backend: str, checkpoint: Path) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
-    """The product's ``long_term`` stage of ``checkpoint`` on ``backend``: (N, S, d), (N,), (N, S, TELEMETRY) ->
-    Y (N, d)."""
+def encoder(backend: str, checkpoint: Path) -> Callable[["Windows"], np.ndarray]:
+    """The product's ``long_term`` stage of ``checkpoint`` on ``backend``: the windows of N devices -> Y (N, d)."""
     import torch
 
     from exporters.onnx.runtime import OnnxStages
@@ -97,6 +99,7 @@ def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repea
     from bench.fault_harness import untrained_checkpoint
     from exporters.onnx.export import export_onnx
     from model.bm import BMConfig
+    from model.stages import Windows
     from simulator.config import SimConfig
 
     rows = []
@@ -119,7 +122,9 @@ def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repea
             cap = (onnx_cpu_devices or cpu_devices) if backend == "onnxruntime cpu" else cpu_devices
             count = min(n, cap) if "cpu" in backend else n
             run = encoder(backend, checkpoint)
-            parity = run(sequences[:PARITY_DEVICES], lengths_n[:PARITY_DEVICES], reports[:PARITY_DEVICES])  # warm-up
+            parity = run(Windows.dense(sequences[:PARITY_DEVICES], lengths_n[:PARITY_DEVICES],
+                                       reports[:PARITY_DEVICES]))  # warm-up
+            windows = Windows.dense(sequences[:count], lengths_n[:count], reports[:count])
             reference = parity if reference is None else reference
             if torch.cuda.is_available():
                 torch.cuda.reset_peak_memory_stats()
@@ -127,7 +132,7 @@ def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repea
             try:
                 for _ in range(repeats):
                     started = time.perf_counter()
-                    run(sequences[:count], lengths_n[:count], reports[:count])
+                    run(windows)
                     times.append(time.perf_counter() - started)
             except torch.cuda.OutOfMemoryError:
                 rows.append(progress({**row, "devices": count, "skipped": "out of GPU memory"}))

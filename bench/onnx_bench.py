@@ -33,7 +33,7 @@ from exporters.onnx.runtime import providers
 from model.bm import BM, BMConfig
 from model.checkpoint import save
 from model.graphs import DeviceIndex, SlotGraph
-from model.stages import TorchStages
+from model.stages import TorchStages, Windows
 
 WINDOW, CANDIDATES = 64, 10
 
@@ -77,11 +77,12 @@ def latency_rows(devices: int, work: Path, repeats: int) -> list[dict]:
     results = []
     for name, stages in backends.items():
         stages.slot_embeddings(graph, rows)  # warm-up (and the C++ scan's first load)
-        stages.long_term(sequences[:64], lengths[:64], telemetry[:64])
+        stages.long_term(Windows.dense(sequences[:64], lengths[:64], telemetry[:64]))
         out = {}
+        windows = Windows.dense(sequences, lengths, telemetry)
 
         def sequence() -> None:
-            out["y"] = stages.long_term(sequences, lengths, telemetry)
+            out["y"] = stages.long_term(windows)
 
         figures = {"gnn_s": _timed(lambda: stages.slot_embeddings(graph, rows), repeats),
                    "sequence_s": _timed(sequence, repeats),

@@ -48,7 +48,7 @@ from model.bimamba import MambaConfig
 from model.checkpoint import load
 from model.config import RankingConfig
 from model.scoring import score_log
-from model.stages import TorchStages
+from model.stages import TorchStages, Windows
 from simulator.config import SimConfig
 from simulator.engine import Simulator
 from simulator.parquet_sink import ParquetSink
@@ -103,8 +103,9 @@ def encoder_alone(stages: TorchStages, devices: int) -> float:
     sequences = rng.normal(size=(devices, window, width)).astype(np.float32)
     lengths = np.full(devices, window, np.int64)
     telemetry = rng.random((devices, window, 2)).astype(np.float32)
-    stages.long_term(sequences[:256], lengths[:256], telemetry[:256])
-    return min(_seconds(lambda: stages.long_term(sequences, lengths, telemetry)) for _ in range(3))
+    stages.long_term(Windows.dense(sequences[:256], lengths[:256], telemetry[:256]))
+    windows = Windows.dense(sequences, lengths, telemetry)
+    return min(_seconds(lambda: stages.long_term(windows)) for _ in range(3))
 
 
 def scoring(stages: TorchStages, events, status, version: str) -> tuple[float, dict[str, float], int]:

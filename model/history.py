@@ -27,7 +27,7 @@ from model.evidence import (NEVER, POPULATION, REPORTED, REPORTS, STATE_ROLES, E
                             with_load)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
-from model.status import LOAD, TELEMETRY, X, Y, StatusLog, status_values, telemetry_of
+from model.status import TELEMETRY, X, Y, StatusLog, status_values, telemetry_of
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class History:
         if self.status is None:
             return np.zeros((*np.shape(slots), len(TELEMETRY)), np.float32)
         before = self.clock.end_ms(self.first_slot + np.asarray(slots).ravel())
-        return telemetry_of(self.status.latest(devices.ravel(), before)).reshape(*np.shape(slots), len(TELEMETRY))
+        return telemetry_of(self.status.latest_load(devices.ravel(), before)).reshape(*np.shape(slots), len(TELEMETRY))
 
     def tracks(self, config: EvidenceConfig) -> dict[str, EvidenceTrack]:
         """The evidence of every role after each slot with tasks, and every device's :data:`REPORTS` at the same
@@ -202,7 +202,7 @@ class History:
         """(P,) each device's latest reported load by the end of its relative slot (NaN: none)."""
         if self.status is None:
             return np.full(len(devices), np.nan)
-        return self.status.latest(devices, self.clock.end_ms(self.first_slot + np.asarray(slots)))[:, LOAD]
+        return self.status.latest_load(devices, self.clock.end_ms(self.first_slot + np.asarray(slots)))
 
     def pair_physics(self, src: np.ndarray, dst: np.ndarray, end: np.ndarray, profile: np.ndarray,
                      params: SystemParams) -> np.ndarray:

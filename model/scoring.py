@@ -50,7 +50,7 @@ from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_g
 from model.identity import heard_slots, identity_groups, pooled
 from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift
-from model.stages import Stages
+from model.stages import Stages, Windows
 from model.status import COMM_OK, COMP_OK, LOAD, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
 from model.trust import resource_trust
 from schemas import CollaboratorRanking, Columns, Nested, RankedCandidate, TrustScore
@@ -333,12 +333,12 @@ class DeviceHistory:
         part, end = self.parts[slot], int(self.clock.end_ms(slot))
         if role == REPORTS:
             keys = np.unique(self.status.keys) if part.has_tasks else np.zeros(0, np.int64)
-            return report_increments(keys, self.status.latest(keys, end)[:, LOAD])
+            return report_increments(keys, self.status.latest_load(keys, end))
         keys, increments = part.evidence[role]
         if role not in ("collaborator", REPORTED) or not len(keys):
             return keys, increments
         collaborators = part.reported_pairs[:, 0] if role == REPORTED else keys
-        return keys, with_load(increments, self.status.latest(collaborators, end)[:, LOAD])
+        return keys, with_load(increments, self.status.latest_load(collaborators, end))
 
     def prune(self, before_slot: int, status_before_ms: int) -> None:
         """Forget slot parts before ``before_slot`` (folded first), statuses superseded before
@@ -371,7 +371,7 @@ class DeviceHistory:
 
     def frame(self, stages: Stages, slot: int, ranking: RankingConfig) -> DeviceFrame:
         keys, ids = self.names
-        y = stages.long_term(*self.sequences(stages, slot)) if stages.uses_encoder else \
+        y = stages.long_term(self.windows(stages, slot)) if stages.uses_encoder else \
             np.zeros((len(keys), stages.config.gnn.out_dim), np.float32)  # (n, d); unread without the encoder
         status, heard_ms = self.status.heard(keys, int(stages.config.clock.end_ms(slot)))
         profile = np.full((len(keys), 1 + len(PROFILE_COLUMNS)), np.nan)
@@ -417,28 +417,26 @@ class DeviceHistory:
         monitored, _ = self._evidence("collaborator", collaborators, slot)
         return keys, pairs, evidence, monitored[at, -1, :], since
 
-    def sequences(self, stages: Stages, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(n, S, d) slot embeddings over [max(slot - S + 1, 0), slot], right-padded by the last; (n,) lengths;
-        (n, S, TELEMETRY) what each device reported by each slot's end (:meth:`model.history.History.telemetry`:
-        the statuses of the window are kept, :meth:`prune`)."""
+    def windows(self, stages: Stages, slot: int) -> Windows:
+        """Every device's window of slot embeddings over [max(slot - S + 1, 0), slot] (idle where it had no task) and
+        what it reported by each slot's end (:meth:`model.history.History.telemetry`: the statuses of the window are
+        kept, :meth:`prune`); the window is right-padded by its last slot."""
         keys = self.names[0]
         window, clock = stages.config.window, stages.config.clock
         start = max(slot - window + 1, 0)
         length = slot - start + 1
-        idle = stages.idle
-        out = np.broadcast_to(idle, (len(keys), window, len(idle))).copy()
+        tables, rows = [stages.idle[None].astype(np.float32)], np.zeros((len(keys), length), np.intp)  # row 0: idle
         for k in range(length):
             part = self.parts.get(start + k)
             if part is None or not len(part.active):
                 continue
-            at = np.clip(np.searchsorted(part.active, keys), 0, len(part.active) - 1)
-            hit = part.active[at] == keys
-            out[hit, k] = part.embeddings[at[hit]]
-        out[:, length:] = out[:, length - 1:length]
-        ends = clock.end_ms(start + np.minimum(np.arange(window), length - 1))  # padding repeats the last slot
-        reported = self.status.latest(np.repeat(keys, window), np.tile(ends, len(keys)).astype(np.int64))
-        telemetry = telemetry_of(reported).reshape(len(keys), window, -1)
-        return out, np.full(len(keys), length, dtype=np.int64), telemetry
+            at, hit = find(part.active, keys)
+            rows[hit, k] = sum(map(len, tables)) + at[hit]
+            tables.append(part.embeddings)
+        load = self.status.latest_load(np.repeat(keys, length), np.tile(clock.end_ms(np.arange(start, slot + 1)),
+                                                                        len(keys)).astype(np.int64))
+        return Windows(np.concatenate(tables).astype(np.float32, copy=False), rows, np.full(len(keys), length, np.int64),
+                       telemetry_of(load).reshape(len(keys), length, -1), window)
 
 
 @dataclass

@@ -20,7 +20,8 @@ cold row, whose index is the table's length. :class:`TorchStages` runs them on t
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Iterator, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -49,9 +50,8 @@ class Stages(Protocol):
         """One slot graph over positions 0..n-1 whose node2vec rows are ``rows`` (n,) -> (active positions (a,)
         sorted, embeddings (a, d))."""
 
-    def long_term(self, sequences: np.ndarray, lengths: np.ndarray, telemetry: np.ndarray) -> np.ndarray:
-        """(n, S, d) float32 right-padded slot embeddings, (n,) int64 lengths, (n, S, TELEMETRY) float32 what
-        each device reported by each slot's end -> (n, d) float32 Y."""
+    def long_term(self, windows: "Windows") -> np.ndarray:
+        """The windows of n devices -> (n, d) float32 Y."""
 
     def t_beh(self, y_i: np.ndarray, y_j: np.ndarray, physics: np.ndarray, evidence: np.ndarray) -> np.ndarray:
         """(P, d), (P, d) long-term embeddings of owners and candidates, (P, 5) physics, (P, F) evidence ->
@@ -64,6 +64,48 @@ class Stages(Protocol):
         ``t_beh(y[src], y[dst], physics, blocks.features(src, dst, pair_at))`` gives, without a row of inputs per
         pair for what depends on one device; and (P,) T_beh's change were each pair's task twice its size (0 where
         the model's T_beh does not read the size: ``size_corrected`` False)."""
+
+
+@dataclass(frozen=True)
+class Windows:
+    """The sequence encoder's inputs for n devices, compact, gathered a batch at a time (:meth:`batch`): each
+    device's window is a list of rows of one table of slot embeddings, so the (n, S, d) array of every window is
+    never built (at 1M devices and S = 32 it is 4 GB, written once to be read once)."""
+
+    embeddings: np.ndarray  # (m, d) float32: the slot embeddings the windows read
+    rows: np.ndarray  # (n, L) intp, 1 <= L <= S: device i's slot embedding at window position k; k >= L repeat L - 1
+    lengths: np.ndarray  # (n,) int64: the slots each device has (the encoder reads positions < length)
+    telemetry: np.ndarray  # (n, L, TELEMETRY) float32 what each device reported by each slot's end; padded as rows
+    window: int  # S
+
+    @classmethod
+    def dense(cls, sequences: np.ndarray, lengths: np.ndarray, telemetry: np.ndarray) -> "Windows":
+        """From (n, S, d) right-padded slot embeddings, (n,) lengths and (n, S, TELEMETRY) telemetry."""
+        n, window, d = sequences.shape
+        return cls(np.ascontiguousarray(sequences, np.float32).reshape(n * window, d),
+                   np.arange(n * window, dtype=np.intp).reshape(n, window), np.asarray(lengths, np.int64),
+                   np.ascontiguousarray(telemetry, np.float32), window)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def buffers(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Empty (b, S, d) and (b, S, TELEMETRY) float32 arrays for :meth:`batch` to fill, b = ``batch`` or fewer:
+        no more rows than devices."""
+        batch = max(1, min(batch, len(self)))
+        return (np.empty((batch, self.window, self.embeddings.shape[1]), np.float32),
+                np.empty((batch, self.window, self.telemetry.shape[2]), np.float32))
+
+    def batch(self, part: slice, buffers: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The devices ``part``'s (b, S, d) sequences, (b,) lengths and (b, S, TELEMETRY) telemetry, written into the
+        first b rows of ``buffers`` (:meth:`buffers`, at least b rows)."""
+        b, filled = part.stop - part.start, self.rows.shape[1]
+        sequences, telemetry = buffers[0][:b], buffers[1][:b]
+        np.take(self.embeddings, self.rows[part], axis=0, out=sequences[:, :filled], mode="clip")
+        sequences[:, filled:] = sequences[:, filled - 1:filled]
+        telemetry[:, :filled] = self.telemetry[part]
+        telemetry[:, filled:] = telemetry[:, filled - 1:filled]
+        return sequences, self.lengths[part], telemetry
 
 
 SIDES = ("y_owner", "owner", "y_collaborator", "collaborator", "pair", "physics", "src", "dst")  # PairSides' order
@@ -120,24 +162,24 @@ def encoder_batch(config: BMConfig, device: torch.device, free_bytes: int | None
     return int(min(1 << 20, max(256, share * free // per_device)))
 
 
-def pinned_batches(arrays: Sequence[np.ndarray], batch: int, device: torch.device
-                   ) -> Iterator[tuple[slice, tuple[torch.Tensor, ...]]]:
-    """Each ``batch`` rows of ``arrays`` (same length) as tensors on the GPU ``device``, ready for the current
-    stream. They travel through two pinned staging buffers on a side stream, so the host fills one buffer and
-    the copy engine moves it while the GPU computes the batch before (a copy from pageable memory is
-    synchronous and runs at a fraction of the link's speed)."""
+def pinned_batches(windows: Windows, batch: int, device: torch.device
+                   ) -> Iterator[tuple[slice, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
+    """Each ``batch`` devices of ``windows`` as (sequences, lengths, telemetry) tensors on the GPU ``device``, ready
+    for the current stream. :meth:`Windows.batch` gathers them into one of two pinned staging buffers, which the
+    copy engine moves on a side stream while the host fills the other and the GPU computes the batch before (a
+    copy from pageable memory is synchronous and runs at a fraction of the link's speed)."""
     side, compute = torch.cuda.Stream(device), torch.cuda.current_stream(device)
-    batch = max(1, min(batch, len(arrays[0])))  # no larger than the input; an empty input gives no batch
-    staging = [[torch.empty((batch, *a.shape[1:]), dtype=torch.from_numpy(a[:0]).dtype, pin_memory=True)
-                for a in arrays] for _ in range(2)]
+    batch = max(1, min(batch, len(windows)))  # no larger than the input; an empty input gives no batch
+    staging = [(*(torch.from_numpy(b).pin_memory() for b in windows.buffers(batch)),
+                torch.empty(batch, dtype=torch.int64, pin_memory=True)) for _ in range(2)]
     copied = [torch.cuda.Event(), torch.cuda.Event()]
-    for k, part in enumerate(chunks(len(arrays[0]), batch)):
-        buffers, done, rows = staging[k % 2], copied[k % 2], part.stop - part.start
+    for k, part in enumerate(chunks(len(windows), batch)):
+        (sequences, telemetry, lengths), done, rows = staging[k % 2], copied[k % 2], part.stop - part.start
         done.synchronize()  # the copy that last read these buffers (batch k - 2) has left them
-        for buffer, array in zip(buffers, arrays):
-            buffer[:rows].numpy()[...] = array[part]
+        _, batch_lengths, _ = windows.batch(part, (sequences.numpy(), telemetry.numpy()))
+        lengths.numpy()[:rows] = batch_lengths
         with torch.cuda.stream(side):
-            moved = tuple(buffer[:rows].to(device, non_blocking=True) for buffer in buffers)
+            moved = tuple(t[:rows].to(device, non_blocking=True) for t in (sequences, lengths, telemetry))
             done.record(side)
         compute.wait_stream(side)
         for tensor in moved:
@@ -176,23 +218,22 @@ class TorchStages:
             h = self.model.slot_encoder.encode(features, *(t.to(self.device) for t in (src, dst, t_col, offset)))
         return nodes.numpy(), h.cpu().numpy()
 
-    def long_term(self, sequences: np.ndarray, lengths: np.ndarray, telemetry: np.ndarray) -> np.ndarray:
+    def long_term(self, windows: Windows) -> np.ndarray:
         if self.pinned:
-            return self._long_term_pinned(sequences, lengths, telemetry)
-        out = np.zeros((len(sequences), self.config.gnn.out_dim), np.float32)
+            return self._long_term_pinned(windows)
+        out = np.zeros((len(windows), self.config.gnn.out_dim), np.float32)
+        buffers = windows.buffers(self.devices_per_call)  # reused: on the CPU a call's inputs stay in cache
         with torch.no_grad():
-            for part in chunks(len(sequences), self.devices_per_call):
-                y = self.model.encode(*(self.model.tensor(a[part]) for a in (sequences, lengths, telemetry)))
+            for part in chunks(len(windows), self.devices_per_call):
+                y = self.model.encode(*(self.model.tensor(a) for a in windows.batch(part, buffers)))
                 out[part] = y.cpu().numpy()
         return out
 
-    def _long_term_pinned(self, sequences: np.ndarray, lengths: np.ndarray, telemetry: np.ndarray) -> np.ndarray:
+    def _long_term_pinned(self, windows: Windows) -> np.ndarray:
         """``long_term`` on a GPU: inputs in by :func:`pinned_batches`, Y back into pinned memory without waiting."""
-        out = torch.empty((len(sequences), self.config.gnn.out_dim), dtype=torch.float32, pin_memory=True)
-        batches = pinned_batches([np.asarray(sequences, np.float32), np.asarray(lengths, np.int64),
-                                  np.asarray(telemetry, np.float32)], self.devices_per_call, self.device)
+        out = torch.empty((len(windows), self.config.gnn.out_dim), dtype=torch.float32, pin_memory=True)
         with torch.no_grad():
-            for part, inputs in batches:
+            for part, inputs in pinned_batches(windows, self.devices_per_call, self.device):
                 out[part].copy_(self.model.encode(*inputs), non_blocking=True)
         torch.cuda.current_stream(self.device).synchronize()
         return out.numpy()

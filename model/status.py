@@ -34,10 +34,9 @@ def status_values(status: pa.Table) -> np.ndarray:
 TELEMETRY = ("cpu_load", "reported")  # what a sequence encoder reads of a device's status per slot
 
 
-def telemetry_of(values: np.ndarray) -> np.ndarray:
-    """(m, 9) STATUS_COLUMNS (NaN: none known) -> (m, TELEMETRY) float32: the reported load (0 where none) and
-    whether one was reported."""
-    load = values[:, LOAD]
+def telemetry_of(load: np.ndarray) -> np.ndarray:
+    """(m,) reported loads (NaN: none known, :meth:`StatusLog.latest_load`) -> (m, TELEMETRY) float32: the load (0
+    where none) and whether one was reported."""
     reported = np.isfinite(load)
     return np.stack([np.where(reported, load, 0.0), reported], axis=1).astype(np.float32)
 
@@ -83,6 +82,14 @@ class StatusLog:
         found, rows = self._latest(keys, before_ms)
         values[found], times[found] = self.values[rows], self.times[rows]
         return values, times
+
+    def latest_load(self, keys: np.ndarray, before_ms: int | np.ndarray) -> np.ndarray:
+        """(len(keys),) the load of :meth:`latest`'s statuses alone (NaN where none is known): the one column the
+        sequence encoder and the evidence read, without gathering the other eight."""
+        out = np.full(len(keys), np.nan)
+        found, rows = self._latest(keys, before_ms)
+        out[found] = self.values[rows, LOAD]
+        return out
 
     def first_ms(self, keys: np.ndarray, before_ms: int) -> np.ndarray:
         """(len(keys),) int64: when each key's first status before ``before_ms`` was sent (the log keeps every key's

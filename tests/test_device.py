@@ -12,7 +12,7 @@ from exporters.onnx.runtime import providers
 from model.checkpoint import load
 from model.config import SystemParams
 from model.scoring import score_log
-from model.stages import TorchStages, resolve_device
+from model.stages import TorchStages, Windows, resolve_device
 from tests.pipeline_fixtures import RANKING, run_tables, write_checkpoint
 
 GPU = torch.cuda.is_available()
@@ -75,11 +75,11 @@ def test_pinned_batches_encode_what_pageable_copies_and_the_cpu_encode(tmp_path)
     model, index, _ = load(write_checkpoint(tmp_path / "model"))
     rng = np.random.default_rng(0)
     n, s, d = 50, model.config.window, model.config.gnn.out_dim
-    inputs = (rng.standard_normal((n, s, d), dtype=np.float32), rng.integers(1, s + 1, n),
-              rng.random((n, s, len(TELEMETRY)), dtype=np.float32))
-    cpu = TorchStages(model, index, device=torch.device("cpu")).long_term(*inputs)
+    windows = Windows.dense(rng.standard_normal((n, s, d), dtype=np.float32), rng.integers(1, s + 1, n),
+                            rng.random((n, s, len(TELEMETRY)), dtype=np.float32))
+    cpu = TorchStages(model, index, device=torch.device("cpu")).long_term(windows)
     pinned, pageable = (TorchStages(model, index, devices_per_call=7, device=torch.device("cuda"),
-                                    pinned=pinned).long_term(*inputs) for pinned in (True, False))
+                                    pinned=pinned).long_term(windows) for pinned in (True, False))
     assert pinned.shape == (n, d) and np.abs(pinned).sum(1).min() > 0  # every row written
     np.testing.assert_allclose(pinned, pageable, atol=1e-6)
     np.testing.assert_allclose(pinned, cpu, atol=1e-4)

@@ -17,7 +17,7 @@ from model.config import SystemParams
 from model.evidence import STATS, EvidenceBlocks
 from model.graphs import SlotGraph
 from model.scoring import score_log
-from model.stages import TorchStages
+from model.stages import TorchStages, Windows
 from tests.pipeline_fixtures import RANKING, SIM, run_tables, write_checkpoint
 
 
@@ -70,8 +70,8 @@ def test_sequence_stage_matches_pytorch_for_every_length(both, devices: int) -> 
     sequences = rng.normal(size=(devices, window, torch_stages.config.gnn.out_dim)).astype(np.float32)
     lengths = rng.integers(1, window + 1, devices)
     telemetry = np.stack([rng.random((devices, window)), rng.random((devices, window)) > 0.3], -1).astype(np.float32)
-    got = onnx_stages.long_term(sequences, lengths, telemetry)
-    want = torch_stages.long_term(sequences, lengths, telemetry)
+    windows = Windows.dense(sequences, lengths, telemetry)
+    got, want = onnx_stages.long_term(windows), torch_stages.long_term(windows)
     assert got.shape == want.shape == (devices, torch_stages.config.gnn.out_dim)
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 

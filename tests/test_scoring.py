@@ -335,7 +335,8 @@ def test_status_is_taken_as_of_the_slot_end() -> None:
     np.testing.assert_array_equal(frame.status[by_id["a"]], values[0])  # time 100 is the latest before 200
     assert np.isnan(frame.status[by_id["b"]]).all()  # b's only status comes after the slot
     # the encoder's telemetry per window slot: the load reported by each slot's end (b: nothing in slot 0-1)
-    _, lengths, telemetry = history.sequences(stages, 2)
+    windows = history.windows(stages, 2)
+    _, lengths, telemetry = windows.batch(slice(0, len(windows)), windows.buffers(len(windows)))
     a, b = by_id["a"], by_id["b"]
     assert lengths.tolist() == [3, 3]
     np.testing.assert_allclose(telemetry[a, :3], [[values[0, -1], 1.0]] * 3, rtol=1e-6)

@@ -108,13 +108,13 @@ class OnnxStages:
                                                   "t_col": t_col, "offset": offset})[0]
         return nodes, h
 
-    def long_term(self, sequences: np.ndarray, lengths: np.ndarray, telemetry: np.ndarray) -> np.ndarray:
-        out = np.zeros((len(sequences), self.config.gnn.out_dim), np.float32)
+    def long_term(self, windows: Windows) -> np.ndarray:
+        out = np.zeros((len(windows), self.config.gnn.out_dim), np.float32)
         session = self.sessions["sequence.onnx"]
-        for part in chunks(len(sequences), self.devices_per_call):
-            out[part] = session.run(None, {"sequences": np.ascontiguousarray(sequences[part], np.float32),
-                                           "lengths": lengths[part].astype(np.int64),
-                                           "telemetry": np.ascontiguousarray(telemetry[part], np.float32)})[0]
+        buffers = windows.buffers(self.devices_per_call)
+        for part in chunks(len(windows), self.devices_per_call):
+            sequences, lengths, telemetry = windows.batch(part, buffers)
+            out[part] = session.run(None, {"sequences": sequences, "lengths": lengths, "telemetry": telemetry})[0]
         return out
 
     def t_beh_pairs(self, y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: np.ndarray,
