@@ -33,15 +33,15 @@ def candidate_pairs(xy: np.ndarray, owners: np.ndarray, known: np.ndarray,
         src, dst = np.repeat(owners, len(known)), np.tile(known, len(owners))
     elif len(owners) and len(known):
         owners = owners[z_order(np.floor(xy[owners] / range_m).astype(np.int64))]
-        neighbours = cKDTree(xy[known]).query_ball_point(xy[owners], r=range_m, return_sorted=True)
-        counts = np.fromiter((len(n) for n in neighbours), np.int64, len(owners))
-        src = np.repeat(owners, counts)
-        dst = known[np.concatenate(neighbours).astype(np.int64)] if counts.sum() else np.zeros(0, np.int64)
+        near = cKDTree(xy[owners]).sparse_distance_matrix(cKDTree(xy[known]), range_m, output_type="ndarray")
+        found = near["i"].astype(np.int64) << 32 | near["j"]  # (owner's place in the order, candidate's)
+        found.sort()  # one sort of int64 codes: ~0.2 s for 28M pairs, where per-owner lists took ~4 s
+        src, dst = owners[found >> 32], known[found & 0xFFFFFFFF]
     else:
         src = dst = np.zeros(0, np.int64)
-    distance = np.hypot(*(xy[src, c] - xy[dst, c] for c in (0, 1)))
+    distance = np.hypot(*(column[src] - column[dst] for column in (xy[:, 0].copy(), xy[:, 1].copy())))
     keep = (src != dst) & (distance <= (np.inf if range_m is None else range_m))
-    return src[keep].astype(np.int64), dst[keep].astype(np.int64), distance[keep]
+    return src[keep].astype(np.int64, copy=False), dst[keep].astype(np.int64, copy=False), distance[keep]
 
 
 def z_order(cells: np.ndarray) -> np.ndarray:
