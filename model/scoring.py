@@ -28,8 +28,10 @@ threshold, V (``voc``) the value of task completion (eqs. 2-9, :mod:`model.physi
 
 from __future__ import annotations
 
+import os
 import time
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
@@ -245,6 +247,11 @@ class DeviceFrame:
         it of its candidates)."""
         if pieces.count == 1:  # the whole frame: nothing to copy
             return [self]
+        return [self.select(*rows) for rows in self.piece_rows(pieces, range_m, identity_m)]
+
+    def piece_rows(self, pieces: Pieces, range_m: float | None, identity_m: float = 0.0
+                   ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per piece of :meth:`pieces`, the (devices, owners) (n,) bool rows that :meth:`select` makes it of."""
         xy = self.status[:, [X, Y]]
         home = pieces.home(xy, range_m)
         rows, piece = pieces.reach(xy, range_m, identity_m)
@@ -252,7 +259,7 @@ class DeviceFrame:
         for k in range(pieces.count):
             devices = np.zeros(len(self.keys), bool)
             devices[rows[piece == k]] = True
-            out.append(self.select(devices, home == k))
+            out.append((devices, home == k))
         return out
 
 
@@ -712,13 +719,15 @@ def ranked(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, top_k: int) -> 
 
 def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking: RankingConfig,
               params: SystemParams, model_version: str, seconds: dict[str, float] | None = None,
-              online: OnlineShift | None = None) -> Iterator[SlotScores]:
+              online: OnlineShift | None = None, pieces: Pieces = Pieces()) -> Iterator[SlotScores]:
     """The offline scorer: every slot with events, in order, from one :class:`DeviceHistory` of all devices.
 
     ``online``: each slot's T_beh moved by the online level shift, as the job's ``PublishSlots`` does (the state is
     advanced in place: a later run over the next slots continues from it); None publishes the model's T_beh as it
     is. ``seconds``, when given, accumulates the time per stage: ``status``, ``slot_part`` (T_col, slot graph,
-    GNN), ``frame`` (BiMamba, evidence, latest statuses), ``pairs`` (candidates, head, ranking).
+    GNN), ``frame`` (BiMamba, evidence, latest statuses), ``pairs`` (candidates, head, ranking). ``pieces``: each
+    slot's pairs scored in that many pieces at once (:func:`score_pieces`), its records joined in piece order, as
+    the job's are.
     """
     seconds = {} if seconds is None else seconds
     clocked = partial(timed, seconds)
@@ -734,20 +743,36 @@ def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking
         raise ValueError(f"events: slot {slot_of.min()} lies before the clock's origin {clock.origin_ms} ms")
     order = np.argsort(slot_of, kind="stable")
     slots, starts = np.unique(slot_of[order], return_index=True)
-    for slot, rows in zip(slots.tolist(), np.split(order, starts[1:])):
-        with clocked("slot_part"):
-            part = slot_part(stages, events.take(rows), slot)
-            history.add_part(part)
-            history.fold(slot)  # offline, a slot is final once read
-        with clocked("frame"):
-            frame = history.frame(stages, slot, ranking)
-        with clocked("pairs"):
-            publisher.add_outcomes(slot, 0, slot_outcomes(part))
-            publisher.add_pieces([score_pairs(stages, frame, slot, ranking, params)])
-            (scores,) = publisher.publish(slot, ranking, model_version, clock, keep_slots=0)
-        yield scores
-        window = window_read(stages)
-        history.prune(slot - slots_read_back(window, ranking) + 1, status_horizon(clock, slot, window))
+    with ThreadPoolExecutor(min(pieces.count, os.cpu_count() or 1)) if pieces.count > 1 else nullcontext() as pool:
+        for slot, rows in zip(slots.tolist(), np.split(order, starts[1:])):
+            with clocked("slot_part"):
+                part = slot_part(stages, events.take(rows), slot)
+                history.add_part(part)
+                history.fold(slot)  # offline, a slot is final once read
+            with clocked("frame"):
+                frame = history.frame(stages, slot, ranking)
+            with clocked("pairs"):
+                publisher.add_outcomes(slot, 0, slot_outcomes(part))
+                publisher.add_pieces(score_pieces(stages, frame, slot, ranking, params, pieces, pool))
+                published = publisher.publish(slot, ranking, model_version, clock, keep_slots=0)
+            yield SlotScores.join(published) if len(published) > 1 else published[0]
+            window = window_read(stages)
+            history.prune(slot - slots_read_back(window, ranking) + 1, status_horizon(clock, slot, window))
+
+
+def score_pieces(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,
+                 pieces: Pieces, pool: ThreadPoolExecutor | None) -> list[PairScores]:
+    """:func:`score_pairs` of each piece of ``frame`` (:meth:`DeviceFrame.pieces`) on ``pool``'s threads (None: one
+    piece): numpy and PyTorch let go of the interpreter in their work, so pieces scored together use the machine's
+    cores, as the job's pieces use its workers. Each thread cuts its own piece out of the frame."""
+    if pool is None:
+        return [score_pairs(stages, frame, slot, ranking, params)]
+
+    def scored(piece: int, rows: tuple[np.ndarray, np.ndarray]) -> PairScores:
+        return score_pairs(stages, frame.select(*rows), slot, ranking, params, piece=piece)
+
+    return list(pool.map(scored, range(pieces.count),
+                         frame.piece_rows(pieces, ranking.range_m, stages.config.evidence.identity_m)))
 
 
 @contextmanager

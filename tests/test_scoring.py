@@ -397,6 +397,29 @@ def test_a_slot_scored_in_pieces_gives_the_records_of_scoring_it_whole(log) -> N
     np.testing.assert_allclose(trusts(joined), trusts(one), atol=1e-6)
 
 
+def test_the_offline_scorer_scores_pieces_on_threads_and_joins_them_in_piece_order(log) -> None:
+    from model.candidates import Pieces
+
+    events, status, history, model = log
+    stages, ranking = TorchStages(model, history.index), RankingConfig(range_m=300.0, scores_per_owner=1000)
+    whole = list(score_log(stages, events, status, ranking, SystemParams(), "v1"))
+    threaded = list(score_log(stages, events, status, ranking, SystemParams(), "v1", pieces=Pieces(3, cell_m=1.0)))
+    assert [r.slot for r in threaded] == [r.slot for r in whole] and all(r.piece == 0 for r in threaded)
+    home = Pieces(3, cell_m=1.0).home(np.stack([status["x_m"].to_numpy(), status["y_m"].to_numpy()], 1), 300.0)
+    assert len(set(home[home >= 0].tolist())) >= 2  # the devices really lie on several pieces
+
+    def records(result):  # the head's float32 products differ in the last bit with the batch's size
+        scores = sorted((s.owner, s.collaborator, s.t_beh, s.trust) for s in result.scores)
+        return [s[:2] for s in scores], np.array([s[2:] for s in scores])
+
+    for a, b in zip(threaded, whole):
+        (pairs_a, values_a), (pairs_b, values_b) = records(a), records(b)
+        assert pairs_a == pairs_b
+        np.testing.assert_allclose(values_a, values_b, atol=1e-6)
+        assert sorted(r.owner for r in a.rankings) == sorted(r.owner for r in b.rankings)
+    assert sum(len(r.scores) for r in whole) > 200
+
+
 def test_one_dedup_rule_and_one_retention_horizon() -> None:
     from model.scoring import dedup, first_occurrences, slots_read_back
 

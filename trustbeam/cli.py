@@ -389,7 +389,7 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
             phase("score"):
         seconds: dict[str, float] = {}
         for result in bar(score_log(stages, events, status, config.ranking, config.params, version, seconds,
-                                    OnlineShift.start(config.recalibration)), slots,
+                                    OnlineShift.start(config.recalibration), config.pieces), slots,
                           "slot", args.progress or None):
             scores.writelines(line + b"\n" for line in result.scores.json())
             ranks.writelines(line + b"\n" for line in result.rankings.json())
