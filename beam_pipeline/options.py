@@ -58,7 +58,8 @@ class TrustbeamOptions(PipelineOptions):
         parser.add_argument("--shards", type=int, default=4, help="device shards holding slot sequences in state")
         parser.add_argument("--score_pieces", type=int, default=SCORE_PIECES,
                             help="pieces a slot's pair scoring is split into, by space (owners by cell, with the "
-                                 "devices within range): keys (slot, piece) spread a slot over workers")
+                                 "devices within range): keys (slot, piece) spread a slot over workers; "
+                                 "trustbeam score scores them on as many threads")
         parser.add_argument("--cell_m", type=float, default=Pieces.cell_m,
                             help="side of the cells that --score_pieces hashes, in metres (at least 2 x --range_m)")
         parser.add_argument("--lateness_slots", type=int, default=1,

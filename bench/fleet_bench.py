@@ -12,7 +12,8 @@ BiMamba, one slot of statuses kept). Printed: seconds per stage (statuses, slot 
 pairs = candidates by k-d tree + head + ranking), total, peak RSS, pairs scored, and the growth of time
 and memory per device from the smallest size to the largest (~1 when linear).
 
-Run: ``python -m bench.fleet_bench [--sizes 10000 30000 100000] [--slots 2] [--device cpu|cuda|auto]``.
+Run: ``python -m bench.fleet_bench [--sizes 10000 30000 100000] [--slots 2] [--device cpu|cuda|auto]
+[--pieces 1]`` (``--pieces``: ``trustbeam score --score_pieces``, the pieces of a slot scored on threads).
 """
 
 from __future__ import annotations
@@ -74,13 +75,22 @@ def fleet(devices: int, slots: int, seed: int = 0) -> tuple[SimConfig, pa.Table,
     return sim, events.cast(events_file_schema(sim.clock.metadata())), status
 
 
-def measure(devices: int, slots: int, work: Path, checkpoint: Path, device: str = "auto", model: str = "") -> dict:
+def write_fleet(devices: int, slots: int, work: Path) -> int:
+    """:func:`fleet` as ``events-N.parquet`` and ``status-N.parquet`` under ``work``; its number of events."""
     _, events, status = fleet(devices, slots)
     pq.write_table(events, work / f"events-{devices}.parquet")
     pq.write_table(status, work / f"status-{devices}.parquet")
+    return events.num_rows
+
+
+def measure(devices: int, slots: int, work: Path, checkpoint: Path, device: str = "auto", model: str = "",
+            pieces: int = 1, events: int | None = None) -> dict:
+    """One ``trustbeam score`` process over the fleet of ``devices`` (written first unless ``events``, its number of
+    events, says it is there), its slots in ``pieces`` pieces (``--score_pieces``: scored on that many threads)."""
+    events = write_fleet(devices, slots, work) if events is None else events
     command = [sys.executable, "-m", "trustbeam.cli", "score", "--events", str(work / f"events-{devices}.parquet"),
                "--status", str(work / f"status-{devices}.parquet"), "--out", str(work / f"out-{devices}"),
-               f"--checkpoint={checkpoint}", f"--device={device}"]
+               f"--checkpoint={checkpoint}", f"--device={device}", f"--score_pieces={pieces}"]
     started = time.perf_counter()
     with open(work / "stdout", "wb") as out, open(work / "stderr", "wb") as err:
         process = subprocess.Popen(command, stdout=out, stderr=err)
@@ -89,8 +99,9 @@ def measure(devices: int, slots: int, work: Path, checkpoint: Path, device: str 
     if os.waitstatus_to_exitcode(status_code) != 0:
         raise RuntimeError(f"trustbeam score failed at {devices} devices: {(work / 'stderr').read_text()[-2000:]}")
     summary = json.loads((work / "stdout").read_text())
-    return {"devices": devices, "model": model, "device": device, "events": events.num_rows, "slots": summary["slots"],
-            "trust_scores": summary["trust_scores"], **{f"{k}_s": v for k, v in summary["seconds_by_stage"].items()},
+    return {"devices": devices, "model": model, "device": device, "pieces": pieces, "events": events,
+            "slots": summary["slots"], "trust_scores": summary["trust_scores"],
+            **{f"{k}_s": v for k, v in summary["seconds_by_stage"].items()},
             **{f"{k}_phase_s": v for k, v in summary["seconds_by_phase"].items()},
             "total_s": round(seconds, 1), "peak_rss_mb": int(usage.ru_maxrss / 1024)}
 
@@ -100,13 +111,17 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000, 100_000])
     parser.add_argument("--slots", type=int, default=2, help="slots of events (each scored)")
     parser.add_argument("--device", choices=DEVICES, default="cpu", help="trustbeam score --device")
+    parser.add_argument("--pieces", type=int, default=1, help="trustbeam score --score_pieces (threads)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         checkpoints = {model: untrained_checkpoint(work / model, SimConfig(devices=500), window=32, small=False,
                                                    reads_y=model == "encoder") for model in ("encoder", "head")}
-        rows = [measure(n, args.slots, work, checkpoint, args.device, model) for n in sorted(args.sizes)
-                for model, checkpoint in checkpoints.items()]
+        rows = []
+        for n in sorted(args.sizes):
+            events = write_fleet(n, args.slots, work)
+            rows += [measure(n, args.slots, work, checkpoint, args.device, model, args.pieces, events)
+                     for model, checkpoint in checkpoints.items()]
     encoder = [r for r in rows if r["model"] == "encoder"]
     first, last = encoder[0], encoder[-1]
     scale = last["devices"] / first["devices"]

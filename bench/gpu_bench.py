@@ -16,11 +16,12 @@ A backend the machine lacks gets a row saying why. Each row: devices, median sec
 (after one warm-up call), devices/s, peak GPU memory, and the largest difference from the first
 backend's Y on the first 512 devices (parity). Slot rows (``--slot-sizes``): one slot of a synthetic
 fleet at the paper's density scored end to end by ``trustbeam score --device D`` (GNN, BiMamba, pairs in
-range, rankings; :mod:`bench.fleet_bench`), per device in ``--slot-devices``. Each row is also printed to
+range, rankings; :mod:`bench.fleet_bench`), per device in ``--slot-devices`` and per ``--slot-pieces`` count
+(``trustbeam score --score_pieces``: pieces of the slot scored on threads at once). Each row is also printed to
 stderr as a JSON line when it is measured, so a run stopped at a lease's time limit keeps the rows it finished.
 
 Run: ``python -m bench.gpu_bench [--lengths 32 64 256] [--devices 1000000 1000000 20000]
-[--slot-sizes 100000 1000000] [--slot-devices cpu cuda]``; ``--cpu-devices`` caps N for the PyTorch CPU rows and
+[--slot-sizes 100000 1000000] [--slot-devices cpu cuda] [--slot-pieces 1 16]``; ``--cpu-devices`` caps N for the PyTorch CPU rows and
 ``--onnx-cpu-devices`` for onnxruntime's CPU rows (its unrolled scan runs ~14x slower than the C++ one).
 """
 
@@ -146,23 +147,26 @@ def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repea
     return rows
 
 
-def slot_rows(sizes: list[int], devices: list[str], work: Path) -> list[dict]:
+def slot_rows(sizes: list[int], devices: list[str], work: Path, pieces: tuple[int, ...] = (1,)) -> list[dict]:
+    """One slot of each fleet size scored by ``trustbeam score`` on each device, per ``--score_pieces`` count."""
     from bench.fault_harness import untrained_checkpoint
-    from bench.fleet_bench import measure
+    from bench.fleet_bench import measure, write_fleet
     from simulator.config import SimConfig
 
     checkpoint = untrained_checkpoint(work / "fleet-model", SimConfig(devices=500), window=32, small=False)
     rows = []
-    for device in devices:
-        why = missing("torch cuda reference") if device == "cuda" else None
-        for size in sizes:
-            if why:
-                rows.append(progress({"stage": "slot", "backend": f"trustbeam score --device {device}",
-                                      "devices": size, "skipped": why}))
-                continue
-            result = measure(size, 1, work, checkpoint, device=device)
-            rows.append(progress({"stage": "slot", "backend": f"trustbeam score --device {device}", **result,
-                                  "devices_per_s": round(size / result["total_s"])}))
+    for size in sizes:
+        events = None
+        for device in devices:
+            why = missing("torch cuda reference") if device == "cuda" else None
+            for count in pieces:
+                row = {"stage": "slot", "backend": f"trustbeam score --device {device} --score_pieces {count}"}
+                if why:
+                    rows.append(progress({**row, "devices": size, "skipped": why}))
+                    continue
+                events = write_fleet(size, 1, work) if events is None else events
+                result = measure(size, 1, work, checkpoint, device=device, pieces=count, events=events)
+                rows.append(progress({**row, **result, "devices_per_s": round(size / result["total_s"])}))
     return rows
 
 
@@ -178,6 +182,8 @@ def main() -> None:
                         help=f"the encoder rows' backends, each quoted (default all: {', '.join(BACKENDS)})")
     parser.add_argument("--slot-sizes", type=int, nargs="*", default=[100_000, 1_000_000])
     parser.add_argument("--slot-devices", nargs="*", choices=["cpu", "cuda"], default=["cuda"])
+    parser.add_argument("--slot-pieces", type=int, nargs="+", default=[1],
+                        help="trustbeam score --score_pieces per slot row: the pieces scored on threads at once")
     args = parser.parse_args()
     if len(args.devices) != len(args.lengths):
         parser.error(f"--devices: one per --lengths ({len(args.lengths)}), got {len(args.devices)}")
@@ -187,7 +193,7 @@ def main() -> None:
         work = Path(tmp)
         rows = encoder_rows(args.lengths, args.devices, args.cpu_devices, args.repeats, work, args.onnx_cpu_devices,
                             tuple(args.backends))
-        rows += slot_rows(args.slot_sizes, args.slot_devices, work)
+        rows += slot_rows(args.slot_sizes, args.slot_devices, work, tuple(args.slot_pieces))
     emit("gpu_bench", rows, {"machine": platform.machine(), "cpus": os.cpu_count(), "torch": torch.__version__,
                              "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None})
 

@@ -21,8 +21,9 @@ def test_a_slot_row_scores_a_synthetic_fleet_and_a_missing_gpu_is_named(tmp_path
 
     from bench.gpu_bench import slot_rows
 
-    cpu, cuda = slot_rows([300], ["cpu", "cuda"], tmp_path)
+    cpu, cpu_pieces, cuda, _ = slot_rows([300], ["cpu", "cuda"], tmp_path, pieces=(1, 2))
     assert cpu["devices"] == 300 and cpu["trust_scores"] > 0 and cpu["devices_per_s"] > 0
+    assert cpu_pieces["pieces"] == 2 and cpu_pieces["trust_scores"] == cpu["trust_scores"]  # the same slot, on threads
     assert ("skipped" in cuda) != torch.cuda.is_available()
 
 
