@@ -585,19 +585,22 @@ class PairScores:
         t_beh = np.clip(self.t_beh + shift, 0.0, 1.0) if shift else self.t_beh
         trust = np.clip(t_beh * self.t_res, 0.0, 1.0)
         bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1]]) if len(src) else np.zeros(0, np.int64)
-        spans = {int(src[begin]): np.arange(begin, end) for begin, end in zip(bounds, np.r_[bounds[1:], len(src)])}
+        spans = dict(zip(src[bounds].tolist(), zip(bounds.tolist(), np.r_[bounds[1:], len(src)].tolist())))
+        collaborators = self.keys[dst]
         nothing = np.zeros(0, np.int64)
         scored, listed = [], []  # per owner: the pairs whose trust scores it publishes, its ranking's pairs
-        for row in self.owners:
-            part = spans.get(int(row))
-            if part is None:  # nothing in range: an empty ranking, so the owner's scheduler knows
+        for row, threshold in zip(self.owners.tolist(), thresholds[self.owners].tolist()):
+            span = spans.get(row)
+            if span is None:  # nothing in range: an empty ranking, so the owner's scheduler knows
                 scored.append(nothing)
                 listed.append(nothing)
                 continue
-            scored.append(part[np.lexsort((self.keys[dst[part]], -trust[part]))][: ranking.scores_per_owner])
-            eligible = part[trust[part] >= thresholds[row]]
-            listed.append(eligible[ranked(trust[eligible], self.voc[eligible], self.keys[dst[eligible]],
-                                          ranking.top_k)])
+            begin, end = span  # the owner's pairs: one run of them
+            owner_trust, keys = trust[begin:end], collaborators[begin:end]
+            scored.append(begin + np.lexsort((keys, -owner_trust))[: ranking.scores_per_owner])
+            eligible = np.flatnonzero(owner_trust >= threshold)
+            listed.append(begin + eligible[ranked(owner_trust[eligible], self.voc[begin:end][eligible], keys[eligible],
+                                                  ranking.top_k)])
         window = {"slot": slot, "slot_start_ms": int(clock.start_ms(slot)), "slot_end_ms": int(clock.end_ms(slot)),
                   "model_version": model_version, "is_update": revision > 0, "revision": revision}
         sizes = np.full(len(ids), np.nan) if self.task_sizes is None else self.task_sizes
@@ -709,8 +712,9 @@ def ranked(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, top_k: int) -> 
     order = np.lexsort((keys, -trust, -voc))  # the selection order
     by_trust = np.lexsort((keys, -voc, -trust))
     voc_sorted = voc[by_trust]
-    best_above = np.maximum.accumulate(voc_sorted)[:-1]  # the best VoC among the more trusted
-    frontier = by_trust[np.r_[True, voc_sorted[1:] > best_above]] if len(keys) else by_trust
+    on_frontier = np.ones(len(keys), bool)  # the most trusted, and each with a VoC above the best among the more trusted
+    np.greater(voc_sorted[1:], np.maximum.accumulate(voc_sorted)[:-1], out=on_frontier[1:])
+    frontier = by_trust[on_frontier]
     listed = np.zeros(len(keys), dtype=bool)
     listed[order[:top_k]] = True
     listed[frontier] = True
