@@ -21,8 +21,9 @@ range, rankings; :mod:`bench.fleet_bench`), per device in ``--slot-devices`` and
 stderr as a JSON line when it is measured, so a run stopped at a lease's time limit keeps the rows it finished.
 
 Run: ``python -m bench.gpu_bench [--lengths 32 64 256] [--devices 1000000 1000000 20000]
-[--slot-sizes 100000 1000000] [--slot-devices cpu cuda] [--slot-pieces 1 16]``; ``--cpu-devices`` caps N for the PyTorch CPU rows and
-``--onnx-cpu-devices`` for onnxruntime's CPU rows (its unrolled scan runs ~14x slower than the C++ one).
+[--slot-sizes 100000 1000000] [--slot-devices cpu cuda] [--slot-pieces 1 16]``; ``--cpu-devices`` caps N for the
+PyTorch CPU rows and ``--onnx-cpu-devices`` for onnxruntime's CPU rows (its unrolled scan runs ~14x slower than the
+C++ one).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ publishes again every piece whose records changed, so that each slot's last publ
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
@@ -64,10 +64,11 @@ class SlotPublisher:
             recent.outcomes_changed = True
 
     def publish(self, through: int, ranking: RankingConfig, model_version: str, clock: SlotClock,
-                keep_slots: int) -> list[SlotScores]:
+                keep_slots: int, each: Callable[[Callable, Iterable], Iterable] = map) -> list[SlotScores]:
         """Publish what changed among the slots up to ``through`` that hold pieces, in slot order (a change to a
         published slot recomputes every published slot after it); then forget the slots more than ``keep_slots``
-        before the last published (no update can reach them)."""
+        before the last published (no update can reach them). ``each`` maps a slot's pieces to their records (a
+        thread pool's ``map``: the offline scorer publishes them on its threads)."""
         last = max(through, self.published_through)
         due = sorted(s for s, r in self.recent.items() if s <= last and r.pieces)
         dirty = [s for s in due if self.recent[s].changed or self.recent[s].outcomes_changed
@@ -88,10 +89,11 @@ class SlotPublisher:
                 forecasts = [piece.forecasts() for piece in recent.pieces.values()]
                 state.remember(slot, *(np.concatenate(column) for column in zip(*forecasts)))
             again = set(recent.pieces) if shift != recent.shift else recent.changed
-            for number in sorted(again):
-                revision = recent.revisions.get(number, 0)
-                out.append(recent.pieces[number].publish(ranking, model_version, clock, shift, revision))
-                recent.revisions[number] = revision + 1
+            numbers = sorted(again)
+            out.extend(each(lambda n: recent.pieces[n].publish(ranking, model_version, clock, shift,
+                                                               recent.revisions.get(n, 0)), numbers))
+            for number in numbers:
+                recent.revisions[number] = recent.revisions.get(number, 0) + 1
             recent.shift, recent.changed, recent.outcomes_changed = shift, set(), False
         self.online = state
         self.published_through = max(self.published_through, due[-1])

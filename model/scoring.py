@@ -35,7 +35,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -442,7 +442,8 @@ class DeviceHistory:
             tables.append(part.embeddings)
         load = self.status.latest_load(np.repeat(keys, length), np.tile(clock.end_ms(np.arange(start, slot + 1)),
                                                                         len(keys)).astype(np.int64))
-        return Windows(np.concatenate(tables).astype(np.float32, copy=False), rows, np.full(len(keys), length, np.int64),
+        return Windows(np.concatenate(tables).astype(np.float32, copy=False), rows,
+                       np.full(len(keys), length, np.int64),
                        telemetry_of(load).reshape(len(keys), length, -1), window)
 
 
@@ -585,36 +586,30 @@ class PairScores:
         t_beh = np.clip(self.t_beh + shift, 0.0, 1.0) if shift else self.t_beh
         trust = np.clip(t_beh * self.t_res, 0.0, 1.0)
         bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1]]) if len(src) else np.zeros(0, np.int64)
-        spans = dict(zip(src[bounds].tolist(), zip(bounds.tolist(), np.r_[bounds[1:], len(src)].tolist())))
+        runs = dict(zip(src[bounds].tolist(), zip(bounds.tolist(), np.r_[bounds[1:], len(src)].tolist())))
+        # each owner's pairs: one run of them (none: nothing in range, an empty ranking, so its scheduler knows)
+        begin, end = (np.array([runs.get(row, (0, 0))[side] for row in self.owners.tolist()], np.int64)
+                      for side in (0, 1))
         collaborators = self.keys[dst]
-        nothing = np.zeros(0, np.int64)
-        scored, listed = [], []  # per owner: the pairs whose trust scores it publishes, its ranking's pairs
-        for row, threshold in zip(self.owners.tolist(), thresholds[self.owners].tolist()):
-            span = spans.get(row)
-            if span is None:  # nothing in range: an empty ranking, so the owner's scheduler knows
-                scored.append(nothing)
-                listed.append(nothing)
-                continue
-            begin, end = span  # the owner's pairs: one run of them
-            owner_trust, keys = trust[begin:end], collaborators[begin:end]
-            scored.append(begin + np.lexsort((keys, -owner_trust))[: ranking.scores_per_owner])
-            eligible = np.flatnonzero(owner_trust >= threshold)
-            listed.append(begin + eligible[ranked(owner_trust[eligible], self.voc[begin:end][eligible], keys[eligible],
-                                                  ranking.top_k)])
+        scored, _ = owner_lists(begin, end, lambda rows, _: (  # each owner's most trusted (then by key)
+            np.lexsort((collaborators[rows], -trust[rows]), axis=-1),
+            np.arange(rows.shape[1]) < ranking.scores_per_owner))
+        listed, listed_counts = owner_lists(begin, end, lambda rows, owners: ranked_rows(
+            trust[rows], self.voc[rows], collaborators[rows], thresholds[self.owners[owners]], ranking.top_k))
         window = {"slot": slot, "slot_start_ms": int(clock.start_ms(slot)), "slot_end_ms": int(clock.end_ms(slot)),
                   "model_version": model_version, "is_update": revision > 0, "revision": revision}
         sizes = np.full(len(ids), np.nan) if self.task_sizes is None else self.task_sizes
         slope = {} if self.size_slope is None else {"size_slope": self.size_slope * self.t_res}
-        p = np.concatenate([nothing, *scored])
+        p = scored
         scores = Columns.of(TrustScore, len(p), owner=ids[src[p]], collaborator=ids[dst[p]], t_beh=t_beh[p],
                             t_res=self.t_res[p], trust=trust[p], task_size_bits=nullable(sizes[src[p]]),
                             **{name: values[p] for name, values in slope.items()}, **window)
-        c = np.concatenate([nothing, *listed])
+        c = listed
         entries = Columns.of(RankedCandidate, len(c), collaborator=ids[dst[c]], trust=trust[c], voc=self.voc[c],
                              **{name: values[c] for name, values in slope.items()})
         rankings = Columns.of(CollaboratorRanking, len(self.owners), owner=ids[self.owners],
                               threshold=thresholds[self.owners], task_size_bits=nullable(sizes[self.owners]),
-                              candidates=Nested.of(entries, [len(chosen) for chosen in listed]), **window)
+                              candidates=Nested.of(entries, listed_counts), **window)
         return SlotScores(slot, scores, rankings, self.piece)
 
 
@@ -704,21 +699,49 @@ def slot_outcomes(part: SlotPart) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     return keys, increments[:, W] / np.maximum(tasks, 1e-12), tasks, reported / np.maximum(tasks, 1e-12)
 
 
-def ranked(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, top_k: int) -> np.ndarray:
-    """Positions of an owner's eligible candidates (n,) to publish, in the paper's selection order (VoC, then T,
-    then key): the ``top_k`` first, and every candidate on the (T, VoC) Pareto frontier. For any threshold
-    theta' at or above the ranking's, the rule's choice among T >= theta' is then listed: nothing with at
-    least its T has a higher VoC, so it is on the frontier."""
-    order = np.lexsort((keys, -trust, -voc))  # the selection order
-    by_trust = np.lexsort((keys, -voc, -trust))
-    voc_sorted = voc[by_trust]
-    on_frontier = np.ones(len(keys), bool)  # the most trusted, and each with a VoC above the best among the more trusted
-    np.greater(voc_sorted[1:], np.maximum.accumulate(voc_sorted)[:-1], out=on_frontier[1:])
-    frontier = by_trust[on_frontier]
-    listed = np.zeros(len(keys), dtype=bool)
-    listed[order[:top_k]] = True
-    listed[frontier] = True
-    return order[listed[order]]
+def ranked_rows(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, thresholds: np.ndarray, top_k: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """What m owners' rankings list of their n candidates each ((m, n) T, VoC and keys; (m,) thresholds): (the (m, n)
+    positions in the paper's selection order (VoC, then T, then key; the eligible, T >= theta, first), (m, n) which
+    of those to publish). Published: the ``top_k`` first eligible, and every eligible candidate on the (T, VoC)
+    Pareto frontier. For any threshold theta' at or above the ranking's, the rule's choice among T >= theta' is then
+    listed: nothing with at least its T has a higher VoC, so it is on the frontier."""
+    position = np.arange(trust.shape[1])
+    ineligible = ~(trust >= thresholds[:, None])  # NaN trust too
+    eligible = (~ineligible).sum(axis=1)[:, None]
+    # sort keys (VoC finite or NaN): the ineligible after the eligible, +inf; a NaN VoC, sorted after every number,
+    # just below it
+    less_trusted = np.where(ineligible, np.inf, -trust)
+    less_valuable = np.where(ineligible, np.inf, np.where(np.isnan(voc), np.finfo(np.float64).max, -voc))
+    order = np.lexsort((keys, less_trusted, less_valuable), axis=-1)  # the selection order (a stable sort per key)
+    by_trust = np.lexsort((keys, less_valuable, less_trusted), axis=-1)
+    voc_sorted = np.take_along_axis(voc, by_trust, axis=1)
+    on_frontier = np.ones(trust.shape, bool)  # the most trusted, and each with a VoC above the best of the more trusted
+    np.greater(voc_sorted[:, 1:], np.maximum.accumulate(voc_sorted, axis=1)[:, :-1], out=on_frontier[:, 1:])
+    frontier = np.zeros(trust.shape, bool)
+    np.put_along_axis(frontier, by_trust, on_frontier & (position < eligible), axis=1)
+    return order, (np.take_along_axis(frontier, order, axis=1) | (position < top_k)) & (position < eligible)
+
+
+def owner_lists(begin: np.ndarray, end: np.ndarray, choose: Callable[[np.ndarray, np.ndarray],
+                                                                      tuple[np.ndarray, np.ndarray]]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Per owner, what ``choose`` picks of its pairs ``begin:end`` (O,), as one array of pair indices in owner order
+    and (O,) counts. ``choose(rows, owners)``: owners with n pairs each, (m, n) their pair indices and (m,) which
+    owners they are -> ((m, n) an order of each row's positions, which of those in that order to keep: (m, n), or
+    (n,) for every row). Owners with as many pairs go together, so the work is a few array calls per distinct count,
+    not per owner."""
+    lengths = end - begin
+    picked, owner_of = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for n in np.unique(lengths[lengths > 0]).tolist():
+        owners = np.flatnonzero(lengths == n)
+        rows = begin[owners, None] + np.arange(n)
+        order, keep = choose(rows, owners)
+        keep = np.broadcast_to(keep, rows.shape)
+        picked.append(np.take_along_axis(rows, order, axis=1)[keep])  # row by row, each in its order
+        owner_of.append(np.repeat(owners, keep.sum(axis=1)))
+    owner_of = np.concatenate(owner_of)
+    return np.concatenate(picked)[np.argsort(owner_of, kind="stable")], np.bincount(owner_of, minlength=len(begin))
 
 
 def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking: RankingConfig,
@@ -730,8 +753,8 @@ def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking
     advanced in place: a later run over the next slots continues from it); None publishes the model's T_beh as it
     is. ``seconds``, when given, accumulates the time per stage: ``status``, ``slot_part`` (T_col, slot graph,
     GNN), ``frame`` (BiMamba, evidence, latest statuses), ``pairs`` (candidates, head, ranking). ``pieces``: each
-    slot's pairs scored in that many pieces at once (:func:`score_pieces`), its records joined in piece order, as
-    the job's are.
+    slot's pairs scored and published in that many pieces at once (:func:`score_pieces`), its records joined in piece
+    order, as the job's are.
     """
     seconds = {} if seconds is None else seconds
     clocked = partial(timed, seconds)
@@ -758,7 +781,8 @@ def score_log(stages: Stages, events: pa.Table, status: pa.Table | None, ranking
             with clocked("pairs"):
                 publisher.add_outcomes(slot, 0, slot_outcomes(part))
                 publisher.add_pieces(score_pieces(stages, frame, slot, ranking, params, pieces, pool))
-                published = publisher.publish(slot, ranking, model_version, clock, keep_slots=0)
+                published = publisher.publish(slot, ranking, model_version, clock, 0,
+                                              map if pool is None else pool.map)
             yield SlotScores.join(published) if len(published) > 1 else published[0]
             window = window_read(stages)
             history.prune(slot - slots_read_back(window, ranking) + 1, status_horizon(clock, slot, window))

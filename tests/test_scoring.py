@@ -18,9 +18,8 @@ from model.credibility import credibility
 from model.evidence import CHANNELS, REPORTS, EvidenceState
 from model.graphs import DeviceIndex, device_keys
 from model.history import History
-from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, credited_evidence, ranked,
-                           score_log, score_slot, shard_of, slot_part,
-                           status_arrays, window_read)
+from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, credited_evidence, owner_lists,
+                           ranked_rows, score_log, score_slot, shard_of, slot_part, status_arrays, window_read)
 from model.stages import TorchStages
 from model.train import targets
 from simulator.config import Attack, AttackKind, SimConfig
@@ -291,13 +290,19 @@ def test_rankings_follow_the_rule_and_bounds(log) -> None:
             assert extra == sorted(set(extra)) and all(t > max(c.trust for c in r.candidates[:3]) for t in extra)
 
 
+def ranked_one(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, threshold: float, top_k: int) -> np.ndarray:
+    """The positions one owner's ranking lists, in their order (:func:`ranked_rows` for one row)."""
+    order, keep = ranked_rows(trust[None], voc[None], keys[None], np.array([threshold]), top_k)
+    return order[0][keep[0]]
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_a_ranking_holds_the_rules_choice_for_every_threshold_above_its_own(seed: int) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 60))
     trust, voc = rng.choice(np.linspace(0, 1, 12), n), rng.choice(np.linspace(0, 1, 9), n)  # ties on both
     keys = rng.permutation(n).astype(np.int64)
-    listed = ranked(trust, voc, keys, top_k=3)
+    listed = ranked_one(trust, voc, keys, 0.0, top_k=3)
     order = np.lexsort((keys, -trust, -voc))
     np.testing.assert_array_equal(listed[:3], order[:3])  # the top 3 by the rule, first
     assert [p for p in order if p in set(listed.tolist())] == listed.tolist()  # in the rule's order
@@ -305,6 +310,49 @@ def test_a_ranking_holds_the_rules_choice_for_every_threshold_above_its_own(seed
         eligible = [p for p in order if trust[p] >= theta]
         if eligible:  # the rule's choice at theta, and what a scheduler reading the ranking picks
             assert next(p for p in listed if trust[p] >= theta) == eligible[0]
+
+
+def one_owner_at_a_time(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, threshold: float,
+                        top_k: int) -> np.ndarray:
+    """The reference: the ranking rule on one owner's eligible candidates, as written in the paper's terms."""
+    eligible = np.flatnonzero(trust >= threshold)
+    t, v, k = trust[eligible], voc[eligible], keys[eligible]
+    order = np.lexsort((k, -t, -v))  # the selection order
+    by_trust = np.lexsort((k, -v, -t))
+    best_above = np.maximum.accumulate(v[by_trust])[:-1]  # the best VoC among the more trusted (NaN spreads)
+    frontier = by_trust[np.r_[True, v[by_trust][1:] > best_above]] if len(k) else by_trust
+    listed = np.zeros(len(k), bool)
+    listed[order[:top_k]] = True
+    listed[frontier] = True
+    return eligible[order[listed[order]]]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rankings_of_many_owners_at_once_equal_one_owner_at_a_time(seed: int) -> None:
+    """Ties on T and VoC, NaN VoCs and T (a NaN T is never eligible), and owners with nothing eligible."""
+    rng = np.random.default_rng(seed)
+    m, n = 40, int(rng.integers(1, 30))
+    trust = rng.choice(np.r_[np.linspace(0, 1, 8), np.nan], (m, n))
+    voc = rng.choice(np.r_[np.linspace(0, 1, 6), np.nan], (m, n))
+    keys = np.sort(rng.choice(10 * n, (m, n)), axis=1)  # as a frame's: ascending, ties allowed across owners
+    thresholds = rng.choice([0.0, 0.5, 0.9, 1.1], m)
+    order, keep = ranked_rows(trust, voc, keys, thresholds, top_k=3)
+    for row in range(m):
+        want = one_owner_at_a_time(trust[row], voc[row], keys[row], thresholds[row], 3)
+        np.testing.assert_array_equal(order[row][keep[row]], want)
+    assert (keep.sum(axis=1) == 0).any() and (keep.sum(axis=1) > 3).any()  # nothing eligible; a frontier past top 3
+
+
+def test_owner_lists_keep_each_owners_picks_in_owner_order() -> None:
+    begin, end = np.array([5, 0, 9, 2]), np.array([9, 2, 9, 5])  # pairs 0..8 in runs; the third owner has none
+    value = np.array([3, 1, 0, 9, 8, 7, 4, 6, 5])  # pick each owner's two largest, largest first
+
+    def choose(rows: np.ndarray, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.argsort(-value[rows], axis=1, kind="stable"), np.arange(rows.shape[1]) < 2
+
+    picked, counts = owner_lists(begin, end, choose)
+    assert counts.tolist() == [2, 2, 0, 2]
+    assert picked.tolist() == [5, 7, 0, 1, 3, 4]
 
 
 def test_every_recent_owner_gets_a_ranking_even_with_nothing_in_range(log) -> None:
