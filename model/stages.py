@@ -101,6 +101,7 @@ class Windows:
         first b rows of ``buffers`` (:meth:`buffers`, at least b rows)."""
         b, filled = part.stop - part.start, self.rows.shape[1]
         sequences, telemetry = buffers[0][:b], buffers[1][:b]
+        # the rows are the table's ("clip" writes straight into ``out``; "raise" would go through a copy)
         np.take(self.embeddings, self.rows[part], axis=0, out=sequences[:, :filled], mode="clip")
         sequences[:, filled:] = sequences[:, filled - 1:filled]
         telemetry[:, :filled] = self.telemetry[part]
