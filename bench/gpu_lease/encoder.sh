@@ -4,7 +4,8 @@
 # pinned staging buffers and straight from pageable memory, side by side (the target: 1M devices in < 3 s), then
 # a 1M-device slot scored on cuda (the target: < 30 s), after prepare.sh here:
 #   device run --carry .gpu --timeout_s 560 'bash bench/gpu_lease/encoder.sh'
-# BENCH_S (default 150 s) bounds the encoder rows, SLOT_S (default 150 s) the slot.
+# BENCH_S (default 150 s) bounds the encoder rows, SLOT_S (default 200 s) the slot rows (a 1M-device slot took 66 s
+# with --score_pieces 16 and 87 s with 1 on an H100, stop 47); SLOT_PIECES (default "16 1") their pieces.
 source "$(dirname "$0")/common.sh"
 stage environment; install_wheels
 build_mamba &
@@ -22,9 +23,10 @@ timeout "${BENCH_S:-150}" python3 -m bench.gpu_bench --lengths 32 --devices "${D
   --backends "torch cuda mamba-ssm" "torch cuda mamba-ssm pageable" --slot-sizes \
   >"$OUT/gpu_bench_1m.txt" 2>"$OUT/gpu_bench_1m.err"
 stage "rc=$?"; cat "$OUT/gpu_bench_1m.err"; tail -5 "$OUT/gpu_bench_1m.txt"
-stage "benchmark: one slot of a ${SLOT_DEVICES:-1000000}-device fleet, trustbeam score --device cuda"
-timeout "${SLOT_S:-150}" python3 -m bench.gpu_bench --lengths 32 --devices 512 --repeats 1 \
+stage "benchmark: one slot of a ${SLOT_DEVICES:-1000000}-device fleet, trustbeam score --device cuda, its pieces on 16 threads, then 1"
+# shellcheck disable=SC2086
+timeout "${SLOT_S:-200}" python3 -m bench.gpu_bench --lengths 32 --devices 512 --repeats 1 \
   --backends "torch cuda mamba-ssm" --slot-sizes "${SLOT_DEVICES:-1000000}" --slot-devices cuda \
-  >"$OUT/gpu_bench_slot.txt" 2>"$OUT/gpu_bench_slot.err"
+  --slot-pieces ${SLOT_PIECES:-16 1} >"$OUT/gpu_bench_slot.txt" 2>"$OUT/gpu_bench_slot.err"
 stage "rc=$?"; tail -4 "$OUT/gpu_bench_slot.err"
 stage done
