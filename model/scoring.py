@@ -586,25 +586,25 @@ class PairScores:
         t_beh = np.clip(self.t_beh + shift, 0.0, 1.0) if shift else self.t_beh
         trust = np.clip(t_beh * self.t_res, 0.0, 1.0)
         bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1]]) if len(src) else np.zeros(0, np.int64)
-        runs = dict(zip(src[bounds].tolist(), zip(bounds.tolist(), np.r_[bounds[1:], len(src)].tolist())))
         # each owner's pairs: one run of them (none: nothing in range, an empty ranking, so its scheduler knows)
-        begin, end = (np.array([runs.get(row, (0, 0))[side] for row in self.owners.tolist()], np.int64)
-                      for side in (0, 1))
+        starts, by_owner = np.r_[bounds, len(src)], np.argsort(src[bounds])  # run k: pairs starts[k]:starts[k + 1]
+        at, found = find(src[bounds][by_owner], self.owners)
+        run = by_owner[at[found]]
+        begin, end = np.zeros(len(self.owners), np.int64), np.zeros(len(self.owners), np.int64)
+        begin[found], end[found] = starts[run], starts[run + 1]
         collaborators = self.keys[dst]
-        scored, _ = owner_lists(begin, end, lambda rows, _: (  # each owner's most trusted (then by key)
+        p, _ = owner_lists(begin, end, lambda rows, _: (  # the pairs whose scores are published: the most trusted
             np.lexsort((collaborators[rows], -trust[rows]), axis=-1),
             np.arange(rows.shape[1]) < ranking.scores_per_owner))
-        listed, listed_counts = owner_lists(begin, end, lambda rows, owners: ranked_rows(
+        c, listed_counts = owner_lists(begin, end, lambda rows, owners: ranked_rows(  # the rankings' pairs
             trust[rows], self.voc[rows], collaborators[rows], thresholds[self.owners[owners]], ranking.top_k))
         window = {"slot": slot, "slot_start_ms": int(clock.start_ms(slot)), "slot_end_ms": int(clock.end_ms(slot)),
                   "model_version": model_version, "is_update": revision > 0, "revision": revision}
         sizes = np.full(len(ids), np.nan) if self.task_sizes is None else self.task_sizes
         slope = {} if self.size_slope is None else {"size_slope": self.size_slope * self.t_res}
-        p = scored
         scores = Columns.of(TrustScore, len(p), owner=ids[src[p]], collaborator=ids[dst[p]], t_beh=t_beh[p],
                             t_res=self.t_res[p], trust=trust[p], task_size_bits=nullable(sizes[src[p]]),
                             **{name: values[p] for name, values in slope.items()}, **window)
-        c = listed
         entries = Columns.of(RankedCandidate, len(c), collaborator=ids[dst[c]], trust=trust[c], voc=self.voc[c],
                              **{name: values[c] for name, values in slope.items()})
         rankings = Columns.of(CollaboratorRanking, len(self.owners), owner=ids[self.owners],
