@@ -21,7 +21,6 @@ INSTALL_REQUIRES = [
     # reads one assigned partition at a time and decodes in Python: the source ran at 0.3 x raw consumption)
     "confluent-kafka>=2.6,<3",  # kafka-python checksums record batches in pure Python without it (measured: ~20% of a cycle)
     "tqdm>=4.66,<5",
-    "torch-geometric>=2.6,<2.9",
     "matplotlib>=3.8,<4",
     "onnx>=1.17,<2",  # export and checker; the runtime comes from one of the extras below
 ]

@@ -6,6 +6,9 @@ learnable matrix (psi), and DyGMamba's learnable cosine time encoding (eta) of
 where the pair's tasks fell within the slot. Messages are averaged over each
 collaborator's in-neighbours; ``layers`` of widths 32/64/32 (the paper's)
 update ``h_j = ReLU(W_self h_j + W_msg mean(mu))``.
+The mean is two ``scatter_add`` calls (sums and in-degrees; ONNX's ScatterElements with reduction add): no
+graph library is imported to score a slot (torch-geometric's ``MessagePassing`` cost ~3 s of every
+process's start for this one mean).
 
 Idle devices (no edge in the slot) get an explicit learnable idle embedding,
 never a GNN output over an empty neighbourhood. Slots are batched as disjoint
@@ -20,7 +23,6 @@ from typing import Sequence
 import numpy as np
 import torch
 from torch import nn
-from torch_geometric.nn import MessagePassing
 
 from model.graphs import SlotGraph
 
@@ -68,20 +70,22 @@ class TimeEncoding(nn.Module):
         return torch.cos(self.w(t[:, None]))  # (E, dim)
 
 
-class FusionLayer(MessagePassing):
-    """h_j <- ReLU(W_self h_j + W_msg * mean over in-edges (i -> j) of [h_i, psi_ij, eta_ij])."""
+class FusionLayer(nn.Module):
+    """h_j <- ReLU(W_self h_j + mean over in-edges (i -> j) of W_msg [h_i, psi_ij, eta_ij]); a node without in-edges
+    gets ReLU(W_self h_j)."""
 
     def __init__(self, in_dim: int, edge_dim: int, out_dim: int) -> None:
-        super().__init__(aggr="mean")
+        super().__init__()
         self.message_proj = nn.Linear(in_dim + edge_dim, out_dim)
         self.self_proj = nn.Linear(in_dim, out_dim)
 
     def forward(self, h: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:
-        aggregated = self.propagate(edge_index, h=h, edge_attr=edge_attr)  # (n, out_dim)
-        return torch.relu(self.self_proj(h) + aggregated)
-
-    def message(self, h_j: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:  # h_j: the edge's source
-        return self.message_proj(torch.cat([h_j, edge_attr], dim=-1))
+        """h (n, in_dim); edge_index (2, E) rows of h, source then target; edge_attr (E, edge_dim) -> (n, out_dim)."""
+        src, dst = edge_index[0], edge_index[1]
+        messages = self.message_proj(torch.cat([h.index_select(0, src), edge_attr], dim=-1))  # (E, out_dim)
+        sums = h.new_zeros((h.shape[0], messages.shape[1])).scatter_add(0, dst[:, None].expand_as(messages), messages)
+        degree = h.new_zeros((h.shape[0],)).scatter_add(0, dst, torch.ones_like(messages[:, 0]))  # (n,) in-edges
+        return torch.relu(self.self_proj(h) + sums / degree.clamp(min=1.0)[:, None])
 
 
 class SlotEncoder(nn.Module):

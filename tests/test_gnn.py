@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
-from model.gnn import GNNConfig, ReliabilityEncoding, SlotEncoder, TimeEncoding
+from model.gnn import FusionLayer, GNNConfig, ReliabilityEncoding, SlotEncoder, TimeEncoding
 from model.graphs import SlotGraph
 
 CONFIG = GNNConfig(node_dim=8, psi_dim=4, time_dim=4)
@@ -31,6 +32,25 @@ def test_time_encoding_is_cosine_of_learnable_frequencies() -> None:
     assert torch.allclose(out[0], torch.ones(4))
     assert torch.allclose(out[1], torch.cos(0.5 * 10.0 ** -torch.linspace(0, 9, 4)))
     assert eta.w.weight.requires_grad
+
+
+@pytest.mark.parametrize("nodes, edges", [(4, 0), (6, 9), (200, 3000)])
+def test_fusion_layer_is_the_mean_of_projected_messages_over_in_edges(nodes: int, edges: int) -> None:
+    """Against the dense reference: messages summed by an in-edge count matrix A[j, e] = [dst_e = j], divided by the
+    in-degree; a node without in-edges gets ReLU(W_self h) alone; repeated edges count once each."""
+    g = torch.Generator().manual_seed(nodes + edges)
+    layer = FusionLayer(5, 3, 7)
+    h, attr = torch.randn(nodes, 5, generator=g), torch.randn(edges, 3, generator=g)
+    src, dst = torch.randint(0, nodes, (edges,), generator=g), torch.randint(0, nodes // 2 + 1, (edges,), generator=g)
+    incidence = torch.zeros(nodes, edges)
+    incidence[dst, torch.arange(edges)] = 1.0
+    messages = layer.message_proj(torch.cat([h[src], attr], dim=-1))
+    mean = incidence @ messages / incidence.sum(1, keepdim=True).clamp(min=1.0)
+    expected = torch.relu(layer.self_proj(h) + mean)
+    assert torch.allclose(layer(h, torch.stack([src, dst]), attr), expected, atol=1e-5)
+    silent = incidence.sum(1) == 0
+    assert silent.any()  # targets drawn from the lower half: the upper half hears nothing
+    assert torch.allclose(layer(h, torch.stack([src, dst]), attr)[silent], torch.relu(layer.self_proj(h))[silent])
 
 
 def test_idle_devices_get_the_idle_embedding_and_messages_flow_to_collaborators() -> None:
