@@ -29,9 +29,8 @@ threshold, V (``voc``) the value of task completion (eqs. 2-9, :mod:`model.physi
 from __future__ import annotations
 
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
@@ -54,6 +53,7 @@ from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift
 from model.stages import Stages, Windows
 from model.status import COMM_OK, COMP_OK, LOAD, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
+from model.timing import timed
 from model.trust import resource_trust
 from schemas import CollaboratorRanking, Columns, Nested, RankedCandidate, TrustScore
 
@@ -802,12 +802,3 @@ def score_pieces(stages: Stages, frame: DeviceFrame, slot: int, ranking: Ranking
     return list(pool.map(scored, range(pieces.count),
                          frame.piece_rows(pieces, ranking.range_m, stages.config.evidence.identity_m)))
 
-
-@contextmanager
-def timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
-    """Add the block's wall time to ``seconds[stage]``."""
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - started

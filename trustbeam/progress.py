@@ -8,7 +8,7 @@ from typing import Iterable, Iterator, TypeVar
 
 from tqdm import tqdm
 
-from model.scoring import timed
+from model.timing import timed
 
 T = TypeVar("T")
 
