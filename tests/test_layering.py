@@ -4,12 +4,15 @@ Layers, bottom to top (a module may import its own package and any lower layer, 
 ``schemas`` -> ``model`` -> ``exporters`` -> ``simulator`` -> ``deploy.local`` -> ``beam_pipeline`` ->
 ``deploy.dataflow`` / ``deploy.container`` (image and template descriptions) -> ``trustbeam`` (the CLI and every
 entry point, the Dataflow launcher's included) -> ``bench``, ``tests``.
-Imports inside functions count too: a lazy import is still a dependency.
+Imports inside functions count too: a lazy import is still a dependency. And what an import costs: the command line
+starts without PyTorch, Beam, Arrow or SciPy.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,3 +78,17 @@ def test_the_walk_sees_the_imports_it_judges() -> None:  # the check would pass 
     assert {("model", "schemas"), ("beam_pipeline", "model"), ("trustbeam", "beam_pipeline"),
             ("simulator", "exporters"), ("deploy.dataflow", "beam_pipeline"), ("trustbeam", "deploy.local")} <= found
     assert unit("exporters.kafka_client") == "exporters" and unit("deploy.local.broker") == "deploy.local"
+
+
+def test_the_command_line_starts_without_the_heavy_runtimes() -> None:
+    """``trustbeam --help`` and the commands that score nothing start in well under a second: importing the CLI loads
+    neither PyTorch, Beam, Arrow nor SciPy (a command that needs one imports it where it runs), and nothing in the
+    scorer's import imports a graph library (torch-geometric's import, with torch._dynamo, cost ~3 s a process)."""
+    heavy = ("torch", "apache_beam", "pyarrow", "scipy", "torch_geometric", "torch._dynamo")
+    probe = ("import sys; import {module}; print(' '.join(m for m in {heavy!r} if m in sys.modules))")
+    loaded = {module: subprocess.run([sys.executable, "-c", probe.format(module=module, heavy=heavy)], cwd=ROOT,
+                                     capture_output=True, text=True, check=True).stdout.split()
+              for module in ("trustbeam.cli", "model.scoring")}
+    assert loaded["trustbeam.cli"] == []
+    assert "torch" in loaded["model.scoring"]  # the probe sees what an import loads
+    assert not {"torch_geometric", "torch._dynamo"} & set(loaded["model.scoring"])
