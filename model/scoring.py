@@ -801,4 +801,3 @@ def score_pieces(stages: Stages, frame: DeviceFrame, slot: int, ranking: Ranking
 
     return list(pool.map(scored, range(pieces.count),
                          frame.piece_rows(pieces, ranking.range_m, stages.config.evidence.identity_m)))
-
