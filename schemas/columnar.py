@@ -19,6 +19,7 @@ of the item type, with offsets.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -148,6 +149,11 @@ class Columns(Sequence):
         on the wire; nested items go without)."""
         return list(map(str.encode, self._json_texts(versioned)))
 
+    def json_lines(self) -> bytes:
+        """The versioned records as JSON Lines (each :meth:`json`'s bytes and a newline), encoded at once."""
+        texts = self._json_texts(versioned=True)
+        return ("\n".join(texts) + "\n").encode() if texts else b""
+
     def _json_texts(self, versioned: bool) -> list[str]:
         template, varying = ["{"], []
         if versioned:
@@ -156,8 +162,9 @@ class Columns(Sequence):
             template.append(json.dumps(name) + ":")
             value = self.values[name]
             if isinstance(value, (np.ndarray, Nested)):
-                template.append("%s")
-                varying.append(self._json_column(spec, value))
+                conversion, values = self._json_column(spec, value)
+                template.append(conversion)
+                varying.append(values)
             else:
                 template.append(_json_value(value).replace("%", "%%"))
             template.append(",")
@@ -167,16 +174,22 @@ class Columns(Sequence):
         return list(map(pattern.__mod__, zip(*varying)))
 
     @staticmethod
-    def _json_column(spec: Spec, column: np.ndarray | Nested) -> list[str]:
+    def _json_column(spec: Spec, column: np.ndarray | Nested) -> tuple[str, list[Any]]:
+        """The ``%`` conversion that writes one column's values into a record's JSON text, and the values it takes:
+        a number by its repr (as ``json.dumps``), an id that needs no escape between quotes, anything else as its
+        JSON text (made once per distinct value)."""
         if isinstance(column, Nested):
             items, ends = column.items._json_texts(versioned=False), column.offsets.tolist()
-            return ["[" + ",".join(items[a:b]) + "]" for a, b in zip(ends[:-1], ends[1:])]
+            return "%s", ["[" + ",".join(items[a:b]) + "]" for a, b in zip(ends[:-1], ends[1:])]
+        values = column.tolist()
+        if spec.kind is Kind.ID and _plain_strings(values):
+            return '"%s"', values
         if spec.kind is Kind.ID or column.dtype == object:
-            texts = {value: _json_value(value) for value in set(column.tolist())}
-            return list(map(texts.__getitem__, column.tolist()))
+            texts = {value: _json_value(value) for value in set(values)}
+            return "%s", list(map(texts.__getitem__, values))
         if spec.kind is Kind.BOOL:
-            return ["true" if value else "false" for value in column.tolist()]
-        return list(map(repr, column.tolist()))  # json.dumps writes ints and floats by their repr
+            return "%s", _JSON_BOOLS[column.astype(np.intp)].tolist()
+        return "%r", values  # json.dumps writes ints and floats by their repr
 
     def __getstate__(self) -> dict[str, Any]:
         return {"record": self.record, "count": self.count, "values": self.values}  # the columns, not the objects
@@ -194,6 +207,17 @@ def _distinct(column: np.ndarray | list) -> set | None:
 
 
 _DTYPES = {Kind.INT: np.int64, Kind.FLOAT: np.float64, Kind.BOOL: bool}
+_JSON_BOOLS = np.array(["false", "true"], object)
+_JSON_ESCAPED = re.compile(r'[\x00-\x1f\\"]')  # what json.dumps(..., ensure_ascii=False) escapes in a string
+
+
+def _plain_strings(values: list[Any]) -> bool:
+    """Whether every value is a string that JSON writes as itself between quotes (no quote, backslash or control)."""
+    try:
+        joined = "".join(values)
+    except TypeError:  # a null among them
+        return False
+    return _JSON_ESCAPED.search(joined) is None
 
 
 def _json_value(value: Any) -> str:

@@ -35,8 +35,9 @@ def test_columns_hold_the_records_made_one_by_one_and_encode_their_bytes() -> No
     assert all(type(r.t_beh) is float and type(r.revision) is int for r in made)
     assert made.json() == [to_json(r) for r in _one_by_one(columns, 8)]
     assert from_json(TrustScore, made.json()[5]) == made[5]
+    assert made.json_lines() == b"".join(line + b"\n" for line in made.json())
     empty = Columns.of(TrustScore, 0, **_score_columns(0))
-    assert list(empty) == [] and empty.json() == []
+    assert list(empty) == [] and empty.json() == [] and empty.json_lines() == b""
 
 
 def test_nullable_values_per_record_and_shared_encode_as_null() -> None:

@@ -391,8 +391,8 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
         for result in bar(score_log(stages, events, status, config.ranking, config.params, version, seconds,
                                     OnlineShift.start(config.recalibration), config.pieces), slots,
                           "slot", args.progress or None):
-            scores.writelines(line + b"\n" for line in result.scores.json())
-            ranks.writelines(line + b"\n" for line in result.rankings.json())
+            scores.write(result.scores.json_lines())
+            ranks.write(result.rankings.json_lines())
             if parquet is not None:
                 parquet.write(result)
             counts["slots"] += 1
