@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from schemas.base import INT64_MAX, INT64_MIN, Kind, Record, Spec, specs
+from schemas.base import INT64_MAX, INT64_MIN, MAX_ID_CHARS, Kind, Record, Spec, specs
 from schemas.codec import VERSION_FIELD
 from schemas.errors import ValidationError
 
@@ -198,6 +198,26 @@ class Columns(Sequence):
         self.__init__(state["record"], state["count"], state["values"])
 
 
+def _valid_ids(spec: Spec, values: list[Any]) -> bool:
+    """Whether every value passes the id check (:func:`schemas.base.Spec.check`), tested on the whole column at once:
+    strings, none empty or longer than the limit, all printable (so a space is the only whitespace one can hold),
+    none starting or ending with a space. False sends the column to the value-by-value check, which names the
+    failing value and its rule."""
+    try:
+        printable = "".join(values).isprintable()
+    except TypeError:  # a value that is not a string, or a null
+        return False
+    if not printable:
+        return False
+    lengths = np.fromiter(map(len, values), np.int64, len(values))
+    if len(lengths) and (lengths.min() == 0 or lengths.max() > (spec.max_len or MAX_ID_CHARS)):
+        return False
+    return _SPACE_AT_AN_END.search("\n".join(values)) is None
+
+
+_SPACE_AT_AN_END = re.compile(r"(?m)^ | $")  # a line (one value) that starts or ends with a space
+
+
 def _distinct(column: np.ndarray | list) -> set | None:
     """The distinct values of a column (None where one is unhashable: those are checked one by one)."""
     try:
@@ -255,6 +275,8 @@ def _check_column(spec: Spec, name: str, column: Any, count: int) -> Any:
         if bad.any():  # the one-value check names the rule
             spec.check(name, values[np.argmax(bad)].item())
         return values if spec.kind is Kind.FLOAT else values.astype(np.int64)
+    if spec.kind is Kind.ID and _valid_ids(spec, column.tolist() if isinstance(column, np.ndarray) else column):
+        return np.asarray(column, object)
     distinct = _distinct(column) if spec.kind is Kind.ID else None
     if distinct is not None and all(isinstance(v, str) for v in distinct):
         for value in distinct:  # ids repeat: each distinct one once

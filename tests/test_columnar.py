@@ -116,3 +116,16 @@ def test_concatenated_and_unpickled_batches_hold_the_same_records() -> None:
     assert list(joined) == [*first, *second] and joined.json() == first.json() + second.json()
     again = pickle.loads(pickle.dumps(joined))
     assert list(again) == list(joined) and again.json() == joined.json()
+
+
+@pytest.mark.parametrize("bad, message", [("", "must not be empty"), (" lead", "leading or trailing whitespace"),
+                                          ("trail ", "leading or trailing whitespace"), ("x" * 129, "longer than 128"),
+                                          ("tab\there", "non-printable character U+0009"), (7, "expected a string"),
+                                          (None, "required field is null")])
+def test_a_bad_id_among_many_good_ones_is_refused_by_name(bad, message) -> None:
+    columns = _score_columns(50)
+    columns["collaborator"] = columns["collaborator"].copy()
+    columns["collaborator"][37] = bad
+    with pytest.raises(ValidationError, match=re.escape(message)) as refused:
+        Columns.of(TrustScore, 50, **columns)
+    assert refused.value.field == "collaborator"
