@@ -100,8 +100,9 @@ def device_keys(ids: pa.Array | pa.ChunkedArray | list[str]) -> np.ndarray:
     The scorer and the streaming job key devices by them, so a device the model never saw has an
     identity too (collision odds: about n^2 / 2^64, 5e-10 for 100k devices)."""
     names = ids.to_pylist() if hasattr(ids, "to_pylist") else ids
-    return np.fromiter((int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") >> 1
-                        for name in names), np.int64, len(names))
+    blake2b = hashlib.blake2b
+    digests = b"".join([blake2b(name.encode(), digest_size=8).digest() for name in names])
+    return (np.frombuffer(digests, "<u8") >> np.uint64(1)).astype(np.int64)
 
 
 def pair_keys(owners: np.ndarray, collaborators: np.ndarray) -> np.ndarray:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from model.config import SlotClock, TrustWeights
-from model.graphs import DeviceIndex, slot_edges, slot_graphs
+from model.graphs import DeviceIndex, device_keys, slot_edges, slot_graphs
 from schemas import CollaborationEvent, to_arrow
 
 CLOCK = SlotClock(origin_ms=0, slot_ms=1000)
@@ -70,3 +72,14 @@ def test_simulated_edges_match_the_truth_table_shape(tmp_path) -> None:
     assert edges.num_rows == truth.num_rows and int(np.sum(edges["tasks"])) == 2000
     assert set(zip(edges["slot"].to_pylist(), edges["owner"].to_pylist(), edges["collaborator"].to_pylist())) == \
         set(zip(truth["slot"].to_pylist(), truth["owner"].to_pylist(), truth["collaborator"].to_pylist()))
+
+
+def test_device_keys_are_the_first_63_bits_of_blake2b_and_never_change() -> None:
+    """Stored state and the streaming job key devices by them: a change would orphan every device's record."""
+    names = ["dev-0", "\u00e9", "a" * 128, "dev-0"]
+    keys = device_keys(names)
+    assert keys.dtype == np.int64
+    assert keys.tolist() == [int.from_bytes(hashlib.blake2b(n.encode(), digest_size=8).digest(), "little") >> 1
+                             for n in names]
+    assert keys[:3].tolist() == [4392981826448450104, 1697006002183834981, 7857725056227586936]
+    assert (device_keys(pa.array(names)) == keys).all() and len(device_keys([])) == 0
