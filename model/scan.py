@@ -15,7 +15,8 @@ Backends: ``reference`` (sequential loop, any dtype incl. float64, ground truth
 of the tests), ``cpu`` (a C++ extension compiled on first use, one pass per
 (batch, channel) with hand-written backward; about 2-8x faster than the loop
 here, see ``bench/scan_bench.py``), ``cuda`` (mamba-ssm's kernels, when a GPU
-and the ``gpu`` extra are present). ``auto`` picks cuda for CUDA tensors when
+and the ``gpu`` extra are present: outside autograd its forward kernel alone, without
+importing its package; in training its autograd function). ``auto`` picks cuda for CUDA tensors when
 available, else cpu, else reference; while tracing (an ONNX export) it picks the
 reference loop, the only one a tracer can see through.
 """
@@ -55,6 +56,8 @@ def selective_scan(
 ) -> Any:
     """The selective scan by the chosen backend; see the module docstring for shapes."""
     chosen = resolve_backend(backend, u)
+    if chosen == "cuda" and not torch.is_grad_enabled():
+        return _cuda_inference(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
     if chosen == "cuda":
         from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
 
@@ -72,6 +75,24 @@ def selective_scan(
     if z is not None:
         y = y * F.silu(z)
     return (y, last) if return_last_state else y
+
+
+def _cuda_inference(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                    D: torch.Tensor | None, z: torch.Tensor | None, delta_bias: torch.Tensor | None,
+                    delta_softplus: bool, return_last_state: bool) -> Any:
+    """mamba-ssm's forward kernel (its compiled ``selective_scan_cuda``) called as its ``SelectiveScanFn.forward``
+    calls it, outside autograd. The scorer needs no backward, and importing ``mamba_ssm`` runs its package's
+    ``__init__``, which loads its language models and with them transformers (4.8 s of a 1M-device scoring
+    process under cProfile on an H200, inside its first slot's frame)."""
+    import selective_scan_cuda
+
+    u, delta, B, C = (x if x.stride(-1) == 1 else x.contiguous() for x in (u, delta, B, C))
+    z = z if z is None or z.stride(-1) == 1 else z.contiguous()
+    D = None if D is None else D.contiguous()
+    out, states, *gated = selective_scan_cuda.fwd(u, delta, A, B[:, None] if B.dim() == 3 else B,
+                                                  C[:, None] if C.dim() == 3 else C, D, z, delta_bias, delta_softplus)
+    y = out if z is None else gated[0]  # (batch, dim, L)
+    return (y, states[:, :, -1, 1::2]) if return_last_state else y  # the last state: (batch, dim, N)
 
 
 def fused_inference(x: torch.Tensor, backend: Backend) -> bool:
@@ -137,7 +158,7 @@ def cuda_kernels_available() -> bool:
     if not torch.cuda.is_available():
         return False
     try:
-        import mamba_ssm.ops.selective_scan_interface  # noqa: F401
+        import selective_scan_cuda  # noqa: F401  (mamba-ssm's kernels, without its package: see _cuda_inference)
     except ImportError:
         return False
     return True

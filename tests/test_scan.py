@@ -82,6 +82,36 @@ def test_cuda_kernels_match_reference(shape) -> None:
     torch.testing.assert_close(y.cpu(), y_ref, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_kernels_available(), reason="needs a CUDA GPU and mamba-ssm")
+@pytest.mark.parametrize("gated, last", [(False, False), (True, True)])
+def test_cuda_inference_without_mamba_ssms_package_equals_its_selective_scan_fn(gated, last) -> None:
+    from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+
+    x = {k: v.cuda() if gated or k != "z" else None for k, v in inputs(3, 16, 40, 8, torch.float32).items()}
+    want = selective_scan_fn(**x, delta_softplus=True, return_last_state=last)
+    with torch.no_grad():
+        got = selective_scan(**x, delta_softplus=True, return_last_state=last, backend="cuda")
+    for a, b in zip(got if last else [got], want if last else [want]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_kernels_available(), reason="needs a CUDA GPU and mamba-ssm")
+def test_scanning_on_cuda_outside_autograd_loads_neither_mamba_ssms_package_nor_transformers() -> None:
+    import subprocess
+    import sys
+
+    check = ("import sys, torch; from model.scan import selective_scan\n"
+             "x = [torch.rand(2, 4, 9, device='cuda'), torch.rand(2, 4, 9, device='cuda'), -torch.rand(4, 3, device='cuda'),"
+             " torch.randn(2, 3, 9, device='cuda'), torch.randn(2, 3, 9, device='cuda')]\n"
+             "with torch.no_grad(): selective_scan(*x, backend='cuda')\n"
+             "print(sorted(m for m in ('mamba_ssm', 'transformers') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
 def test_a_portable_build_of_the_scan_matches_the_reference(tmp_path, monkeypatch) -> None:
     """The worker images build for x86-64-v2 (never -march=native): that build must load and agree, even where
     a killed build left torch's lock file behind (torch alone would wait on it forever)."""
