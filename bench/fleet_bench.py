@@ -9,7 +9,7 @@ a device the model never saw (cold row plus its own evidence), as in a fleet tha
 Each size is scored twice: by a model whose head reads Y (``encoder``: the slot GNN and BiMamba run) and by
 one that reads none (``head``: the warmed-up head training keeps when no end-to-end epoch helps; no GNN, no
 BiMamba, one slot of statuses kept). Printed: seconds per stage (statuses, slot part = T_col + graph + GNN, frame = BiMamba + evidence,
-pairs = candidates by k-d tree + head + ranking), total, peak RSS, pairs scored, and the growth of time
+pairs = candidates by k-d tree + head + ranking, write = the records' JSON Lines), total, peak RSS, pairs scored, and the growth of time
 and memory per device from the smallest size to the largest (~1 when linear).
 
 Run: ``python -m bench.fleet_bench [--sizes 10000 30000 100000] [--slots 2] [--device cpu|cuda|auto]

@@ -368,6 +368,7 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     from exporters.parquet import ParquetResults
     from model.recalibration import OnlineShift
     from model.scoring import score_log
+    from model.timing import timed
 
     config = _job_config(beam_args)
     phase = Phases("score")
@@ -391,10 +392,11 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
         for result in bar(score_log(stages, events, status, config.ranking, config.params, version, seconds,
                                     OnlineShift.start(config.recalibration), config.pieces), slots,
                           "slot", args.progress or None):
-            scores.write(result.scores.json_lines())
-            ranks.write(result.rankings.json_lines())
-            if parquet is not None:
-                parquet.write(result)
+            with timed(seconds, "write"):  # the records' JSON Lines (and Parquet), after score_log's stages
+                scores.write(result.scores.json_lines())
+                ranks.write(result.rankings.json_lines())
+                if parquet is not None:
+                    parquet.write(result)
             counts["slots"] += 1
             counts["trust_scores"] += len(result.scores)
             counts["rankings"] += len(result.rankings)
