@@ -106,6 +106,7 @@ def test_trustbeam_score_writes_valid_wire_records(checkpoint, tmp_path, capsys)
     captured = capsys.readouterr()
     summary = json.loads(captured.out)
     assert set(summary["seconds_by_phase"]) == {"model", "read", "score"}  # and each phase said so as it ended
+    assert set(summary["seconds_by_stage"]) == {"status", "slot_part", "frame", "pairs", "write"}
     assert all(f"trustbeam score: {name} " in captured.err for name in summary["seconds_by_phase"])
     scores = [from_json(TrustScore, line) for line in (tmp_path / "out" / "trust-scores.jsonl").read_bytes().splitlines()]
     rankings = [from_json(CollaboratorRanking, line)
