@@ -4,11 +4,11 @@ A scoring job publishes thousands of records a slot. Making each one a :class:`~
 check, ``to_dict``, ``json.dumps``, pickle between pipeline stages) cost more than scoring them; :class:`Columns`
 keeps the same guarantees column by column:
 
-* :meth:`Columns.of` checks every column once, vectorized (ids once per distinct value), and every rule across
-  fields on whole columns (:meth:`Record.batch_violations`); a bad record raises the ValidationError its
+* :meth:`Columns.of` checks every column once, vectorized (ids by a few calls over the whole column), and every
+  rule across fields on whole columns (:meth:`Record.batch_violations`); a bad record raises the ValidationError its
   construction would (field, value, rule), and no batch is made;
 * :meth:`Columns.json` encodes each record to the bytes :func:`schemas.codec.to_json` gives it, from the columns
-  (a value's JSON text is made once per distinct id, once per shared value);
+  (numbers and plain ids written by the record's template, other values' JSON text made once per distinct value);
 * it is a sequence of records: indexing or iterating makes them (once), for readers that want objects;
 * it pickles as numpy columns.
 
@@ -218,14 +218,6 @@ def _valid_ids(spec: Spec, values: list[Any]) -> bool:
 _SPACE_AT_AN_END = re.compile(r"(?m)^ | $")  # a line (one value) that starts or ends with a space
 
 
-def _distinct(column: np.ndarray | list) -> set | None:
-    """The distinct values of a column (None where one is unhashable: those are checked one by one)."""
-    try:
-        return set(column.tolist() if isinstance(column, np.ndarray) else column)
-    except TypeError:
-        return None
-
-
 _DTYPES = {Kind.INT: np.int64, Kind.FLOAT: np.float64, Kind.BOOL: bool}
 _JSON_BOOLS = np.array(["false", "true"], object)
 _JSON_ESCAPED = re.compile(r'[\x00-\x1f\\"]')  # what json.dumps(..., ensure_ascii=False) escapes in a string
@@ -276,11 +268,6 @@ def _check_column(spec: Spec, name: str, column: Any, count: int) -> Any:
             spec.check(name, values[np.argmax(bad)].item())
         return values if spec.kind is Kind.FLOAT else values.astype(np.int64)
     if spec.kind is Kind.ID and _valid_ids(spec, column.tolist() if isinstance(column, np.ndarray) else column):
-        return np.asarray(column, object)
-    distinct = _distinct(column) if spec.kind is Kind.ID else None
-    if distinct is not None and all(isinstance(v, str) for v in distinct):
-        for value in distinct:  # ids repeat: each distinct one once
-            spec.check(name, value)
         return np.asarray(column, object)
     checked = [spec.check(name, value.item() if isinstance(value, np.generic) else value) for value in column]
     out = np.empty(count, object if spec.nullable or spec.kind is Kind.ID else _DTYPES[spec.kind])
