@@ -141,6 +141,46 @@ def find(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndar
     return at, (at < len(sorted_keys)) & (sorted_keys[np.minimum(at, len(sorted_keys) - 1)] == keys)
 
 
+KEY_ORDER_MIN = 1 << 16  # below this many keys np.argsort is as quick
+
+
+def key_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of (n,) int64 keys, a few times faster for many: the keys' low bits are
+    replaced by each key's index and the codes sorted by value, which numpy does with SIMD where an argsort cannot
+    (8.4M hashed pair keys: ~0.25 s against ~1 s); keys that share all but those bits are then put in order."""
+    keys = np.asarray(keys, np.int64)
+    if len(keys) < KEY_ORDER_MIN:
+        return np.argsort(keys, kind="stable")
+    low = np.int64((1 << (len(keys) - 1).bit_length()) - 1)  # as many low bits as an index needs
+    codes = (keys & ~low) | np.arange(len(keys), dtype=np.int64)  # the high bits keep their order (a floor)
+    codes.sort()
+    order, high = codes & low, codes & ~low
+    tied = high[1:] == high[:-1]
+    if tied.any():  # rare for hashed keys: each run of one high part in full-key order, ties by index
+        at = np.flatnonzero(np.r_[tied, False] | np.r_[False, tied])
+        rows = order[at]
+        order[at] = rows[np.lexsort((keys[rows], high[at]))]
+    return order
+
+
+def positions(sorted_keys: np.ndarray, keys: np.ndarray, missing: int) -> np.ndarray:
+    """(k,) each of ``keys``' position in the sorted, distinct ``sorted_keys``; ``missing`` where it is not there.
+    :func:`find` asks for every key; this sorts the keys (:func:`key_order`) and looks each sorted key up among
+    them instead, which is quicker where the keys are many (a slot's candidate pairs against the pairs with
+    evidence: 8.4M in 60k, ~0.5 s against ~1.2 s)."""
+    keys = np.asarray(keys, np.int64)
+    out = np.full(len(keys), missing, np.int64)
+    if not len(sorted_keys) or not len(keys):
+        return out
+    order = key_order(keys)
+    ordered = keys[order]
+    begin = np.searchsorted(ordered, sorted_keys, "left")
+    counts = np.searchsorted(ordered, sorted_keys, "right") - begin  # the keys equal to each sorted key
+    first = np.repeat(begin - (np.cumsum(counts) - counts), counts)  # where each one's run starts, less its offset
+    out[order[first + np.arange(counts.sum())]] = np.repeat(np.arange(len(sorted_keys)), counts)
+    return out
+
+
 def decay(lams: np.ndarray, gap: np.ndarray) -> np.ndarray:
     """(k, L) factors lambda**gap for gaps (k,) in slots."""
     return np.power(lams[None, :], np.maximum(gap, 0)[:, None].astype(np.float64))
@@ -179,7 +219,7 @@ class EvidenceState:
         """Add (k, C) increments at ``slot`` (keys unique, slot >= their last update); returns the rows updated."""
         keys = np.asarray(keys, np.int64)
         tags = np.zeros((len(keys), *self.tags.shape[1:]), np.int64) if tags is None else np.asarray(tags, np.int64)
-        order = np.argsort(keys)
+        order = key_order(keys)
         keys, increments, tags = keys[order], increments[order], tags[order]
         at, known = find(self.keys, keys)
         if (~known).any():  # new keys start at zero evidence, inserted where they sort (one copy of each array)

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from model.credibility import believed_share
-from model.evidence import find
+from model.evidence import find, key_order
 
 
 @dataclass(frozen=True)
@@ -136,10 +136,9 @@ class OnlineShift:
                  ) -> None:
         """Keep ``slot``'s raw forecasts ((m,) pair keys and T_beh, and how far each owner's reports are believed:
         1 where None): the next slot's outcomes meet them."""
-        order = np.argsort(pairs)
-        believed = np.ones(len(order)) if believed is None else np.asarray(believed, float)
-        self.slot, self.pairs = slot, np.asarray(pairs, np.int64)[order]
-        self.forecasts, self.believed = np.asarray(forecasts)[order], believed[order]
+        order = key_order(pairs)
+        self.slot, self.pairs, self.forecasts = slot, np.asarray(pairs, np.int64)[order], np.asarray(forecasts)[order]
+        self.believed = np.ones(len(order)) if believed is None else np.asarray(believed, float)[order]
 
     def save(self, path: str | Path) -> None:
         level = self.level

@@ -46,7 +46,7 @@ from model.context import pair_physics
 from model.credibility import credibility
 from model.evidence import (N, POPULATION, REPORTED, REPORTS, ROLES, STATE_ROLES, W,
                             EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay, empty_state, find,
-                            report_increments, role_increments, with_load)
+                            key_order, positions, report_increments, role_increments, with_load)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
 from model.publisher import SlotPublisher
@@ -143,7 +143,7 @@ def slot_part(stages: Stages, events: pa.Table, slot: int) -> SlotPart:
     columns = [latest["event_time_ms"].to_numpy()[first].astype(np.float64)]
     columns += [pc.fill_null(latest[c], np.nan).to_numpy()[first] for c in PROFILE_COLUMNS]
     owners = device_keys(owner_ids[first].tolist())
-    by_key, by_owner, by_active = np.argsort(keys), np.argsort(owners), np.argsort(keys[positions])
+    by_key, by_owner, by_active = key_order(keys), key_order(owners), key_order(keys[positions])
     return SlotPart(slot, keys[by_key], np.asarray(local.ids, object)[by_key], keys[positions][by_active],
                     embeddings[by_active], owners[by_owner], np.stack(columns, axis=1)[by_owner], evidence, pair_owners,
                     reported_pairs=reported)
@@ -214,8 +214,8 @@ class DeviceFrame:
     def concat(cls, frames: list["DeviceFrame"]) -> "DeviceFrame":
         joined = {f.name: np.concatenate([getattr(frame, f.name) for frame in frames]) for f in fields(cls)
                   if f.name not in cls.WHOLE_FIELDS}
-        order = {"devices": np.argsort(joined["keys"]), "pairs": np.argsort(joined["pairs"]),
-                 "reported": np.argsort(joined["reported"])}
+        order = {"devices": key_order(joined["keys"]), "pairs": key_order(joined["pairs"]),
+                 "reported": key_order(joined["reported"])}
         whole = {name: sum(getattr(frame, name) for frame in frames) for name in cls.WHOLE_FIELDS}
         return cls(**{name: value[order[cls.ordered_by(name)]] for name, value in joined.items()}, **whole)
 
@@ -465,7 +465,7 @@ class EvidenceSnapshot:
         for role in STATE_ROLES:
             parts = [s.states[role] for s in shards]
             keys = np.concatenate([p.keys for p in parts])
-            order = np.argsort(keys, kind="stable")
+            order = key_order(keys)
             states[role] = EvidenceState(parts[0].lams, keys[order], np.concatenate([p.slots for p in parts])[order],
                                          np.concatenate([p.values for p in parts])[order],
                                          np.concatenate([p.tags for p in parts])[order])
@@ -540,12 +540,7 @@ def _pair_rows(frame: DeviceFrame, keys: np.ndarray) -> tuple[np.ndarray, np.nda
     """(the frame's pair evidence with a zero row appended (m + 1, L, C), each pair key's row in it (P,): the
     zero row for pairs the frame does not hold)."""
     table = np.concatenate([frame.pair_evidence, np.zeros((1, *frame.pair_evidence.shape[1:]))])
-    rows = np.full(len(keys), len(frame.pairs), np.int64)
-    if len(frame.pairs):
-        at = np.searchsorted(frame.pairs, keys)
-        hit = frame.pairs[np.minimum(at, len(frame.pairs) - 1)] == keys
-        rows[hit] = at[hit]
-    return table, rows
+    return table, positions(frame.pairs, keys, len(frame.pairs))
 
 
 @dataclass

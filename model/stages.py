@@ -116,7 +116,10 @@ def pair_sides(y: np.ndarray, physics: np.ndarray, blocks: EvidenceBlocks, src: 
                pair_at: np.ndarray) -> dict[str, np.ndarray]:
     """The inputs of :class:`model.head.PairSides` (named as :data:`SIDES`) for candidate pairs (``src``, ``dst``) of
     a frame's rows: the rows of the devices these pairs read, once each, and every pair's rows in them."""
-    devices, rows = np.unique(np.concatenate([src, dst]), return_inverse=True)
+    read = np.zeros(len(y), bool)  # the devices read, in row order (np.unique's, without its sort)
+    read[src] = read[dst] = True
+    devices, row_of = np.flatnonzero(read), np.cumsum(read) - 1
+    rows = row_of[np.concatenate([src, dst])]
     y_rows = np.ascontiguousarray(y[devices], np.float32)
     collaborator = np.concatenate([blocks.collaborator_head[devices], blocks.collaborator_tail[devices]], axis=1)
     return {"y_owner": y_rows, "owner": np.ascontiguousarray(blocks.owner[devices]), "y_collaborator": y_rows,

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from model.channel import OnTimeCurve
-from model.evidence import (CHANNELS, DRIFT_SCALE, LOADED, N, NEVER, POPULATION, REPORT_CHANNELS, RIDGE, W,
-                            EvidenceConfig, EvidenceState, EvidenceTrack, load_drift, load_memory, load_rate,
-                            pair_evidence_features, report_increments, role_increments, with_load)
+from model.evidence import (CHANNELS, DRIFT_SCALE, KEY_ORDER_MIN, LOADED, N, NEVER, POPULATION, REPORT_CHANNELS,
+                            RIDGE, W, EvidenceConfig, EvidenceState, EvidenceTrack, find, key_order, load_drift,
+                            load_memory, load_rate, pair_evidence_features, positions, report_increments,
+                            role_increments, with_load)
 from model.graphs import SlotGraph
 
 LAMS = np.array([0.5, 1.0])
@@ -30,6 +31,39 @@ def test_state_decays_lazily_and_adds() -> None:
     assert values[0, 1, N] == pytest.approx(2.0) and values[0, 1, W] == pytest.approx(1.0)
     assert values[1, 0, N] == pytest.approx(2 * 0.5 ** 3) and values[1, 1, N] == pytest.approx(2.0)
     assert (values[2] == 0).all() and since.tolist() == [1, 3, NEVER]
+
+
+def hashed_keys(n: int, seed: int) -> np.ndarray:
+    """(n,) int64 keys as hashes give them, with what a quick order could get wrong: repeats, negatives, extremes, and
+    runs that differ only in their low bits (the bits :func:`key_order` puts its indices in)."""
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, n, dtype=np.int64, endpoint=True)
+    tenth = n // 10
+    keys[:tenth] = keys[n - tenth:]  # repeats
+    shared = slice(tenth, 2 * tenth)
+    # eight high parts, each under many keys that differ in their low bits alone
+    keys[shared] = (keys[:8] >> 30 << 30)[rng.integers(0, 8, tenth)] | rng.integers(0, 1 << 12, tenth)
+    extremes = [np.iinfo(np.int64).min, np.iinfo(np.int64).max, -1, 0][:n]
+    keys[:len(extremes)] = extremes
+    return keys[rng.permutation(n)]
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, KEY_ORDER_MIN - 1, KEY_ORDER_MIN, 3 * KEY_ORDER_MIN + 5])
+def test_key_order_is_the_stable_argsort(n: int) -> None:
+    keys = hashed_keys(n, n)
+    assert np.array_equal(key_order(keys), np.argsort(keys, kind="stable"))
+
+
+@pytest.mark.parametrize("n, m", [(0, 5), (5, 0), (100, 30), (3 * KEY_ORDER_MIN, 1000)])
+def test_positions_agree_with_find(n: int, m: int) -> None:
+    keys = hashed_keys(n, 1)
+    rng = np.random.default_rng(2)
+    some = rng.choice(keys, min(m, n), replace=False) if n else np.zeros(0, np.int64)
+    known = np.unique(np.r_[some, rng.integers(-5, 5, m)].astype(np.int64))  # some keys, some absent
+    at, found = find(known, keys)
+    got = positions(known, keys, -1)
+    assert np.array_equal(got, np.where(found, at, -1))
+    assert (got >= 0).any() == (n > 0 and m > 0)
 
 
 def test_prune_forgets_only_faded_keys() -> None:
