@@ -30,10 +30,13 @@ class PairPhysics(NamedTuple):
 
     def features(self) -> np.ndarray:
         """(P, 5) float32 PHYSICS_COLUMNS: the head's raw physical input."""
+        out = np.empty((len(self.distance_m), len(PHYSICS_COLUMNS)), np.float32)  # each column cast as it is written
         with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = self.offload.time_s / self.local.time_s
-        return np.stack([self.distance_m, self.cpu_owner_hz, self.cpu_collaborator_hz, ratio, self.size_bits],
-                        axis=1).astype(np.float32)
+            np.divide(self.offload.time_s, self.local.time_s, out=out[:, 3], casting="same_kind")
+        for k, column in ((0, self.distance_m), (1, self.cpu_owner_hz), (2, self.cpu_collaborator_hz),
+                          (4, self.size_bits)):
+            out[:, k] = column
+        return out
 
     def value(self, params: SystemParams) -> np.ndarray:
         """V of the task at j if it succeeds, in [0, 1]; 0 where anything is unknown."""
