@@ -466,19 +466,24 @@ def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig
     tail = [recency[:, None], seen[:, None].astype(np.float64), np.where(reported, now, 0.0)[:, None],
             reported[:, None].astype(np.float64), load_drift(c, now), load_memory(reports, len(c), len(config.lams)),
             *(sums[role][..., channel] for role, channel in STATS)]
-    return np.concatenate(head, axis=1).astype(np.float32), np.concatenate(tail, axis=1).astype(np.float32)
+    return _float32_columns(head), _float32_columns(tail)
+
+
+def _float32_columns(blocks: list[np.ndarray]) -> np.ndarray:
+    """The (n, k) blocks side by side as float32, each value cast once as it is written (no float64 copy first)."""
+    return np.concatenate(blocks, axis=1, dtype=np.float32, casting="same_kind")
 
 
 def _owner_block(o: np.ndarray) -> np.ndarray:
     """(n, 2L) float32: the owner's log count and mean reported T_col."""
-    return np.concatenate([_log_count(o[..., N]), _mean_weight(o)], axis=1).astype(np.float32)
+    return _float32_columns([_log_count(o[..., N]), _mean_weight(o)])
 
 
 def _pair_block(p: np.ndarray) -> np.ndarray:
     """(P, 4L) float32 from a pair's sums (P, L, >= :data:`PAIR_CHANNELS`): its log count, mean T_col, P(tr) and
     P(com | tr)."""
-    return np.concatenate([_log_count(p[..., N]), _mean_weight(p), _rate(p[..., TR], p[..., F]),
-                           _rate(p[..., COM], p[..., TR])], axis=1).astype(np.float32)
+    return _float32_columns([_log_count(p[..., N]), _mean_weight(p), _rate(p[..., TR], p[..., F]),
+                             _rate(p[..., COM], p[..., TR])])
 
 
 def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np.ndarray, since: np.ndarray,
