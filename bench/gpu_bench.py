@@ -16,12 +16,15 @@ A backend the machine lacks gets a row saying why. Each row: devices, median sec
 (after one warm-up call), devices/s, peak GPU memory, and the largest difference from the first
 backend's Y on the first 512 devices (parity). Slot rows (``--slot-sizes``): one slot of a synthetic
 fleet at the paper's density scored end to end by ``trustbeam score --device D`` (GNN, BiMamba, pairs in
-range, rankings; :mod:`bench.fleet_bench`), per device in ``--slot-devices`` and per ``--slot-pieces`` count
-(``trustbeam score --score_pieces``: pieces of the slot scored on threads at once). Each row is also printed to
+range, rankings; :mod:`bench.fleet_bench`), per device in ``--slot-devices``, per ``--slot-pieces`` count
+(``trustbeam score --score_pieces``: pieces of the slot scored on threads at once) and per ``--slot-models`` model
+(``encoder``: a head that reads Y, so the slot GNN and BiMamba run; ``head``: one kept from the warm-up, as training
+has kept in every evaluation, which runs neither). Each row is also printed to
 stderr as a JSON line when it is measured, so a run stopped at a lease's time limit keeps the rows it finished.
 
 Run: ``python -m bench.gpu_bench [--lengths 32 64 256] [--devices 1000000 1000000 20000]
-[--slot-sizes 100000 1000000] [--slot-devices cpu cuda] [--slot-pieces 1 16]``; ``--cpu-devices`` caps N for the
+[--slot-sizes 100000 1000000] [--slot-devices cpu cuda] [--slot-pieces 1 16]
+[--slot-models encoder head]``; ``--cpu-devices`` caps N for the
 PyTorch CPU rows and ``--onnx-cpu-devices`` for onnxruntime's CPU rows (its unrolled scan runs ~14x slower than the
 C++ one).
 """
@@ -148,25 +151,32 @@ def encoder_rows(lengths: list[int], devices: list[int], cpu_devices: int, repea
     return rows
 
 
-def slot_rows(sizes: list[int], devices: list[str], work: Path, pieces: tuple[int, ...] = (1,)) -> list[dict]:
-    """One slot of each fleet size scored by ``trustbeam score`` on each device, per ``--score_pieces`` count."""
+SLOT_MODELS = ("encoder", "head")  # a head that reads Y (the slot GNN and BiMamba run), one kept from the warm-up
+
+
+def slot_rows(sizes: list[int], devices: list[str], work: Path, pieces: tuple[int, ...] = (1,),
+              models: tuple[str, ...] = ("encoder",)) -> list[dict]:
+    """One slot of each fleet size scored by ``trustbeam score`` on each device, per ``--score_pieces`` count and per
+    model of :data:`SLOT_MODELS` (``head``: what training has kept in every evaluation so far; no encoder runs)."""
     from bench.fault_harness import untrained_checkpoint
     from bench.fleet_bench import measure, write_fleet
     from simulator.config import SimConfig
 
-    checkpoint = untrained_checkpoint(work / "fleet-model", SimConfig(devices=500), window=32, small=False)
+    checkpoints = {model: untrained_checkpoint(work / f"fleet-{model}", SimConfig(devices=500), window=32, small=False,
+                                               reads_y=model == "encoder") for model in models}
     rows = []
     for size in sizes:
         events = None
         for device in devices:
             why = missing("torch cuda reference") if device == "cuda" else None
-            for count in pieces:
-                row = {"stage": "slot", "backend": f"trustbeam score --device {device} --score_pieces {count}"}
+            for model, count in ((model, count) for model in models for count in pieces):
+                row = {"stage": "slot", "backend": f"trustbeam score --device {device} --score_pieces {count}, {model}"}
                 if why:
                     rows.append(progress({**row, "devices": size, "skipped": why}))
                     continue
                 events = write_fleet(size, 1, work) if events is None else events
-                result = measure(size, 1, work, checkpoint, device=device, pieces=count, events=events)
+                result = measure(size, 1, work, checkpoints[model], device=device, model=model, pieces=count,
+                                 events=events)
                 rows.append(progress({**row, **result, "devices_per_s": round(size / result["total_s"])}))
     return rows
 
@@ -185,6 +195,8 @@ def main() -> None:
     parser.add_argument("--slot-devices", nargs="*", choices=["cpu", "cuda"], default=["cuda"])
     parser.add_argument("--slot-pieces", type=int, nargs="+", default=[1],
                         help="trustbeam score --score_pieces per slot row: the pieces scored on threads at once")
+    parser.add_argument("--slot-models", nargs="+", choices=SLOT_MODELS, default=["encoder"],
+                        help="the models a slot row scores with: a head that reads Y, or one kept from the warm-up")
     args = parser.parse_args()
     if len(args.devices) != len(args.lengths):
         parser.error(f"--devices: one per --lengths ({len(args.lengths)}), got {len(args.devices)}")
@@ -194,7 +206,7 @@ def main() -> None:
         work = Path(tmp)
         rows = encoder_rows(args.lengths, args.devices, args.cpu_devices, args.repeats, work, args.onnx_cpu_devices,
                             tuple(args.backends))
-        rows += slot_rows(args.slot_sizes, args.slot_devices, work, tuple(args.slot_pieces))
+        rows += slot_rows(args.slot_sizes, args.slot_devices, work, tuple(args.slot_pieces), tuple(args.slot_models))
     emit("gpu_bench", rows, {"machine": platform.machine(), "cpus": os.cpu_count(), "torch": torch.__version__,
                              "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None})
 

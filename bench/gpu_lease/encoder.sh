@@ -5,7 +5,9 @@
 # a 1M-device slot scored on cuda (the target: < 30 s), after prepare.sh here:
 #   device run --carry .gpu --timeout_s 560 'bash bench/gpu_lease/encoder.sh'
 # BENCH_S (default 150 s) bounds the encoder rows, SLOT_S (default 200 s) the slot rows (a 1M-device slot took 66 s
-# with --score_pieces 16 and 87 s with 1 on an H100, stop 47); SLOT_PIECES (default "16 1") their pieces.
+# with --score_pieces 16 and 87 s with 1 on an H100, stop 47, with a head that reads Y); SLOT_PIECES (default "16 1")
+# their pieces; SLOT_MODELS (default "head encoder") their models, the head kept from the warm-up first (what training
+# has kept in every evaluation: no slot GNN, no BiMamba), then one that reads Y.
 source "$(dirname "$0")/common.sh"
 stage environment; install_wheels
 build_mamba &
@@ -27,6 +29,7 @@ stage "benchmark: one slot of a ${SLOT_DEVICES:-1000000}-device fleet, trustbeam
 # shellcheck disable=SC2086
 timeout "${SLOT_S:-200}" python3 -m bench.gpu_bench --lengths 32 --devices 512 --repeats 1 \
   --backends "torch cuda mamba-ssm" --slot-sizes "${SLOT_DEVICES:-1000000}" --slot-devices cuda \
-  --slot-pieces ${SLOT_PIECES:-16 1} >"$OUT/gpu_bench_slot.txt" 2>"$OUT/gpu_bench_slot.err"
+  --slot-pieces ${SLOT_PIECES:-16 1} --slot-models ${SLOT_MODELS:-head encoder} >"$OUT/gpu_bench_slot.txt" \
+  2>"$OUT/gpu_bench_slot.err"
 stage "rc=$?"; tail -4 "$OUT/gpu_bench_slot.err"
 stage done
