@@ -20,7 +20,7 @@ from model.graphs import DeviceIndex, device_keys
 from model.history import History
 from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, credited_evidence, owner_lists,
                            ranked_rows, score_log, score_slot, shard_of, slot_part, status_arrays, window_read)
-from model.stages import TorchStages
+from model.stages import TorchStages, distinct_rows
 from model.train import targets
 from simulator.config import Attack, AttackKind, SimConfig
 from tests.pipeline_fixtures import forget_y
@@ -353,6 +353,15 @@ def test_owner_lists_keep_each_owners_picks_in_owner_order() -> None:
     picked, counts = owner_lists(begin, end, choose)
     assert counts.tolist() == [2, 2, 0, 2]
     assert picked.tolist() == [5, 7, 0, 1, 3, 4]
+
+
+@pytest.mark.parametrize("k, n", [(0, 5), (1, 5), (7, 3), (131_072, 10 ** 6), (1_000, 10 ** 12)])
+def test_a_chunks_distinct_rows_are_np_uniques(k: int, n: int) -> None:
+    rows = np.random.default_rng(k).integers(0, n, k)
+    distinct, places = distinct_rows(rows)
+    want, inverse = np.unique(rows, return_inverse=True)
+    np.testing.assert_array_equal(distinct, want)
+    np.testing.assert_array_equal(places, inverse.reshape(-1))
 
 
 def test_every_recent_owner_gets_a_ranking_even_with_nothing_in_range(log) -> None:
