@@ -203,11 +203,8 @@ def _valid_ids(spec: Spec, values: list[Any]) -> bool:
     strings, none empty or longer than the limit, all printable (so a space is the only whitespace one can hold),
     none starting or ending with a space. False sends the column to the value-by-value check, which names the
     failing value and its rule."""
-    try:
-        printable = "".join(values).isprintable()
-    except TypeError:  # a value that is not a string, or a null
-        return False
-    if not printable:
+    joined = _joined(values)
+    if joined is None or not joined.isprintable():
         return False
     lengths = np.fromiter(map(len, values), np.int64, len(values))
     if len(lengths) and (lengths.min() == 0 or lengths.max() > (spec.max_len or MAX_ID_CHARS)):
@@ -223,13 +220,18 @@ _JSON_BOOLS = np.array(["false", "true"], object)
 _JSON_ESCAPED = re.compile(r'[\x00-\x1f\\"]')  # what json.dumps(..., ensure_ascii=False) escapes in a string
 
 
+def _joined(values: list[Any]) -> str | None:
+    """The values as one string, to test them all at once; None where one is not a string (a null among them)."""
+    try:
+        return "".join(values)
+    except TypeError:
+        return None
+
+
 def _plain_strings(values: list[Any]) -> bool:
     """Whether every value is a string that JSON writes as itself between quotes (no quote, backslash or control)."""
-    try:
-        joined = "".join(values)
-    except TypeError:  # a null among them
-        return False
-    return _JSON_ESCAPED.search(joined) is None
+    joined = _joined(values)
+    return joined is not None and _JSON_ESCAPED.search(joined) is None
 
 
 def _json_value(value: Any) -> str:
