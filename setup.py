@@ -42,7 +42,7 @@ setup(
     description="Long-term behavioural trust and collaborator selection (BiMamba) as a Beam streaming job",
     python_requires=">=3.11,<3.13",
     packages=find_packages(include=[p for name in PACKAGES for p in (name, f"{name}.*")]),
-    package_data={"schemas": ["json/*.schema.json"], "model": ["csrc/*.cpp"]},
+    package_data={"schemas": ["json/*.schema.json"], "model": ["csrc/*.cpp", "csrc/*.h"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["trustbeam=trustbeam.cli:main"]},

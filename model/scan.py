@@ -38,7 +38,7 @@ import torch.nn.functional as F
 log = logging.getLogger(__name__)
 
 Backend = Literal["auto", "reference", "cpu", "cuda"]
-_SOURCE = Path(__file__).parent / "csrc" / "selective_scan.cpp"
+_SOURCES = tuple(Path(__file__).parent / "csrc" / name for name in ("selective_scan.cpp", "pair_mlp.cpp"))
 
 
 def selective_scan(
@@ -96,8 +96,9 @@ def _cuda_inference(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: to
 
 
 def fused_inference(x: torch.Tensor, backend: Backend) -> bool:
-    """Whether a Mamba block's forward over ``x`` runs the fused C++ inference pass (:func:`fused_inner`): on the
-    CPU backend, outside autograd (inference mode or ``no_grad``) and outside tracing."""
+    """Whether an inference pass over ``x`` runs a fused C++ kernel of :func:`cpu_extension` (a Mamba block's
+    :func:`fused_inner`, the context head's networks' ``pair_mlp``): on the CPU backend, outside autograd (inference
+    mode or ``no_grad``) and outside tracing."""
     return not torch.is_grad_enabled() and not torch.jit.is_tracing() and x.dtype in (torch.float32, torch.float64) \
         and backend in ("auto", "cpu") and resolve_backend(backend, x) == "cpu"
 
@@ -176,7 +177,9 @@ def scan_march() -> str:
 
 @lru_cache(maxsize=1)
 def cpu_extension() -> Any | None:
-    """The compiled C++ scan (built once per machine into torch's extension cache), or None."""
+    """The compiled C++ kernels (built once per machine into torch's extension cache), or None: the scan and the fused
+    Mamba block (``csrc/selective_scan.cpp``, which binds every kernel) and the head's pair networks
+    (``csrc/pair_mlp.cpp``, :func:`model.head.pair_mlp`)."""
     if os.environ.get("TRUSTBEAM_SCAN_NO_EXT"):
         return None
     try:
@@ -185,7 +188,7 @@ def cpu_extension() -> Any | None:
         march = scan_march()
         name = f"trustbeam_selective_scan_{march.replace('-', '_')}"
         with build_lock(extension_build_dir(name)) as build_dir:
-            return load(name=name, sources=[str(_SOURCE)], build_directory=str(build_dir),
+            return load(name=name, sources=[str(path) for path in _SOURCES], build_directory=str(build_dir),
                         # -ffast-math lets OpenMP-simd loops call glibc's vector exp (libmvec): 2-3x
                         # faster here; inputs are finite, and float64 stays within 1e-13 of the loop.
                         extra_cflags=["-O3", f"-march={march}", "-fopenmp", "-ffast-math"],

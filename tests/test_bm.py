@@ -17,9 +17,10 @@ from model.config import SlotClock
 from model.evaluate import truth_for
 from simulator.experiment import simulated_run
 from model.gnn import GNNConfig
-from model.head import soft_labels
+from model.head import PairSides, mlp, pair_mlp, soft_labels
 from model.history import History
 from model.node2vec import Node2VecConfig
+from model.scan import cpu_extension, fused_inference
 from model.train import (TrainConfig, blocked_folds, build, fit, predict, prepare, targets, time_split, train_bm,
                          validation_loss)
 from simulator.config import Behaviour, SimConfig
@@ -118,6 +119,76 @@ def test_the_members_are_averaged_in_probability() -> None:
         members = [torch.sigmoid(model.head(y, y, physics, evidence, member=m)[:, :2]) for m in range(3)]
         mean = torch.sigmoid(model.head(y, y, physics, evidence)[:, :2])
     torch.testing.assert_close(mean, torch.stack(members).mean(0), rtol=1e-4, atol=1e-5)
+
+
+PAIR_MLP_TOLERANCE = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-4, atol=1e-4)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("widths", [(32, 32, 1), (16, 1), (7, 5, 3), (32, 16, 2), (16,)], ids=str)
+@pytest.mark.parametrize("pairs", [1, 9, 1000])  # 9: a block of 8 and a tail; 1000: the threads' shares
+def test_the_fused_pair_network_matches_pytorchs_layers(dtype, widths, pairs) -> None:
+    """Outside autograd on the CPU the head's networks run one C++ pass over the pairs: the same network by
+    PyTorch's layers gives the same outputs, for hidden widths kept in registers (32, 16), any other width, an
+    output logit or several, and first layers fed by inputs alone or by gathered rows (shared, or one per pair)."""
+    g = torch.Generator().manual_seed(pairs + len(widths))
+    net = mlp((11, *widths)).to(dtype).eval()
+    with torch.no_grad():
+        for parameter in net.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=g, dtype=dtype))
+    first = widths[0]
+    x = torch.randn(pairs, 11, generator=g, dtype=dtype)
+    inputs = [(x[:, :4], net[0].weight[:, :4]), (x[:, 4:].contiguous(), net[0].weight[:, 4:])]
+    for gathered in [(), ((torch.randn(5, first, generator=g, dtype=dtype), torch.randint(0, 5, (pairs,), generator=g)),
+                          (torch.randn(pairs, first, generator=g, dtype=dtype), None))]:
+        with torch.no_grad():
+            assert fused_inference(x, "auto")
+            got = pair_mlp(net, inputs, gathered)
+        with torch.enable_grad():  # PyTorch's layers
+            assert not fused_inference(x.requires_grad_(), "auto")
+            want = pair_mlp(net, inputs, gathered).detach()
+            if not gathered:  # the first layer by blocks is the network's own
+                torch.testing.assert_close(want, net(x).detach(), **PAIR_MLP_TOLERANCE[dtype])
+        x = x.detach()
+        assert got.shape == (pairs, widths[-1]) and got.dtype == dtype
+        torch.testing.assert_close(got, want, **PAIR_MLP_TOLERANCE[dtype])
+
+
+def test_the_fused_pair_network_checks_its_inputs() -> None:
+    extension, w = cpu_extension(), torch.zeros(4, 3)
+    none = torch.empty(0, dtype=torch.int64)
+    with pytest.raises(RuntimeError, match=r"indices\[0\]: every row must lie in \[0, 2\)"):
+        extension.pair_mlp([torch.zeros(5, 3)], [w], [torch.zeros(2, 4)], [torch.tensor([0, 1, 2, 0, 1])], [],
+                           [torch.zeros(4)])
+    with pytest.raises(RuntimeError, match=r"indices\[0\]: \(pairs,\) int64, or empty"):
+        extension.pair_mlp([torch.zeros(5, 3)], [w], [torch.zeros(4, 4)], [none], [], [torch.zeros(4)])
+    with pytest.raises(RuntimeError, match=r"input_weights\[0\]: \(first width, its input width\)"):
+        extension.pair_mlp([torch.zeros(5, 2)], [w], [], [], [], [torch.zeros(4)])
+
+
+def test_the_scorers_head_pass_equals_the_trained_networks_layers() -> None:
+    """What the scorer reads (every device's part once, the networks fused) equals the head's training pass, layer by
+    layer in PyTorch, for pairs that share owners and collaborators."""
+    model = BM(replace(SMALL, head_members=3, head_hidden=32), np.zeros((3, 8), dtype=np.float32)).eval()
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for parameter in model.head.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=g) * 0.3)
+    devices, pairs, lams = 6, 40, model.head.lams
+    rows = torch.rand(devices, SMALL.evidence.features, generator=g) * 5
+    src, dst = torch.randint(0, devices, (pairs,), generator=g), torch.randint(0, devices, (pairs,), generator=g)
+    physics = torch.stack([torch.rand(pairs, generator=g) * 300, torch.full((pairs,), 2e9), torch.full((pairs,), 4e9),
+                           torch.rand(pairs, generator=g) * 2, torch.full((pairs,), 1e6)], dim=1)
+    evidence = torch.cat([rows[dst, : 9 * lams], rows[src, 9 * lams: 11 * lams],
+                          torch.rand(pairs, 4 * lams, generator=g), rows[dst, 15 * lams:]], dim=1)
+    y = torch.zeros(devices, 8)
+    split = PairSides.of_pairs(y, y, physics, rows, lams)
+    sides = PairSides(y, split.owner, y, split.collaborator, evidence[:, 11 * lams: 15 * lams], physics, src, dst)
+    with torch.no_grad():
+        scored = model.head.read(sides)
+    with torch.enable_grad():
+        trained = model.head(y[src], y[dst], physics, evidence)
+    torch.testing.assert_close(scored, trained.detach(), rtol=1e-4, atol=1e-5)
 
 
 def test_context_head_reads_distance_and_knows_when_it_is_unknown() -> None:

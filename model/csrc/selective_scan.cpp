@@ -1,4 +1,5 @@
-// The CPU kernels of the Mamba blocks: the selective scan (training and inference) and a fused inference pass.
+// The CPU kernels of the Mamba blocks: the selective scan (training and inference) and a fused inference pass; this
+// file also binds the extension's other kernels (kernels.h: the context head's pair networks).
 //
 // Selective scan: one pass per (batch, channel) with the state in registers.
 //
@@ -24,6 +25,7 @@
 // layer's backward block), and padding positions (t >= length) are written as zeros: they never reach a
 // valid position of either causal direction.
 #include <torch/python.h>
+#include "kernels.h"
 #include <torch/types.h>
 #include <ATen/Parallel.h>
 #include <cmath>
@@ -334,4 +336,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &scan_forward, "selective scan forward: (y, last state)");
   m.def("backward", &scan_backward, "selective scan backward: (du, ddelta, dA, dB, dC)");
   m.def("inner_forward", &inner_forward, "fused Mamba block inference between in_proj and out_proj, 1 or 2 directions");
+  m.def("pair_mlp", &trustbeam::pair_mlp, "a ReLU MLP per pair, first-layer rows gathered (the context head's networks)");
 }
