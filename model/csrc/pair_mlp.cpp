@@ -97,6 +97,12 @@ void pair_mlp_kernel(const std::vector<const T*>& xs, const std::vector<int64_t>
     std::vector<T> h(kBlock * widest), g(kBlock * widest);
     for (int64_t block = begin; block < end; ++block) {
       const int64_t p0 = block * kBlock, rows = std::min(kBlock, pairs - p0);
+      for (size_t t = 0; t < tables.size(); ++t) {  // the next block's rows, scattered over tables larger than
+        if (indices[t] == nullptr) continue;       // L2, are fetched while this block computes
+        for (int64_t p = p0 + kBlock; p < std::min(p0 + 2 * kBlock, pairs); ++p)
+          for (int64_t line = 0; line < w0 * int64_t(sizeof(T)); line += 64)
+            __builtin_prefetch(reinterpret_cast<const char*>(tables[t] + indices[t][p] * w0) + line);
+      }
       const T* init = biases[0];  // the first layer starts from its bias plus each table's row of the pair
       int64_t init_stride = 0;
       if (!tables.empty()) {
