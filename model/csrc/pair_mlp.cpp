@@ -72,15 +72,7 @@ inline void block_layer(const T* a, int64_t a_stride, int64_t rows, int64_t inne
   }
   if (init != out)
     for (int64_t q = 0; q < rows; ++q) std::copy(init + q * init_stride, init + q * init_stride + width, out + q * width);
-  for (int64_t c = 0; c < inner; ++c) {
-    const T* w_row = w + c * width;
-    for (int64_t q = 0; q < rows; ++q) {
-      const T v = a[q * a_stride + c];
-      T* o = out + q * width;
-#pragma omp simd
-      for (int64_t j = 0; j < width; ++j) o[j] += v * w_row[j];
-    }
-  }
+  accumulate_product(a, a_stride, inner, w, width, rows, out);
   if (relu)
     for (int64_t i = 0; i < rows * width; ++i) out[i] = std::max(out[i], T(0));
 }

@@ -35,6 +35,8 @@
 
 namespace {
 
+using trustbeam::accumulate_product;
+
 template <typename T>
 void forward_kernel(const T* u, const T* delta, const T* A, const T* B, const T* C, T* y,
                     int64_t batch, int64_t dim, int64_t L, int64_t N, T* last_state) {
@@ -194,22 +196,6 @@ inline T softplus(T v) { return v > T(20) ? v : std::log1p(std::exp(v)); }  // t
 
 template <typename T>
 inline T silu(T v) { return v / (T(1) + std::exp(-v)); }
-
-// out (length, width) += a (length, first `inner` columns of rows `a_stride` apart) @ w (inner, width): one input
-// column at a time over every step, so consecutive updates touch different rows (no chain through memory).
-template <typename T>
-inline void accumulate_product(const T* a, int64_t a_stride, int64_t inner, const T* w, int64_t width, int64_t length,
-                               T* out) {
-  for (int64_t k = 0; k < inner; ++k) {
-    const T* w_k = w + k * width;
-    for (int64_t t = 0; t < length; ++t) {
-      const T v = a[t * a_stride + k];
-      T* row = out + t * width;
-#pragma omp simd
-      for (int64_t j = 0; j < width; ++j) row[j] += v * w_k[j];
-    }
-  }
-}
 
 // One scan step on channels [c0, c0 + V): V a compile-time width, so the accumulator is a fixed-size local array
 // the compiler keeps in vector registers while the loop over states runs outside the vector lanes (a
