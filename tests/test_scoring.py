@@ -18,6 +18,7 @@ from model.credibility import credibility
 from model.evidence import CHANNELS, REPORTS, EvidenceState
 from model.graphs import DeviceIndex, device_keys
 from model.history import History
+from model import scoring
 from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, credited_evidence, owner_lists,
                            ranked_rows, score_log, score_slot, shard_of, slot_part, status_arrays, window_read)
 from model.stages import TorchStages, distinct_rows
@@ -343,16 +344,22 @@ def test_rankings_of_many_owners_at_once_equal_one_owner_at_a_time(seed: int) ->
     assert (keep.sum(axis=1) == 0).any() and (keep.sum(axis=1) > 3).any()  # nothing eligible; a frontier past top 3
 
 
-def test_owner_lists_keep_each_owners_picks_in_owner_order() -> None:
-    begin, end = np.array([5, 0, 9, 2]), np.array([9, 2, 9, 5])  # pairs 0..8 in runs; the third owner has none
-    value = np.array([3, 1, 0, 9, 8, 7, 4, 6, 5])  # pick each owner's two largest, largest first
+@pytest.mark.parametrize("pad_to", [1, 2, 3, 16])
+@pytest.mark.parametrize("per_call", [1, 512])
+def test_owner_lists_keep_each_owners_picks_in_owner_order(pad_to: int, per_call: int, monkeypatch) -> None:
+    """Owners go together by their pair counts rounded up (1: counts as they are), ``per_call`` at a time; the padding
+    (row -1, here a value that sorts last) is never picked, even where an owner has fewer pairs than the picks asked
+    for."""
+    monkeypatch.setattr(scoring, "OWNERS_PER_CALL", per_call)
+    begin, end = np.array([5, 0, 9, 2, 9]), np.array([9, 1, 9, 5, 10])  # pairs 0..9 in runs; the third owner has none
+    value = np.array([3, 1, 0, 9, 8, 7, 4, 6, 5, 2, -np.inf])  # pick each owner's two largest, largest first
 
     def choose(rows: np.ndarray, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.argsort(-value[rows], axis=1, kind="stable"), np.arange(rows.shape[1]) < 2
 
-    picked, counts = owner_lists(begin, end, choose)
-    assert counts.tolist() == [2, 2, 0, 2]
-    assert picked.tolist() == [5, 7, 0, 1, 3, 4]
+    picked, counts = owner_lists(begin, end, choose, pad_to)
+    assert counts.tolist() == [2, 1, 0, 2, 1]
+    assert picked.tolist() == [5, 7, 0, 3, 4, 9]
 
 
 @pytest.mark.parametrize("k, n", [(0, 5), (1, 5), (7, 3), (131_072, 10 ** 6), (1_000, 10 ** 12)])
