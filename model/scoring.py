@@ -738,16 +738,15 @@ def owner_lists(begin: np.ndarray, end: np.ndarray, choose: Callable[[np.ndarray
     lengths = end - begin
     rounded = -(-lengths // pad_to) * pad_to
     picked, owner_of = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    groups = (np.flatnonzero((rounded == n) & (lengths > 0)) for n in np.unique(rounded[lengths > 0]).tolist())
-    for owners in (group[k: k + OWNERS_PER_CALL] for group in groups for k in range(0, len(group), OWNERS_PER_CALL)):
-        n = int(rounded[owners[0]])
-        position = np.arange(n)
-        rows = np.where(position < lengths[owners, None], begin[owners, None] + position, -1)
-        order, keep = choose(rows, owners)
-        in_order = np.take_along_axis(rows, order, axis=1)
-        keep = np.broadcast_to(keep, rows.shape) & (in_order >= 0)
-        picked.append(in_order[keep])  # row by row, each in its order
-        owner_of.append(np.repeat(owners, keep.sum(axis=1)))
+    for n in np.unique(rounded[lengths > 0]).tolist():
+        group, position = np.flatnonzero((rounded == n) & (lengths > 0)), np.arange(n)
+        for owners in np.split(group, range(OWNERS_PER_CALL, len(group), OWNERS_PER_CALL)):
+            rows = np.where(position < lengths[owners, None], begin[owners, None] + position, -1)
+            order, keep = choose(rows, owners)
+            in_order = np.take_along_axis(rows, order, axis=1)
+            keep = np.broadcast_to(keep, rows.shape) & (in_order >= 0)
+            picked.append(in_order[keep])  # row by row, each in its order
+            owner_of.append(np.repeat(owners, keep.sum(axis=1)))
     owner_of = np.concatenate(owner_of)
     return np.concatenate(picked)[np.argsort(owner_of, kind="stable")], np.bincount(owner_of, minlength=len(begin))
 
