@@ -127,8 +127,21 @@ def hypotheses(mix: dict[Behaviour, float], slots: int, grid: Grid = Grid(), rev
 
 
 def _bernoulli(success: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """log P(success) under each probability, broadcast; each element's one logarithm computed once."""
     p = np.clip(p, EPS, 1 - EPS)
-    return np.where(success, np.log(p), np.log1p(-p))
+    success = np.broadcast_to(success, p.shape)
+    out = np.log(p, where=success, out=np.empty_like(p))
+    return np.log1p(-p, where=~success, out=out)
+
+
+def _by_class(column: BehaviourParams, slot: np.ndarray, tied: bool) -> np.ndarray:
+    """(H, S) each hypothesis's reliability at each slot of the (1, S) row ``slot``, a run of one class at a time
+    (the grid lists each class's hypotheses together), so no hypothesis computes another class's curve."""
+    kind = column.kind[:, 0]
+    edges = np.flatnonzero(np.diff(kind)) + 1
+    runs = zip(np.concatenate([[0], edges]), np.concatenate([edges, [len(kind)]]))
+    return np.concatenate([column.take(slice(lo, hi)).reliability(slot, False, tied) for lo, hi in runs]) \
+        if len(kind) else np.zeros((0, slot.shape[1]))
 
 
 @dataclass(frozen=True)
@@ -225,11 +238,10 @@ class BayesFilter:
         before = np.searchsorted(tasks.slot, wanted, side="left")  # tasks counted at each wanted slot
         column = h.params.column()
         tied = self.revealed
-        ll = _bernoulli(tasks.com[None, :],
-                        column.reliability(tasks.slot[None, :], False, tied) * tasks.on_time[None, :])
+        ll = _bernoulli(tasks.com[None, :], _by_class(column, tasks.slot[None, :], tied) * tasks.on_time[None, :])
         cumulative = np.concatenate([np.zeros((len(ll), 1)), np.cumsum(ll, axis=1)], axis=1)  # (H, K + 1)
         log_w = h.log_prior[:, None] + cumulative[:, before]  # (H, T)
-        b = column.reliability(wanted[None, :], False, tied)  # (H, T)
+        b = _by_class(column, wanted[None, :], tied)  # (H, T)
         if not len(h.selective_high):
             w = np.exp(log_w - logsumexp(log_w, axis=0))
             return (w * b).sum(axis=0)[inverse]

@@ -55,7 +55,7 @@ class BehaviourParams:
         period, phase = rng.uniform(*PERIOD, size=n), rng.uniform(0.0, 2 * np.pi, size=n)
         return cls(kind, high, low, start, span, on_len, off_len, offset, period, phase)
 
-    def take(self, rows: np.ndarray) -> "BehaviourParams":
+    def take(self, rows: np.ndarray | slice) -> "BehaviourParams":
         return BehaviourParams(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
 
     def column(self) -> "BehaviourParams":
@@ -73,24 +73,34 @@ class BehaviourParams:
     def reliability(self, slot: np.ndarray | int, targeted: np.ndarray | bool, tied: bool = False) -> np.ndarray:
         """P(computing honestly) at ``slot``; ``targeted``: the owner is one a selective device misbehaves
         toward. ``tied`` (the telemetry setting): a periodic device is unreliable when its usage cycle is busy
-        (its reliability falls as its reported load rises) instead of following an independent cosine."""
+        (its reliability falls as its reported load rises) instead of following an independent cosine. Only the
+        curves of the classes present are computed."""
         slot = np.asarray(slot)
-        hi, lo, kind = self.high, self.low, self.kind
-        cycle = self.on_len + self.off_len
-        on = (slot + self.offset) % cycle < self.on_len
-        wave = (1 - self.cycle(slot)) / 2 if tied else 0.5 + 0.5 * np.cos(2 * np.pi * slot / self.period + self.phase)
-        choices = {
-            Behaviour.STABLE_RELIABLE: hi + 0 * slot,
-            Behaviour.STABLE_UNRELIABLE: lo + 0 * slot,
-            Behaviour.DEGRADING: hi - (hi - lo) * self.ramp(slot),
-            Behaviour.RECOVERING: lo + (hi - lo) * self.ramp(slot),
-            Behaviour.INTERMITTENT: np.where(on, hi, lo),
-            Behaviour.PERIODIC: lo + (hi - lo) * wave,
-            Behaviour.SELECTIVE: np.where(targeted, lo, hi) + 0 * slot,
-        }
-        shape = np.broadcast_shapes(*(np.shape(v) for v in choices.values()), np.shape(kind))
-        return np.select([np.broadcast_to(kind == b, shape) for b in choices],
-                         [np.broadcast_to(v, shape) for v in choices.values()])
+        kinds = [Behaviour(int(k)) for k in np.unique(self.kind)]
+        curves = [self.curve(kind, slot, targeted, tied) for kind in kinds]
+        shape = np.broadcast_shapes(*(np.shape(v) for v in curves), np.shape(self.kind), np.shape(targeted))
+        if len(kinds) == 1:
+            return curves[0] if np.shape(curves[0]) == shape else np.broadcast_to(curves[0], shape).copy()
+        return np.select([np.broadcast_to(self.kind == kind, shape) for kind in kinds],
+                         [np.broadcast_to(v, shape) for v in curves])
+
+    def curve(self, kind: Behaviour, slot: np.ndarray, targeted: np.ndarray | bool, tied: bool) -> np.ndarray:
+        """The reliability at ``slot`` of every entry as if it were of class ``kind``."""
+        hi, lo = self.high, self.low
+        if kind == Behaviour.STABLE_RELIABLE:
+            return hi + 0 * slot
+        if kind == Behaviour.STABLE_UNRELIABLE:
+            return lo + 0 * slot
+        if kind == Behaviour.DEGRADING:
+            return hi - (hi - lo) * self.ramp(slot)
+        if kind == Behaviour.RECOVERING:
+            return lo + (hi - lo) * self.ramp(slot)
+        if kind == Behaviour.INTERMITTENT:
+            return np.where((slot + self.offset) % (self.on_len + self.off_len) < self.on_len, hi, lo)
+        if kind == Behaviour.PERIODIC:
+            wave = (1 - self.cycle(slot)) / 2 if tied else 0.5 + 0.5 * np.cos(2 * np.pi * slot / self.period + self.phase)
+            return lo + (hi - lo) * wave
+        return np.where(targeted, lo, hi) + 0 * slot  # selective
 
 
 def class_prior(mix: dict[Behaviour, float]) -> dict[Behaviour, float]:

@@ -14,7 +14,7 @@ from model.evaluate import truth_for
 from model.graphs import DeviceIndex
 from model.history import History
 from model.train import targets, time_split
-from simulator.bayes import BayesFilter, Grid, Tasks, hypotheses, midpoints
+from simulator.bayes import BayesFilter, Grid, Tasks, _by_class, hypotheses, midpoints
 from simulator.behaviour import HIGH, BehaviourParams
 from simulator.config import Behaviour, SimConfig, parse_attack
 from simulator.experiment import simulated_run
@@ -79,6 +79,18 @@ def test_hypotheses_weigh_classes_by_the_mix() -> None:
     assert np.exp(h.log_prior).sum() == pytest.approx(1.0)
     periodic = h.params.kind == int(Behaviour.PERIODIC)
     assert np.exp(h.log_prior[periodic]).sum() == pytest.approx(0.25) and not len(h.selective_high)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_the_grid_a_class_at_a_time_equals_each_entry_alone_and_all_at_once(tied: bool) -> None:
+    column = hypotheses(SimConfig().behaviour_mix, 60, Grid(levels=2, stable_levels=3, starts=3, spans=2, periods=3,
+                                                              phases=2)).params.column()
+    slots = np.arange(60)[None, :]
+    by_class = _by_class(column, slots, tied)  # (H, 60)
+    assert by_class.shape == (len(column.kind), 60) and len(np.unique(column.kind)) == 6
+    assert np.array_equal(by_class, column.reliability(slots, False, tied))  # every class's curve, selected per entry
+    for row in range(0, len(column.kind), 89):
+        assert np.array_equal(by_class[row], column.take(slice(row, row + 1)).reliability(slots, False, tied)[0])
 
 
 def test_the_filter_is_the_floor_of_the_rules_error() -> None:
