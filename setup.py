@@ -33,7 +33,7 @@ EXTRAS = {
     "cloud": ["apache-beam[gcp,aws]==2.77.0"],
     "ns3": ["ns3==3.44.post0"],
     "bench": ["mambapy==1.2.0"],
-    "dev": ["pytest>=8,<10", "pandas>=2.1,<4", "pytest-timeout>=2.3,<3", "hypothesis>=6.100,<7", "jsonschema>=4.20,<5"],
+    "dev": ["pytest>=8,<10", "pandas>=2.1,<4", "pytest-timeout>=2.3,<3", "pytest-xdist>=3.5,<4", "hypothesis>=6.100,<7", "jsonschema>=4.20,<5"],
 }
 
 setup(
