@@ -14,7 +14,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from model.evidence import find
 
 STATUS_COLUMNS = ("cpu_hz", "tx_w", "rx_w", "x_m", "y_m", "willingness", "comm_ok", "comp_ok", "cpu_load")
 CPU, TX, RX, X, Y, WILLINGNESS, COMM_OK, COMP_OK, LOAD = range(len(STATUS_COLUMNS))
@@ -95,9 +94,13 @@ class StatusLog:
         """(len(keys),) int64: when each key's first status before ``before_ms`` was sent (the log keeps every key's
         first: :meth:`prune`); -1 where none."""
         out = np.full(len(keys), -1, np.int64)
-        earliest = latest_entries(self.keys, -self.times, self.times < before_ms)  # (sorted by key)
-        at, found = find(self.keys[earliest], np.asarray(keys, np.int64))
-        out[found] = self.times[earliest[at[found]]]
+        if not len(self.keys):
+            return out
+        by = self._by_key_and_time()
+        first = np.searchsorted(by.keys, np.asarray(keys, np.int64), side="left")  # each key's earliest entry
+        known = first < len(by.keys)
+        known[known] = (by.keys[first[known]] == keys[known]) & (by.times[first[known]] < before_ms)
+        out[known] = by.times[first[known]]
         return out
 
     def heard(self, keys: np.ndarray, before_ms: int) -> tuple[np.ndarray, np.ndarray]:
@@ -111,26 +114,70 @@ class StatusLog:
         keys = np.asarray(keys, np.int64)
         if not len(self.keys) or not len(keys):
             return np.zeros(len(keys), bool), np.zeros(0, np.int64)
-        before = np.broadcast_to(np.asarray(before_ms, np.int64), keys.shape)
-        order = np.lexsort((np.arange(len(self.keys)), self.times, self.keys))  # by key, time, insertion
-        sorted_keys, sorted_times = self.keys[order], self.times[order]
-        first = np.searchsorted(sorted_keys, keys, side="left")
-        stop = np.searchsorted(sorted_keys, keys, side="right")
-        # within each key's block, the entries before the query time: a search on (key, time) pairs
-        span = int(max(sorted_times.max(), before.max()) - min(sorted_times.min(), before.min())) + 2
-        base = min(int(sorted_times.min()), int(before.min()))
-        ordinal = np.cumsum(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]) - 1  # 0.. per distinct key
-        combined = ordinal * span + (sorted_times - base)
-        query_ordinal = ordinal[np.minimum(first, len(ordinal) - 1)]
-        at = np.searchsorted(combined, query_ordinal * span + (before - base), side="left") - 1
+        by = self._by_key_and_time()
+        first = np.searchsorted(by.keys, keys, side="left")
+        stop = np.searchsorted(by.keys, keys, side="right")
+        at = by.before(by.ordinal[np.minimum(first, len(by.ordinal) - 1)], before_ms)
         found = (stop > first) & (at >= first)
-        return found, order[at[found]]
+        return found, by.order[at[found]]
+
+    def _by_key_and_time(self) -> "_ByKeyAndTime":
+        """The entries by (key, time, insertion), computed once for the log as it stands (the slot's several
+        queries share one sort; :meth:`add` and :meth:`prune` replace the arrays, which starts a new one)."""
+        cached = self.__dict__.get("_sorted")
+        if cached is None or cached.source[0] is not self.keys or cached.source[1] is not self.times:
+            cached = _ByKeyAndTime.of(self.keys, self.times)
+            self.__dict__["_sorted"] = cached
+        return cached
+
+    def __getstate__(self) -> dict:
+        """Pickled (the job's state) without the sort, which the next query recomputes."""
+        return {name: value for name, value in self.__dict__.items() if name != "_sorted"}
 
     def prune(self, before_ms: int) -> None:
         """Forget statuses superseded before ``before_ms``: keep each key's latest before it and all after, and each
-        key's first (when a device was first heard of: :mod:`model.identity`)."""
-        old = self.times < before_ms
-        keep = ~old
-        keep[latest_entries(self.keys, self.times, old)] = True
-        keep[latest_entries(self.keys, -self.times, np.ones(len(self.keys), bool))] = True
+        key's first (when a device was first heard of: :mod:`model.identity`; ties: the later-added entry)."""
+        if not len(self.keys):
+            return
+        by = self._by_key_and_time()
+        starts = np.flatnonzero(np.r_[True, by.keys[1:] != by.keys[:-1]])  # each key's first sorted position
+        latest = by.before(by.ordinal[starts], before_ms)
+        earliest = by.before(by.ordinal[starts], by.times[starts] + 1)  # the last entry at the key's first time
+        keep = self.times >= before_ms
+        keep[by.order[latest[latest >= starts]]] = True
+        keep[by.order[earliest]] = True
         self.keys, self.times, self.values = self.keys[keep], self.times[keep], self.values[keep]
+
+
+@dataclass(frozen=True)
+class _ByKeyAndTime:
+    """A status log's entries sorted by (key, time, insertion), and a search for each key's last entry before a
+    time: (key, time) pairs as one int64, ``ordinal * span + time - base``, the ordinal counting distinct keys."""
+
+    source: tuple[np.ndarray, np.ndarray]  # the keys and times arrays it sorts (compared by identity)
+    order: np.ndarray  # (m,) entry indices in (key, time, insertion) order
+    keys: np.ndarray  # (m,) keys in that order
+    times: np.ndarray  # (m,) times in that order
+    ordinal: np.ndarray  # (m,) 0.. per distinct key
+    combined: np.ndarray  # (m,) ordinal * span + time - base, ascending
+
+    @classmethod
+    def of(cls, keys: np.ndarray, times: np.ndarray) -> "_ByKeyAndTime":
+        order = np.lexsort((np.arange(len(keys)), times, keys))
+        sorted_keys, sorted_times = keys[order], times[order]
+        ordinal = np.cumsum(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]) - 1
+        return cls((keys, times), order, sorted_keys, sorted_times, ordinal,
+                   ordinal * cls._span(sorted_times) + (sorted_times - sorted_times.min()))
+
+    @staticmethod
+    def _span(times: np.ndarray) -> int:
+        return int(times.max() - times.min()) + 2  # a query time clipped to [min, max + 1] stays inside its key's span
+
+    def before(self, ordinal: np.ndarray, before_ms: int | np.ndarray) -> np.ndarray:
+        """(q,) the sorted position of the last entry of each key ``ordinal`` strictly before ``before_ms`` (one time
+        or one per query); before that key's first position where it has none. A time before every entry finds none
+        and one after every entry finds the last, as the clipped time does."""
+        low, high = int(self.times.min()), int(self.times.max())
+        query = np.clip(np.asarray(before_ms, np.int64), low, high + 1) - low
+        return np.searchsorted(self.combined, ordinal * self._span(self.times) + query, side="left") - 1
+
