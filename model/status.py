@@ -180,4 +180,3 @@ class _ByKeyAndTime:
         low, high = int(self.times.min()), int(self.times.max())
         query = np.clip(np.asarray(before_ms, np.int64), low, high + 1) - low
         return np.searchsorted(self.combined, ordinal * self._span(self.times) + query, side="left") - 1
-
