@@ -93,11 +93,12 @@ class StatusLog:
     def first_ms(self, keys: np.ndarray, before_ms: int) -> np.ndarray:
         """(len(keys),) int64: when each key's first status before ``before_ms`` was sent (the log keeps every key's
         first: :meth:`prune`); -1 where none."""
+        keys = np.asarray(keys, np.int64)
         out = np.full(len(keys), -1, np.int64)
         if not len(self.keys):
             return out
         by = self._by_key_and_time()
-        first = np.searchsorted(by.keys, np.asarray(keys, np.int64), side="left")  # each key's earliest entry
+        first = np.searchsorted(by.keys, keys, side="left")  # each key's earliest entry
         known = first < len(by.keys)
         known[known] = (by.keys[first[known]] == keys[known]) & (by.times[first[known]] < before_ms)
         out[known] = by.times[first[known]]
@@ -152,14 +153,15 @@ class StatusLog:
 @dataclass(frozen=True)
 class _ByKeyAndTime:
     """A status log's entries sorted by (key, time, insertion), and a search for each key's last entry before a
-    time: (key, time) pairs as one int64, ``ordinal * span + time - base``, the ordinal counting distinct keys."""
+    time: (key, time) pairs as one int64, ``ordinal * span + time - earliest``, the ordinal counting distinct keys
+    and the span wider than every time's distance from the earliest."""
 
     source: tuple[np.ndarray, np.ndarray]  # the keys and times arrays it sorts (compared by identity)
     order: np.ndarray  # (m,) entry indices in (key, time, insertion) order
     keys: np.ndarray  # (m,) keys in that order
     times: np.ndarray  # (m,) times in that order
     ordinal: np.ndarray  # (m,) 0.. per distinct key
-    combined: np.ndarray  # (m,) ordinal * span + time - base, ascending
+    combined: np.ndarray  # (m,) ordinal * span + time - earliest, ascending
 
     @classmethod
     def of(cls, keys: np.ndarray, times: np.ndarray) -> "_ByKeyAndTime":
