@@ -162,23 +162,23 @@ class _ByKeyAndTime:
     times: np.ndarray  # (m,) times in that order
     ordinal: np.ndarray  # (m,) 0.. per distinct key
     combined: np.ndarray  # (m,) ordinal * span + time - earliest, ascending
+    earliest: int  # the earliest time
+    latest: int  # the latest time
+    span: int  # latest - earliest + 2: a query time clipped to [earliest, latest + 1] stays inside its key's span
 
     @classmethod
     def of(cls, keys: np.ndarray, times: np.ndarray) -> "_ByKeyAndTime":
         order = np.lexsort((np.arange(len(keys)), times, keys))
         sorted_keys, sorted_times = keys[order], times[order]
         ordinal = np.cumsum(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]) - 1
+        earliest, latest = int(sorted_times.min()), int(sorted_times.max())
+        span = latest - earliest + 2
         return cls((keys, times), order, sorted_keys, sorted_times, ordinal,
-                   ordinal * cls._span(sorted_times) + (sorted_times - sorted_times.min()))
-
-    @staticmethod
-    def _span(times: np.ndarray) -> int:
-        return int(times.max() - times.min()) + 2  # a query time clipped to [min, max + 1] stays inside its key's span
+                   ordinal * span + (sorted_times - earliest), earliest, latest, span)
 
     def before(self, ordinal: np.ndarray, before_ms: int | np.ndarray) -> np.ndarray:
         """(q,) the sorted position of the last entry of each key ``ordinal`` strictly before ``before_ms`` (one time
         or one per query); before that key's first position where it has none. A time before every entry finds none
         and one after every entry finds the last, as the clipped time does."""
-        low, high = int(self.times.min()), int(self.times.max())
-        query = np.clip(np.asarray(before_ms, np.int64), low, high + 1) - low
-        return np.searchsorted(self.combined, ordinal * self._span(self.times) + query, side="left") - 1
+        query = np.clip(np.asarray(before_ms, np.int64), self.earliest, self.latest + 1) - self.earliest
+        return np.searchsorted(self.combined, ordinal * self.span + query, side="left") - 1

@@ -138,10 +138,11 @@ def _by_class(column: BehaviourParams, slot: np.ndarray, tied: bool) -> np.ndarr
     """(H, S) each hypothesis's reliability at each slot of the (1, S) row ``slot``, a run of one class at a time
     (the grid lists each class's hypotheses together), so no hypothesis computes another class's curve."""
     kind = column.kind[:, 0]
+    if not len(kind):
+        return np.zeros((0, slot.shape[1]))
     edges = np.flatnonzero(np.diff(kind)) + 1
-    runs = zip(np.concatenate([[0], edges]), np.concatenate([edges, [len(kind)]]))
-    return np.concatenate([column.take(slice(lo, hi)).reliability(slot, False, tied) for lo, hi in runs]) \
-        if len(kind) else np.zeros((0, slot.shape[1]))
+    runs = zip(np.r_[0, edges], np.r_[edges, len(kind)])
+    return np.concatenate([column.take(slice(lo, hi)).reliability(slot, False, tied) for lo, hi in runs])
 
 
 @dataclass(frozen=True)
