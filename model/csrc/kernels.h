@@ -2,6 +2,7 @@
 // the inner loops more than one kernel runs.
 #pragma once
 
+#include <pybind11/pybind11.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -30,5 +31,8 @@ inline void accumulate_product(const T* a, int64_t a_stride, int64_t inner, cons
 torch::Tensor pair_mlp(std::vector<torch::Tensor> inputs, std::vector<torch::Tensor> input_weights,
                        std::vector<torch::Tensor> tables, std::vector<torch::Tensor> indices,
                        std::vector<torch::Tensor> weights, std::vector<torch::Tensor> biases);
+
+// Each value's repr, as Python's own (float_repr.cpp): values (n,) float64, finite -> a list of n str.
+pybind11::list float_reprs(const torch::Tensor& values);
 
 }  // namespace trustbeam

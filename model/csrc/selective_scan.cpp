@@ -328,4 +328,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         release());
   m.def("pair_mlp", &trustbeam::pair_mlp, "a ReLU MLP per pair, first-layer rows gathered (the context head's networks)",
         release());
+  // but this one, which makes Python strings (the records' JSON)
+  m.def("float_reprs", &trustbeam::float_reprs, "each finite float64's repr, as Python writes it");
 }
