@@ -29,7 +29,7 @@ from beam_pipeline.pipeline import JOB_HEADER, WriteParquet
 from beam_pipeline.transforms import ScoreSlots, closed_at, outputs
 from exporters.kafka import Message, messages
 from exporters.kafka_client import KafkaSettings
-from model.json_floats import float_texts
+from model.json_records import render_records
 from model.recalibration import OnlineShift
 from model.scoring import EvidenceSnapshot, SlotScores
 from schemas import Columns
@@ -90,7 +90,7 @@ class PublishClosed(beam.DoFn):
             partition = {owner: (murmur2(owner.encode()) & 0x7FFFFFFF) % partitions for owner in set(owners.tolist())}
             order = [k for k in order if (mark := marks.get(partition[owners[k]])) is None
                      or (slot, owners[k], collaborators[k]) > mark]
-        wire = messages(topic, records, floats=float_texts)
+        wire = messages(topic, records, render=render_records)
         if order:
             headers = [*wire[0][3], (JOB_HEADER, self.job_id.encode())]  # every record's, the same list
             yield [(topic, wire[k][1], wire[k][2], headers) for k in order]

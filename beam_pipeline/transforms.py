@@ -31,7 +31,7 @@ from beam_pipeline.kafka_io import RawBatch, trusted_progress
 from beam_pipeline.parquet_io import TableBatch
 from beam_pipeline.options import JobConfig
 from model.config import SlotClock
-from model.json_floats import float_texts
+from model.json_records import render_records
 from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift
 from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, first_occurrences, score_pairs,
@@ -736,4 +736,4 @@ def outputs(result: Any, topics: Any) -> tuple[tuple[str, Columns], ...]:
 def wire_records(result: Any, topics: Any) -> Iterator[Message]:
     """A SlotScores as Kafka messages keyed by owner (exporters.kafka)."""
     for topic, records in outputs(result, topics):
-        yield from messages(topic, records, floats=float_texts)
+        yield from messages(topic, records, render=render_records)

@@ -21,7 +21,7 @@ import time
 from confluent_kafka import KafkaException, Producer
 
 from schemas import Columns, Record, to_json
-from schemas.columnar import FloatTexts, python_float_texts
+from schemas.columnar import Render, python_render
 from exporters.kafka_client import KafkaSettings, producer_config
 
 log = logging.getLogger(__name__)
@@ -42,15 +42,15 @@ def message(topic: str, record: Record, key_field: str = "owner") -> Message:
     return topic, str(getattr(record, key_field)).encode(), to_json(record), headers
 
 
-def messages(topic: str, records: Columns, key_field: str = "owner", floats: FloatTexts = python_float_texts
+def messages(topic: str, records: Columns, key_field: str = "owner", render: Render = python_render
              ) -> list[Message]:
-    """:func:`message` of every record of a batch, each value encoded from the columns (the same bytes; ``floats``:
+    """:func:`message` of every record of a batch, each value encoded from the columns (the same bytes; ``render``:
     :meth:`Columns.json`'s)."""
     record = records.record
     headers = [("schema_version", str(record.SCHEMA_VERSION).encode()), ("record", record.NAME.encode())]
     keys = records.column(key_field).tolist()
     encoded = {key: str(key).encode() for key in set(keys)}
-    return [(topic, encoded[key], value, headers) for key, value in zip(keys, records.json(floats=floats))]
+    return [(topic, encoded[key], value, headers) for key, value in zip(keys, records.json(render=render))]
 
 
 _SHARED: dict[tuple, Producer] = {}  # the process's long-lived producers, by their settings

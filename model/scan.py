@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 Backend = Literal["auto", "reference", "cpu", "cuda"]
 _SOURCES = tuple(Path(__file__).parent / "csrc" / name
-                 for name in ("selective_scan.cpp", "pair_mlp.cpp", "float_repr.cpp"))
+                 for name in ("selective_scan.cpp", "pair_mlp.cpp", "json_records.cpp"))
 
 
 def selective_scan(
@@ -180,8 +180,8 @@ def scan_march() -> str:
 def cpu_extension() -> Any | None:
     """The compiled C++ kernels (built once per machine into torch's extension cache), or None: the scan and the fused
     Mamba block (``csrc/selective_scan.cpp``, which binds every kernel), the head's pair networks
-    (``csrc/pair_mlp.cpp``, :func:`model.head.pair_mlp`) and floats' repr for the records' JSON (``csrc/float_repr.cpp``,
-    :func:`model.native_json.float_texts`)."""
+    (``csrc/pair_mlp.cpp``, :func:`model.head.pair_mlp`) and the records' JSON (``csrc/json_records.cpp``,
+    :func:`model.json_records.render_records`)."""
     if os.environ.get("TRUSTBEAM_SCAN_NO_EXT"):
         return None
     try:

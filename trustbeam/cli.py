@@ -366,7 +366,7 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     import pyarrow.parquet as pq
 
     from exporters.parquet import ParquetResults
-    from model.json_floats import float_texts
+    from model.json_records import render_records
     from model.recalibration import OnlineShift
     from model.scoring import score_log
     from model.timing import timed
@@ -394,8 +394,8 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
                                     OnlineShift.start(config.recalibration), config.pieces), slots,
                           "slot", args.progress or None):
             with timed(seconds, "write"):  # the records' JSON Lines (and Parquet), after score_log's stages
-                scores.write(result.scores.json_lines(float_texts))
-                ranks.write(result.rankings.json_lines(float_texts))
+                scores.write(result.scores.json_lines(render_records))
+                ranks.write(result.rankings.json_lines(render_records))
                 if parquet is not None:
                     parquet.write(result)
             counts["slots"] += 1

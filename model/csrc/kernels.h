@@ -6,6 +6,8 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <string>
+#include <tuple>
 #include <vector>
 
 namespace trustbeam {
@@ -32,7 +34,9 @@ torch::Tensor pair_mlp(std::vector<torch::Tensor> inputs, std::vector<torch::Ten
                        std::vector<torch::Tensor> tables, std::vector<torch::Tensor> indices,
                        std::vector<torch::Tensor> weights, std::vector<torch::Tensor> biases);
 
-// Each value's repr, as Python's own (float_repr.cpp): values (n,) float64, finite -> a list of n str.
-pybind11::list float_reprs(const torch::Tensor& values);
+// Records' JSON (json_records.cpp): pieces (k + 1) str, columns (k) each a list of count str or a (count,) float64
+// (finite) or int64 tensor -> (every record's UTF-8 text one after another, (count,) int64 where each ends).
+std::tuple<pybind11::bytes, torch::Tensor> render_records(const std::vector<std::string>& pieces,
+                                                          const pybind11::list& columns, int64_t count);
 
 }  // namespace trustbeam

@@ -328,6 +328,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         release());
   m.def("pair_mlp", &trustbeam::pair_mlp, "a ReLU MLP per pair, first-layer rows gathered (the context head's networks)",
         release());
-  // but this one, which makes Python strings (the records' JSON)
-  m.def("float_reprs", &trustbeam::float_reprs, "each finite float64's repr, as Python writes it");
+  // but this one, which reads Python strings (the records' JSON)
+  m.def("render_records", &trustbeam::render_records, "records' JSON text from their columns, as Python writes it");
 }
