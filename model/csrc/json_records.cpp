@@ -3,10 +3,10 @@
 // by Python's repr (what json.dumps writes). In Python most of the time went to the floats' repr (~0.85 us a value)
 // and to formatting each record; here one pass appends every record to one buffer.
 //
-// Floats: std::to_chars gives the shortest digits that read back as the same double, the nearest such on a tie, as Python's
-// repr (David Gay's dtoa, mode 0) does; this lays them out by repr's rule: decimal point position decpt (the value is
-// 0.d1d2... x 10^decpt), exponent form where decpt <= -4 or decpt > 16 ("1e-05", "1.5e+16"), else positional with
-// ".0" after an integer ("100.0", "0.0001"). Inputs must be finite (the caller checks: inf and nan are no JSON).
+// Floats: std::to_chars gives the shortest digits that read back as the same double, the nearest such on a tie, as
+// Python's repr (David Gay's dtoa, mode 0) does; this lays them out by repr's rule: decimal point position decpt (the
+// value is 0.d1d2... x 10^decpt), exponent form where decpt <= -4 or decpt > 16 ("1e-05", "1.5e+16"), else positional
+// with ".0" after an integer ("100.0", "0.0001"). Inputs must be finite (the caller checks: inf and nan are no JSON).
 #include "kernels.h"
 
 #include <Python.h>
