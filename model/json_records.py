@@ -6,7 +6,6 @@ the time."""
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from model.scan import cpu_extension
 from schemas.columnar import TextColumn, python_render
@@ -17,8 +16,6 @@ def render_records(pieces: list[str], columns: list[TextColumn], count: int) -> 
     extension = cpu_extension()
     if extension is None:
         return python_render(pieces, columns, count)
-    tensors = [column if isinstance(column, list) else
-               torch.from_numpy(np.require(column, np.float64 if column.dtype.kind == "f" else np.int64, ["C", "W"]))
-               for column in columns]
-    data, ends = extension.render_records(pieces, tensors, count)
-    return data, ends.numpy()
+    arrays = [column if isinstance(column, list) else
+              np.require(column, np.float64 if column.dtype.kind == "f" else np.int64, ["C"]) for column in columns]
+    return extension.render_records(pieces, arrays, count)

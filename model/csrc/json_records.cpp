@@ -7,16 +7,13 @@
 // Python's repr (David Gay's dtoa, mode 0) does; this lays them out by repr's rule: decimal point position decpt (the
 // value is 0.d1d2... x 10^decpt), exponent form where decpt <= -4 or decpt > 16 ("1e-05", "1.5e+16"), else positional
 // with ".0" after an integer ("100.0", "0.0001"). Inputs must be finite (the caller checks: inf and nan are no JSON).
-#include "kernels.h"
+#include "json_records.h"
 
 #include <Python.h>
-#include <torch/extension.h>  // the Tensor caster
 
 #include <charconv>
 #include <cstring>
-#include <string>
-#include <tuple>
-#include <vector>
+#include <stdexcept>
 
 namespace trustbeam {
 namespace {
@@ -82,39 +79,42 @@ void append_text(std::string& out, PyObject* text) {
 
 }  // namespace
 
-std::tuple<pybind11::bytes, torch::Tensor> render_records(const std::vector<std::string>& pieces,
-                                                          const pybind11::list& columns, int64_t count) {
+std::tuple<pybind11::bytes, pybind11::array_t<int64_t>> render_records(const std::vector<std::string>& pieces,
+                                                                       const pybind11::list& columns, int64_t count) {
+  namespace py = pybind11;
   const size_t k = columns.size();
-  TORCH_CHECK(pieces.size() == k + 1, "render_records: one more piece than columns");
+  if (pieces.size() != k + 1) throw std::invalid_argument("render_records: one more piece than columns");
   std::vector<PyObject*> texts(k, nullptr);  // a list of str, inserted as is
-  std::vector<torch::Tensor> numbers(k);     // float64 (finite) or int64
   std::vector<const double*> floats(k, nullptr);
   std::vector<const int64_t*> ints(k, nullptr);
+  std::vector<py::array> arrays(k);  // held while their data is read
   size_t fixed = 0;
   for (const auto& piece : pieces) fixed += piece.size();
   for (size_t c = 0; c < k; ++c) {
     PyObject* column = columns[c].ptr();
     if (PyList_Check(column)) {
-      TORCH_CHECK(PyList_GET_SIZE(column) == count, "render_records: column ", c, " holds ",
-                  PyList_GET_SIZE(column), " values for ", count, " records");
+      if (PyList_GET_SIZE(column) != count) throw std::invalid_argument("render_records: a column's length");
       texts[c] = column;
+      continue;
+    }
+    arrays[c] = py::reinterpret_borrow<py::array>(columns[c]);
+    const py::array& array = arrays[c];
+    const bool is_float = array.dtype().is(py::dtype::of<double>());
+    if (array.ndim() != 1 || array.shape(0) != count || !(array.flags() & py::array::c_style) ||
+        !(is_float || array.dtype().is(py::dtype::of<int64_t>()))) {
+      throw std::invalid_argument("render_records: a column must be a list of str or a (count,) C-contiguous float64 "
+                                  "or int64 array");
+    }
+    if (is_float) {
+      floats[c] = static_cast<const double*>(array.data());
     } else {
-      numbers[c] = columns[c].cast<torch::Tensor>().contiguous();
-      const auto type = numbers[c].scalar_type();
-      TORCH_CHECK(numbers[c].dim() == 1 && numbers[c].numel() == count &&
-                      (type == torch::kFloat64 || type == torch::kInt64),
-                  "render_records: column ", c, " must be a list of str or a (count,) float64 or int64 tensor");
-      if (type == torch::kFloat64) {
-        floats[c] = numbers[c].data_ptr<double>();
-      } else {
-        ints[c] = numbers[c].data_ptr<int64_t>();
-      }
+      ints[c] = static_cast<const int64_t*>(array.data());
     }
   }
   std::string out;
   out.reserve(static_cast<size_t>(count) * (fixed + 20 * k));
-  torch::Tensor ends = torch::empty({count}, torch::kInt64);
-  int64_t* end = ends.data_ptr<int64_t>();
+  py::array_t<int64_t> ends(count);
+  int64_t* end = ends.mutable_data();
   char number[32];
   for (int64_t r = 0; r < count; ++r) {
     out += pieces[0];
@@ -130,7 +130,7 @@ std::tuple<pybind11::bytes, torch::Tensor> render_records(const std::vector<std:
     }
     end[r] = static_cast<int64_t>(out.size());
   }
-  return {pybind11::bytes(out.data(), out.size()), ends};
+  return {py::bytes(out.data(), out.size()), ends};
 }
 
 }  // namespace trustbeam

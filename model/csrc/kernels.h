@@ -2,12 +2,9 @@
 // the inner loops more than one kernel runs.
 #pragma once
 
-#include <pybind11/pybind11.h>
 #include <torch/types.h>
 
 #include <cstdint>
-#include <string>
-#include <tuple>
 #include <vector>
 
 namespace trustbeam {
@@ -33,10 +30,5 @@ inline void accumulate_product(const T* a, int64_t a_stride, int64_t inner, cons
 torch::Tensor pair_mlp(std::vector<torch::Tensor> inputs, std::vector<torch::Tensor> input_weights,
                        std::vector<torch::Tensor> tables, std::vector<torch::Tensor> indices,
                        std::vector<torch::Tensor> weights, std::vector<torch::Tensor> biases);
-
-// Records' JSON (json_records.cpp): pieces (k + 1) str, columns (k) each a list of count str or a (count,) float64
-// (finite) or int64 tensor -> (every record's UTF-8 text one after another, (count,) int64 where each ends).
-std::tuple<pybind11::bytes, torch::Tensor> render_records(const std::vector<std::string>& pieces,
-                                                          const pybind11::list& columns, int64_t count);
 
 }  // namespace trustbeam

@@ -25,6 +25,7 @@
 // layer's backward block), and padding positions (t >= length) are written as zeros: they never reach a
 // valid position of either causal direction.
 #include <torch/python.h>
+#include "json_records.h"
 #include "kernels.h"
 #include <torch/types.h>
 #include <ATen/Parallel.h>
