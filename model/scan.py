@@ -38,8 +38,7 @@ import torch.nn.functional as F
 log = logging.getLogger(__name__)
 
 Backend = Literal["auto", "reference", "cpu", "cuda"]
-_SOURCES = tuple(Path(__file__).parent / "csrc" / name
-                 for name in ("selective_scan.cpp", "pair_mlp.cpp", "json_records.cpp"))
+_SOURCES = tuple(Path(__file__).parent / "csrc" / name for name in ("selective_scan.cpp", "pair_mlp.cpp"))
 
 
 def selective_scan(
@@ -179,9 +178,8 @@ def scan_march() -> str:
 @lru_cache(maxsize=1)
 def cpu_extension() -> Any | None:
     """The compiled C++ kernels (built once per machine into torch's extension cache), or None: the scan and the fused
-    Mamba block (``csrc/selective_scan.cpp``, which binds every kernel), the head's pair networks
-    (``csrc/pair_mlp.cpp``, :func:`model.head.pair_mlp`) and the records' JSON (``csrc/json_records.cpp``,
-    :func:`model.json_records.render_records`)."""
+    Mamba block (``csrc/selective_scan.cpp``, which binds every kernel) and the head's pair networks
+    (``csrc/pair_mlp.cpp``, :func:`model.head.pair_mlp`)."""
     if os.environ.get("TRUSTBEAM_SCAN_NO_EXT"):
         return None
     try:

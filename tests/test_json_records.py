@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from model.json_records import render_records
-from model.scan import cpu_extension
+from model.json_records import json_extension, render_records
 from schemas import CollaboratorRanking, Columns, Nested, RankedCandidate, TrustScore, to_json
 from schemas.base import INT64_MAX, INT64_MIN
 from schemas.columnar import python_render
 
-needs_extension = pytest.mark.skipif(cpu_extension() is None, reason="the C++ extension did not build")
+needs_extension = pytest.mark.skipif(json_extension() is None, reason="the C++ extension did not build")
 
 # each of repr's layouts and its edges: positional from 1e-4 up to 1e16 (exclusive), else an exponent of 2+ digits
 EDGES = [0.0, -0.0, 1.0, -1.0, 100.0, 0.1, 0.1 + 0.2, 1e-4, 9.999999999999999e-05, 1e-05, 1.5e-07, 123.456,

@@ -7,13 +7,21 @@
 // Python's repr (David Gay's dtoa, mode 0) does; this lays them out by repr's rule: decimal point position decpt (the
 // value is 0.d1d2... x 10^decpt), exponent form where decpt <= -4 or decpt > 16 ("1e-05", "1.5e+16"), else positional
 // with ".0" after an integer ("100.0", "0.0001"). Inputs must be finite (the caller checks: inf and nan are no JSON).
-#include "json_records.h"
-
+//
+// An extension of its own (model.json_records.json_extension): no torch header, no -march, so it builds in seconds
+// and the same on every machine.
 #include <Python.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
 
 namespace trustbeam {
 namespace {
@@ -79,6 +87,9 @@ void append_text(std::string& out, PyObject* text) {
 
 }  // namespace
 
+// pieces (k + 1) str, columns (k) each a list of count str or a (count,) C-contiguous float64 (finite) or int64 array
+// -> (every record's UTF-8 text one after another, (count,) int64 where each ends). It reads Python strings, so it
+// holds the interpreter.
 std::tuple<pybind11::bytes, pybind11::array_t<int64_t>> render_records(const std::vector<std::string>& pieces,
                                                                        const pybind11::list& columns, int64_t count) {
   namespace py = pybind11;
@@ -134,3 +145,7 @@ std::tuple<pybind11::bytes, pybind11::array_t<int64_t>> render_records(const std
 }
 
 }  // namespace trustbeam
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("render_records", &trustbeam::render_records, "records' JSON text from their columns, as Python writes it");
+}

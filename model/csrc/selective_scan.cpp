@@ -25,7 +25,6 @@
 // layer's backward block), and padding positions (t >= length) are written as zeros: they never reach a
 // valid position of either causal direction.
 #include <torch/python.h>
-#include "json_records.h"
 #include "kernels.h"
 #include <torch/types.h>
 #include <ATen/Parallel.h>
@@ -329,6 +328,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         release());
   m.def("pair_mlp", &trustbeam::pair_mlp, "a ReLU MLP per pair, first-layer rows gathered (the context head's networks)",
         release());
-  // but this one, which reads Python strings (the records' JSON)
-  m.def("render_records", &trustbeam::render_records, "records' JSON text from their columns, as Python writes it");
 }
