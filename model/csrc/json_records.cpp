@@ -97,8 +97,7 @@ std::tuple<pybind11::bytes, pybind11::array_t<int64_t>> render_records(const std
   if (pieces.size() != k + 1) throw std::invalid_argument("render_records: one more piece than columns");
   std::vector<PyObject*> texts(k, nullptr);  // a list of str, inserted as is
   std::vector<const double*> floats(k, nullptr);
-  std::vector<const int64_t*> ints(k, nullptr);
-  std::vector<py::array> arrays(k);  // held while their data is read
+  std::vector<const int64_t*> ints(k, nullptr);  // the caller's list holds every column while it is read
   size_t fixed = 0;
   for (const auto& piece : pieces) fixed += piece.size();
   for (size_t c = 0; c < k; ++c) {
@@ -108,10 +107,10 @@ std::tuple<pybind11::bytes, pybind11::array_t<int64_t>> render_records(const std
       texts[c] = column;
       continue;
     }
-    arrays[c] = py::reinterpret_borrow<py::array>(columns[c]);
-    const py::array& array = arrays[c];
-    const bool is_float = array.dtype().is(py::dtype::of<double>());
-    if (array.ndim() != 1 || array.shape(0) != count || !(array.flags() & py::array::c_style) ||
+    const bool is_array = py::isinstance<py::array>(columns[c]);
+    const py::array array = is_array ? py::reinterpret_borrow<py::array>(columns[c]) : py::array();
+    const bool is_float = is_array && array.dtype().is(py::dtype::of<double>());
+    if (!is_array || array.ndim() != 1 || array.shape(0) != count || !(array.flags() & py::array::c_style) ||
         !(is_float || array.dtype().is(py::dtype::of<int64_t>()))) {
       throw std::invalid_argument("render_records: a column must be a list of str or a (count,) C-contiguous float64 "
                                   "or int64 array");
