@@ -143,6 +143,10 @@ class PhysicsColumns:
         column[2] = 1.0
         return cls(features, d, known_d, column)
 
+    def take(self, rows: torch.Tensor) -> "PhysicsColumns":
+        """The pairs ``rows`` (k,) of these columns."""
+        return PhysicsColumns(self.features[rows], self.distance[rows], self.known_d[rows], self.curve_column)
+
 
 def pair_mlp(net: nn.Sequential, inputs: list[tuple[torch.Tensor, torch.Tensor]],
              gathered: tuple[tuple[torch.Tensor, torch.Tensor | None], ...] = ()) -> torch.Tensor:
@@ -199,6 +203,28 @@ class PairSides:
         """Every input per pair: evidence (P, F) as :func:`model.evidence.pair_evidence_features` gives it."""
         head, owner, pair, tail = evidence.split([9 * lams, 2 * lams, 4 * lams, evidence.shape[1] - 15 * lams], dim=1)
         return cls(y_i, owner, y_j, torch.cat([head, tail], dim=1), pair, physics)
+
+    def take(self, rows: torch.Tensor) -> "PairSides":
+        """The pairs ``rows`` (k,) of sides whose pairs read their own rows (``src`` and ``dst`` None)."""
+        if self.src is not None or self.dst is not None:
+            raise ValueError("PairSides.take: only of sides whose pair p reads row p (src and dst None)")
+        return PairSides(*(getattr(self, name)[rows] for name in ("y_owner", "owner", "y_collaborator", "collaborator",
+                                                                   "pair", "physics")))
+
+
+@dataclass(frozen=True)
+class MemberInputs:
+    """What every member of a :class:`ContextHead` reads besides its own weights (:meth:`ContextHead.member_inputs`):
+    computed once a call for all members, and once for a whole warm-up, whose inputs do not change."""
+
+    sides: PairSides
+    collaborator: torch.Tensor  # (n_c, 13 L + 4) the collaborator's head, its recency .. memory, the experts' logits
+    level: torch.Tensor  # (P,) the logit of the population's recent rate (at the level memory)
+    columns: PhysicsColumns
+
+    def take(self, rows: torch.Tensor) -> "MemberInputs":
+        """The pairs ``rows`` (k,) of inputs whose pairs read their own rows (:meth:`PairSides.take`)."""
+        return MemberInputs(self.sides.take(rows), self.collaborator[rows], self.level[rows], self.columns.take(rows))
 
 
 class PairNet(nn.Module):
@@ -316,15 +342,25 @@ class ContextHead(nn.Module):
         """:meth:`forward` on inputs split by what they depend on (the scorer's: every device's part once)."""
         raw = self.stats(sides)
         rates = self.experts.rates(raw)  # (n_c, K)
+        own = self.own(self.member_inputs(sides, rates), member)
+        forecasts = self.experts.forecasts(sides.physics, gather(rates, sides.dst))
+        shift = self.sizing(self.experts, raw, sides.dst, sides.physics)
+        return torch.cat([own, forecasts, shift[:, None]], dim=-1)
+
+    def member_inputs(self, sides: PairSides, rates: torch.Tensor | None = None) -> MemberInputs:
+        """What the members read of ``sides``; ``rates``: the rule experts' (n_c, K), if already computed."""
+        rates = self.experts.rates(self.stats(sides)) if rates is None else rates
         logits = torch.logit(rates.clamp(1e-4, 1 - 1e-4))
         collaborator = torch.cat([sides.collaborator[:, :self.known], logits], dim=-1)
         level = gather(logits[:, self.lams + self.level], sides.dst)  # the population's rate at the level memory
+        return MemberInputs(sides, collaborator, level, PhysicsColumns.of(sides.physics))
+
+    def own(self, inputs: MemberInputs, member: int | None = None) -> torch.Tensor:
+        """(P, OWN) the head's own forecast, :meth:`forward`'s first columns: the logits of the members' mean
+        probabilities, or of one ``member``'s."""
         nets = self.members if member is None else [self.members[member]]
-        columns = PhysicsColumns.of(sides.physics)  # once for every member
-        own = torch.stack([net(sides, collaborator, columns, level) for net in nets]).mean(0)
-        forecasts = self.experts.forecasts(sides.physics, gather(rates, sides.dst))
-        shift = self.sizing(self.experts, raw, sides.dst, sides.physics)
-        return torch.cat([torch.logit(own.clamp(1e-6, 1 - 1e-6)), forecasts, shift[:, None]], dim=-1)
+        own = torch.stack([net(inputs.sides, inputs.collaborator, inputs.columns, inputs.level) for net in nets]).mean(0)
+        return torch.logit(own.clamp(1e-6, 1 - 1e-6))
 
     def stats(self, sides: PairSides) -> torch.Tensor:
         """(n_c, STATS, L) the collaborators' raw sums per lambda, the tail of their rows (what the rules read)."""

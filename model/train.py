@@ -38,7 +38,7 @@ from model.config import SystemParams
 from model.credibility import believed_share
 from model.evidence import EvidenceConfig
 from model.experts import fit_rate_prior, fit_stack
-from model.head import PairTargets
+from model.head import PairSides, PairTargets
 from model.history import History
 from model.metrics import mae, rmse
 from model.stages import resolve_device
@@ -185,16 +185,19 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
                                           for f in fields(PairTargets))))
     head = model.head
     d = model.config.gnn.out_dim
+    with torch.no_grad():  # what the members read (the rules' rates, the physics' columns) is fixed: once
+        read = {name: head.member_inputs(PairSides.of_pairs(*(torch.zeros(len(physics), d, device=model.device),) * 2,
+                                                            physics, evidence, head.lams))
+                for name, (physics, evidence, _) in inputs.items()}
 
     def outputs(name: str, rows: np.ndarray, member: int) -> torch.Tensor:
-        physics, evidence, _ = inputs[name]
-        zeros = torch.zeros(len(rows), d, device=model.device)
-        return head(zeros, zeros, physics[rows], evidence[rows], member=member)
+        return head.own(read[name].take(torch.as_tensor(rows, device=model.device)), member)
 
     def train(member: int, name: str, epochs: int, validate: bool, start: dict) -> int:
         net = head.members[member]
         net.load_state_dict(start)
-        optimizer = torch.optim.Adam(net.parameters(), lr=config.head_lr, weight_decay=config.weight_decay)
+        optimizer = torch.optim.Adam(net.parameters(), lr=config.head_lr, weight_decay=config.weight_decay,
+                                     foreach=True)  # one call per step for all tensors (the same updates)
         generator = np.random.default_rng([config.seed, 1, member])
         wanted = inputs[name][2]
         val_rows = np.arange(len(batches["val"]))
@@ -241,7 +244,7 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
     are learned from too."""
     refit = warm_up_head(model, history, fit_slots, val_slots, config) if model.config.uses_context else None
     generator = np.random.default_rng(config.seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, foreach=True)
     chunks = [list(c) for c in np.array_split(np.asarray(fit_slots), max(1, len(fit_slots) // config.chunk_slots))]
     best = FitResult(-1, validation_loss(model, history, val_slots), [], [])
     best_state = copy.deepcopy(model.state_dict())

@@ -118,7 +118,14 @@ def test_the_members_are_averaged_in_probability() -> None:
                 parameter.add_(torch.randn_like(parameter) * 0.5)
         members = [torch.sigmoid(model.head(y, y, physics, evidence, member=m)[:, :2]) for m in range(3)]
         mean = torch.sigmoid(model.head(y, y, physics, evidence)[:, :2])
+        # the warm-up's path: what the members read computed once for every pair, then the rows of a minibatch
+        read, rows = model.head.member_inputs(PairSides.of_pairs(y, y, physics, evidence, model.head.lams)), [3, 1]
+        for m in range(3):
+            assert torch.equal(model.head.own(read.take(torch.tensor(rows)), m),
+                               model.head(y[rows], y[rows], physics[rows], evidence[rows], member=m)[:, :2])
     torch.testing.assert_close(mean, torch.stack(members).mean(0), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="src and dst None"):  # rows of pairs that read shared rows are not pairs'
+        PairSides(y, y, y, evidence, physics, physics, torch.tensor([0]), torch.tensor([0])).take(torch.tensor([0]))
 
 
 PAIR_MLP_TOLERANCE = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-4, atol=1e-4)}
