@@ -23,12 +23,13 @@ import itertools
 import math
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import torch
+from torch import nn
 from tqdm import tqdm
 
 from model.baselines import SizeChoice, size_choice
@@ -43,6 +44,8 @@ from model.history import History
 from model.metrics import mae, rmse
 from model.stages import resolve_device
 from model.node2vec import Graph, node2vec_embeddings
+
+T = TypeVar("T")
 
 PAPER_GRID = {"lr": (1e-1, 1e-2, 1e-3, 1e-4), "weight_decay": (1e-5, 1e-4), "dropout": (0.0, 0.1, 0.3, 0.5, 0.8)}
 
@@ -203,7 +206,7 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
         val_rows = np.arange(len(batches["val"]))
         best, best_epoch, kept = math.inf, 0, start
         for epoch in range(epochs):
-            head.train()
+            net.train()
             for rows in np.array_split(generator.permutation(len(wanted.t_col)), config.head_batches):
                 part = PairTargets(*(getattr(wanted, f.name)[rows] for f in fields(PairTargets)))
                 loss = head.loss(outputs(name, rows, member), part)
@@ -211,7 +214,7 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
                 loss.backward()
                 optimizer.step()
             if validate:
-                head.eval()
+                net.eval()
                 with torch.no_grad():
                     score = head.loss(outputs("val", val_rows, member), inputs["val"][2]).item()
                 if score < best:
@@ -220,17 +223,40 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
                     break
         if validate and best_epoch:
             net.load_state_dict(kept)
-        head.eval()
+        net.eval()
         return best_epoch
 
     starts = [copy.deepcopy(net.state_dict()) for net in head.members]
-    chosen = [train(k, "fit", config.head_epochs, True, starts[k]) for k in range(len(starts))]
+    each = parallel_members(head, torch.get_num_threads())
+    chosen = each(lambda k: train(k, "fit", config.head_epochs, True, starts[k]))
 
     def refit() -> None:
-        for k, epochs in enumerate(chosen):
-            train(k, "all", epochs, False, starts[k])
+        each(lambda k: train(k, "all", chosen[k], False, starts[k]))
 
     return refit
+
+
+def parallel_members(head: nn.Module, threads: int) -> Callable[[Callable[[int], T]], list[T]]:
+    """Run a function of each member index over the head's members, on up to ``threads`` threads, each with one
+    intra-op thread (PyTorch lets go of the interpreter in its operators). Members are independent (their own
+    parameters, optimizer and minibatch order), so the results are those of a loop over them: threads only where
+    no member draws from PyTorch's shared random stream (dropout)."""
+    members = len(head.members)
+    drawing = any(isinstance(m, nn.Dropout) and m.p > 0 for m in head.modules())
+    workers = 1 if drawing else max(1, min(members, threads))
+    if workers == 1:
+        return lambda job: [job(k) for k in range(members)]
+
+    def each(job: Callable[[int], T]) -> list[T]:
+        def one(k: int) -> T:
+            torch.set_num_threads(1)  # members side by side, not each operator split across the cores
+            return job(k)
+        try:
+            with ThreadPoolExecutor(workers) as pool:
+                return list(pool.map(one, range(members)))
+        finally:
+            torch.set_num_threads(threads)  # the library-wide setting (BLAS) back as it was
+    return each
 
 
 def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequence[int], config: TrainConfig,

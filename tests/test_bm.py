@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -21,8 +22,8 @@ from model.head import PairSides, mlp, pair_mlp, soft_labels
 from model.history import History
 from model.node2vec import Node2VecConfig
 from model.scan import cpu_extension, fused_inference
-from model.train import (TrainConfig, blocked_folds, build, fit, predict, prepare, targets, time_split, train_bm,
-                         validation_loss)
+from model.train import (TrainConfig, blocked_folds, build, fit, parallel_members, predict, prepare, targets,
+                         time_split, train_bm, validation_loss)
 from simulator.config import Behaviour, SimConfig
 
 SMALL = BMConfig(gnn=GNNConfig(node_dim=8, psi_dim=4, time_dim=4, widths=(8, 16, 8)),
@@ -306,6 +307,32 @@ def test_training_is_deterministic_for_a_seed(history: History) -> None:
     second, _, _ = train_bm(history, SMALL, train, prepared=prepared)  # a run's learned methods share it
     np.testing.assert_array_equal(predict(first, history, report.test_slots)[0],
                                   predict(second, history, report.test_slots)[0])
+
+
+def test_the_members_warm_up_side_by_side_as_one_after_another(history: History) -> None:
+    """With two intra-op threads the warm-up fits two members at once, one thread each: the same model as one
+    member after another on one thread, and the thread setting is left as it was."""
+    train, before, predicted = TrainConfig(epochs=1, patience=1, chunk_slots=4, seed=3, head_epochs=6), \
+        torch.get_num_threads(), []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            model, _, report = train_bm(history, SMALL, train)
+            assert torch.get_num_threads() == threads
+            predicted.append(predict(model, history, report.test_slots)[0])
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_array_equal(*predicted)
+
+
+def test_members_run_on_threads_unless_they_draw_random_numbers() -> None:
+    together = threading.Barrier(2, timeout=30)  # passes only if both members run at once
+    head = BM(SMALL, np.zeros((3, 8), dtype=np.float32)).head
+    assert parallel_members(head, 2)(lambda k: (together.wait(), k)[1]) == [0, 1]
+    callers = parallel_members(BM(replace(SMALL, dropout=0.1), np.zeros((3, 8), dtype=np.float32)).head, 2)(
+        lambda k: threading.get_ident())
+    assert callers == [threading.get_ident()] * 2  # dropout draws from PyTorch's one stream: in order, here
+    assert parallel_members(head, 1)(lambda k: threading.get_ident()) == [threading.get_ident()] * 2
 
 
 def test_grid_search_picks_the_best_cv_setting_in_any_number_of_processes(history: History) -> None:
