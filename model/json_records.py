@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from model.scan import build_lock, extension_build_dir
+from model.scan import load_extension
 from schemas.columnar import TextColumn, python_render
 
 log = logging.getLogger(__name__)
@@ -25,12 +25,7 @@ def json_extension() -> Any | None:
     """The compiled renderer (built once per machine into torch's extension cache, like :func:`model.scan.cpu_extension`
     but with no torch header and no ``-march``: seconds to build, the same code on every CPU), or None."""
     try:
-        from torch.utils.cpp_extension import load
-
-        name = "trustbeam_json_records"
-        with build_lock(extension_build_dir(name)) as build_dir:
-            return load(name=name, sources=[str(_SOURCE)], build_directory=str(build_dir), extra_cflags=["-O3"],
-                        verbose=False)
+        return load_extension("trustbeam_json_records", [_SOURCE], ["-O3"])
     except Exception as error:  # compiler missing or failing: Python's renderer, the same bytes, slower
         log.warning("the records' JSON extension is unavailable, rendering in Python: %s", error)
         return None

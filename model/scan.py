@@ -30,7 +30,7 @@ import sys
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -183,19 +183,24 @@ def cpu_extension() -> Any | None:
     if os.environ.get("TRUSTBEAM_SCAN_NO_EXT"):
         return None
     try:
-        from torch.utils.cpp_extension import load
-
         march = scan_march()
-        name = f"trustbeam_selective_scan_{march.replace('-', '_')}"
-        with build_lock(extension_build_dir(name)) as build_dir:
-            return load(name=name, sources=[str(path) for path in _SOURCES], build_directory=str(build_dir),
-                        # -ffast-math lets OpenMP-simd loops call glibc's vector exp (libmvec): 2-3x
-                        # faster here; inputs are finite, and float64 stays within 1e-13 of the loop.
-                        extra_cflags=["-O3", f"-march={march}", "-fopenmp", "-ffast-math"],
-                        extra_ldflags=["-fopenmp"], verbose=False)
+        # -ffast-math lets OpenMP-simd loops call glibc's vector exp (libmvec): 2-3x faster here; inputs are
+        # finite, and float64 stays within 1e-13 of the loop.
+        return load_extension(f"trustbeam_selective_scan_{march.replace('-', '_')}", _SOURCES,
+                              ["-O3", f"-march={march}", "-fopenmp", "-ffast-math"], ["-fopenmp"])
     except Exception as error:  # compiler missing or failing: fall back, loudly
         log.warning("selective scan C++ extension unavailable, using the reference loop: %s", error)
         return None
+
+
+def load_extension(name: str, sources: Sequence[Path], cflags: list[str], ldflags: Sequence[str] = ()) -> Any:
+    """Build (once per machine, into :func:`extension_build_dir`, under :func:`build_lock`) and import the C++
+    extension ``name`` of ``sources``; raises what the build raises."""
+    from torch.utils.cpp_extension import load
+
+    with build_lock(extension_build_dir(name)) as build_dir:
+        return load(name=name, sources=[str(path) for path in sources], build_directory=str(build_dir),
+                    extra_cflags=cflags, extra_ldflags=list(ldflags), verbose=False)
 
 
 def extension_build_dir(name: str) -> Path:

@@ -203,7 +203,6 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
                                      foreach=True)  # one call per step for all tensors (the same updates)
         generator = np.random.default_rng([config.seed, 1, member])
         wanted = inputs[name][2]
-        val_rows = np.arange(len(batches["val"]))
         best, best_epoch, kept = math.inf, 0, start
         for epoch in range(epochs):
             net.train()
@@ -216,7 +215,7 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
             if validate:
                 net.eval()
                 with torch.no_grad():
-                    score = head.loss(outputs("val", val_rows, member), inputs["val"][2]).item()
+                    score = head.loss(head.own(read["val"], member), inputs["val"][2]).item()
                 if score < best:
                     best, best_epoch, kept = score, epoch + 1, copy.deepcopy(net.state_dict())
                 elif epoch + 1 - best_epoch >= config.head_patience:
