@@ -96,6 +96,13 @@ class PairQuery:
             self.profile = np.full((len(self.src), 2), np.nan)
 
 
+def head_seed(seed: int) -> int:
+    """The seed of a model's head, from the seed its process was given (``torch.manual_seed``): BM, the LSTM, the
+    Transformer and GNN-only built with one seed start their heads alike, whatever their encoders drew before, so
+    they can share one warm-up (:class:`model.train.WarmUps`)."""
+    return int(np.random.SeedSequence([seed, 1]).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
 class BM(nn.Module):
     def __init__(self, config: BMConfig, features: np.ndarray, known: np.ndarray | None = None,
                  outage: OutageCurve | None = None, rate_prior: np.ndarray | None = None,
@@ -114,12 +121,14 @@ class BM(nn.Module):
         self.telemetry = nn.Linear(len(TELEMETRY), config.gnn.out_dim)  # a slot's report, added to its embedding
         self.sequence_encoder = sequence_encoder(config.sequence, config.mamba, config.window)
         d = config.gnn.out_dim
-        if config.head == "paper":
-            self.head: nn.Module = PaperHead(d, config.head_hidden, config.levels, config.readout, config.dropout)
-        else:
-            self.head = ContextHead(d, config.evidence, config.head_hidden, config.outcomes, config.weights,
-                                    outage or OutageCurve.prior(config.system), config.dropout, config.head_members,
-                                    rate_prior, on_time, tr_rate)
+        with torch.random.fork_rng(devices=[]):  # the head's start is a draw of its own (see head_seed)
+            torch.default_generator.manual_seed(head_seed(torch.initial_seed()))  # the CPU stream only
+            if config.head == "paper":
+                self.head: nn.Module = PaperHead(d, config.head_hidden, config.levels, config.readout, config.dropout)
+            else:
+                self.head = ContextHead(d, config.evidence, config.head_hidden, config.outcomes, config.weights,
+                                        outage or OutageCurve.prior(config.system), config.dropout,
+                                        config.head_members, rate_prior, on_time, tr_rate)
 
     def pair_scores(self, sides: PairSides) -> torch.Tensor:
         """(P, 2) each pair's T_beh (:meth:`t_beh` of :meth:`head.read <model.head.ContextHead.read>`) and its

@@ -43,7 +43,7 @@ from model.manipulation import DETECT_BELOW, attack_measures
 from model.metrics import expected_calibration_error, mae, rmse
 from model.plots import plot_curves, plot_reliability
 from model.recalibration import RecalibrationConfig, replayed_shifts
-from model.train import TrainConfig, predict, prepare, targets, time_split, train_bm
+from model.train import TrainConfig, WarmUps, predict, prepare, targets, time_split, train_bm
 from model.voc import THETAS, Scorer, candidate_rmse, scored_tasks, voc_curves
 
 # method -> (sequence encoder, head); bm_paper also reports its literal "max" readout as bm_paper_max
@@ -226,6 +226,7 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
     forecasts: dict[str, np.ndarray] = {}
     scorers: dict[str, Scorer] = {}
     prepared = prepare(history, config, train) if set(methods) & set(LEARNED) else None
+    warm_ups = WarmUps()  # the context heads' one warm-up: the first learned method fits it, the others take it
     for method in methods:
         started = time.perf_counter()
         predicted: dict[str, np.ndarray] = {}
@@ -234,7 +235,7 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
         if method in LEARNED:
             sequence, head = LEARNED[method]
             model, _, trained = train_bm(history, replace(config, sequence=sequence, head=head), train,
-                                         prepared=prepared)
+                                         prepared=prepared, warm_ups=warm_ups)
             facts["kept_epoch"] = trained.fit.best_epoch  # -1: no end-to-end epoch beat the warmed-up head
             if head == "context":  # the stack's weight on the head's own forecast (1: no rule mixed in), and
                 facts["stack_own"] = float(model.head.stack[0])  # 1 where the head reads the task's size

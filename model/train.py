@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import hashlib
 import itertools
 import math
 import multiprocessing
@@ -169,14 +170,57 @@ def validation_loss(model: BM, history: History, slots: Iterable[int], chunk_slo
     return total / weight if weight else math.inf
 
 
+@dataclass
+class WarmedUp:
+    """One warm-up's result: each member's state after it and the epochs it chose, and after the refit, once run."""
+
+    states: list[dict[str, torch.Tensor]]
+    chosen: list[int]
+    refitted: list[dict[str, torch.Tensor]] | None = None
+
+
+class WarmUps:
+    """The head warm-ups fitted so far, by a digest of everything a warm-up reads (:func:`warm_up_digest`).
+
+    BM, the LSTM, the Transformer and GNN-only warm their heads up on the same inputs from the same starts
+    (:func:`model.bm.head_seed`), and a warm-up runs no encoder: the learned methods of one evaluation run share
+    one, and the others take the first one's members, the same bit for bit as fitting them again. ``hits``
+    counts the warm-ups (and refits) taken rather than fitted."""
+
+    def __init__(self) -> None:
+        self.done: dict[bytes, WarmedUp] = {}
+        self.hits = 0
+
+
+def warm_up_digest(model: BM, inputs: dict[str, tuple[torch.Tensor, torch.Tensor, PairTargets]],
+                   config: TrainConfig) -> bytes:
+    """What a warm-up's result depends on: the head's whole state (the members' starts among it) and structure,
+    the fit and validation pairs' physics, evidence and targets, the model's config bar its sequence encoder,
+    and the warm-up's settings."""
+    digest = hashlib.blake2b(digest_size=32)
+    settings = (repr(replace(model.config, sequence="bimamba")), repr(model.head), model.head.lams, str(model.device),
+                config.seed, config.head_lr, config.weight_decay, config.head_epochs, config.head_patience,
+                config.head_batches)
+    digest.update(repr(settings).encode())
+    physics_evidence_targets = [(f"{name}.{k}", t) for name in ("fit", "val")
+                                for k, t in enumerate([*inputs[name][:2], *(getattr(inputs[name][2], f.name)
+                                                                             for f in fields(PairTargets))])]
+    for name, tensor in [*physics_evidence_targets, *model.head.state_dict().items()]:
+        digest.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}".encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.digest()
+
+
 def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequence[int],
-                 config: TrainConfig) -> Callable[[], None]:
+                 config: TrainConfig, warm_ups: WarmUps | None = None) -> Callable[[], None]:
     """Fit the context head's members one by one (each from its own start, in its own order of minibatches) on
     the pairs' physics and evidence alone (Y = 0) on the fit slots, for the epochs that early stopping on the
     validation loss chooses. Returns ``refit``, which fits each member again from its start on the fit and
     validation slots together for that many epochs (the validation slots are the most recent ones): call it
     only once the validation slots have judged what they judge. Costs no encoder run: the inputs are
-    computed once."""
+    computed once. ``warm_ups``: where a warm-up of the same inputs from the same starts was fitted already
+    (and its refit, once run), its members are taken from there; none is kept where a member draws from
+    PyTorch's random stream (dropout), whose state differs between models."""
     credible = model.config.evidence
     batches = {"fit": targets(history, fit_slots, credible), "val": targets(history, val_slots, credible)}
     if not len(batches["fit"]) or not len(batches["val"]):
@@ -227,12 +271,39 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
 
     starts = [copy.deepcopy(net.state_dict()) for net in head.members]
     each = parallel_members(head, torch.get_num_threads())
-    chosen = each(lambda k: train(k, "fit", config.head_epochs, True, starts[k]))
+    key = warm_up_digest(model, inputs, config) if warm_ups is not None and not draws_randomly(head) else None
+    if key is not None and key in warm_ups.done:
+        result = warm_ups.done[key]
+        warm_ups.hits += 1
+        load_members(head, result.states)
+    else:
+        chosen = each(lambda k: train(k, "fit", config.head_epochs, True, starts[k]))
+        result = WarmedUp([copy.deepcopy(net.state_dict()) for net in head.members], chosen)
+        if key is not None:
+            warm_ups.done[key] = result
 
     def refit() -> None:
-        each(lambda k: train(k, "all", chosen[k], False, starts[k]))
+        if result.refitted is not None:
+            warm_ups.hits += 1
+            load_members(head, result.refitted)
+            return
+        each(lambda k: train(k, "all", result.chosen[k], False, starts[k]))
+        if key is not None:
+            result.refitted = [copy.deepcopy(net.state_dict()) for net in head.members]
 
     return refit
+
+
+def load_members(head: nn.Module, states: list[dict[str, torch.Tensor]]) -> None:
+    """Each member of ``head`` set to its state in ``states`` (copied, so the stored states stay as they are)."""
+    for net, state in zip(head.members, states):
+        net.load_state_dict(state)
+        net.eval()
+
+
+def draws_randomly(head: nn.Module) -> bool:
+    """Whether a forward pass of ``head`` in training draws from PyTorch's shared random stream (dropout)."""
+    return any(isinstance(m, nn.Dropout) and m.p > 0 for m in head.modules())
 
 
 def parallel_members(head: nn.Module, threads: int) -> Callable[[Callable[[int], T]], list[T]]:
@@ -241,8 +312,7 @@ def parallel_members(head: nn.Module, threads: int) -> Callable[[Callable[[int],
     parameters, optimizer and minibatch order), so the results are those of a loop over them: threads only where
     no member draws from PyTorch's shared random stream (dropout)."""
     members = len(head.members)
-    drawing = any(isinstance(m, nn.Dropout) and m.p > 0 for m in head.modules())
-    workers = 1 if drawing else max(1, min(members, threads))
+    workers = 1 if draws_randomly(head) else max(1, min(members, threads))
     if workers == 1:
         return lambda job: [job(k) for k in range(members)]
 
@@ -259,15 +329,15 @@ def parallel_members(head: nn.Module, threads: int) -> Callable[[Callable[[int],
 
 
 def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequence[int], config: TrainConfig,
-        progress: bool = False) -> FitResult:
+        progress: bool = False, warm_ups: WarmUps | None = None) -> FitResult:
     """Adam with L2, chunks of target slots in shuffled order, early stopping on the validation loss.
 
     The context head is warmed up first on its own inputs (fit slots only). The warmed-up state competes
     with every end-to-end epoch on the validation loss: an epoch is kept only if what the long-term
     embeddings add helps on slots it never trained on. When none is kept (``best_epoch == -1``) the
     warmed-up head is refitted on the fit and validation slots together, so that the most recent slots
-    are learned from too."""
-    refit = warm_up_head(model, history, fit_slots, val_slots, config) if model.config.uses_context else None
+    are learned from too. ``warm_ups``: the head's warm-ups shared with other models (:class:`WarmUps`)."""
+    refit = warm_up_head(model, history, fit_slots, val_slots, config, warm_ups) if model.config.uses_context else None
     generator = np.random.default_rng(config.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, foreach=True)
     chunks = [list(c) for c in np.array_split(np.asarray(fit_slots), max(1, len(fit_slots) // config.chunk_slots))]
@@ -441,13 +511,13 @@ def deterministic(device: torch.device = torch.device("cpu")) -> Iterator[None]:
 
 
 def train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool = False,
-             prepared: Prepared | None = None) -> tuple[BM, Prepared, TrainReport]:
+             prepared: Prepared | None = None, warm_ups: WarmUps | None = None) -> tuple[BM, Prepared, TrainReport]:
     """Select a setting by blocked CV on the training period, refit it, and score the test period once.
 
     ``prepared``: what :func:`prepare` computes for the same history, config and seed (the learned
-    methods of one evaluation run share it). The outcomes the head models follow the log
-    (``config.outcomes`` is set from it). The model trains and stays on ``train.device``. Runs are
-    deterministic on the CPU for a given seed (a test checks bit-identical predictions).
+    methods of one evaluation run share it, and ``warm_ups``, their heads' warm-up: :class:`WarmUps`). The
+    outcomes the head models follow the log (``config.outcomes`` is set from it). The model trains and stays on
+    ``train.device``. Runs are deterministic on the CPU for a given seed (a test checks bit-identical predictions).
     """
     device = resolve_device(train.device)  # a missing GPU is refused before any work
     if train.workers > 1 and device.type != "cpu":
@@ -455,7 +525,7 @@ def train_bm(history: History, config: BMConfig, train: TrainConfig, progress: b
                          f"with --device {train.device}")
     with deterministic(device):
         return _train_bm(history, replace(config, outcomes="flags" if history.has_flags else "graded"), train,
-                         progress, prepared)
+                         progress, prepared, warm_ups)
 
 
 def split_for_training(history: History, train: TrainConfig) -> tuple[list[int], list[int]]:
@@ -502,7 +572,7 @@ def rate_prior(batch: Targets, devices: int, flags: bool, on_time: OnTimeCurve) 
 
 
 def _train_bm(history: History, config: BMConfig, train: TrainConfig, progress: bool,
-              prepared: Prepared | None) -> tuple[BM, Prepared, TrainReport]:
+              prepared: Prepared | None, warm_ups: WarmUps | None) -> tuple[BM, Prepared, TrainReport]:
     train_slots, test_slots = split_for_training(history, train)
     prepared = prepare(history, config, train) if prepared is None else prepared
     folds = blocked_folds(train_slots, min(train.folds, len(train_slots)))
@@ -517,7 +587,7 @@ def _train_bm(history: History, config: BMConfig, train: TrainConfig, progress: 
         chosen = candidates[0]
     model = build(config, prepared, chosen)
     refit_slots = [s for f in folds[:-1] for s in f]
-    result = fit(model, history, refit_slots, folds[-1], chosen, progress)
+    result = fit(model, history, refit_slots, folds[-1], chosen, progress, warm_ups)
     t_beh, t_col = predict(model, history, test_slots)
     report = TrainReport({"lr": chosen.lr, "weight_decay": chosen.weight_decay, "dropout": chosen.dropout},
                          search, result, train_slots, test_slots, rmse(t_beh, t_col), mae(t_beh, t_col))

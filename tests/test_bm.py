@@ -22,8 +22,8 @@ from model.head import PairSides, mlp, pair_mlp, soft_labels
 from model.history import History
 from model.node2vec import Node2VecConfig
 from model.scan import cpu_extension, fused_inference
-from model.train import (TrainConfig, blocked_folds, build, fit, parallel_members, predict, prepare, targets,
-                         time_split, train_bm, validation_loss)
+from model.train import (TrainConfig, WarmUps, blocked_folds, build, fit, parallel_members, predict, prepare,
+                         targets, time_split, train_bm, validation_loss)
 from simulator.config import Behaviour, SimConfig
 
 SMALL = BMConfig(gnn=GNNConfig(node_dim=8, psi_dim=4, time_dim=4, widths=(8, 16, 8)),
@@ -323,6 +323,50 @@ def test_the_members_warm_up_side_by_side_as_one_after_another(history: History)
     finally:
         torch.set_num_threads(before)
     np.testing.assert_array_equal(*predicted)
+
+
+def test_every_encoder_starts_its_head_alike_for_a_seed() -> None:
+    """The head's start is a draw of its own: the same for BM, the LSTM, the Transformer and GNN-only built with
+    one seed, though their encoders draw different numbers before it; another seed, another start."""
+    def head_state(kind: str, seed: int) -> dict[str, torch.Tensor]:
+        torch.manual_seed(seed)
+        return BM(replace(SMALL, sequence=kind), np.zeros((3, 8), dtype=np.float32)).head.state_dict()
+
+    bimamba = head_state("bimamba", 5)
+    for kind in ("lstm", "transformer", "last"):
+        other = head_state(kind, 5)
+        assert other.keys() == bimamba.keys() and all(torch.equal(other[k], bimamba[k]) for k in bimamba)
+    assert not torch.equal(head_state("bimamba", 6)["members.0.tr_adjust.0.weight"],
+                           bimamba["members.0.tr_adjust.0.weight"])
+    assert torch.initial_seed() == 6  # the head's own seed leaves the process's as it was
+
+
+@pytest.mark.parametrize("epochs", [0, 1])  # 0: no end-to-end epoch, so the warmed-up head is refitted
+def test_encoders_share_one_warm_up_and_get_what_fitting_it_again_gives(epochs: int, history: History) -> None:
+    """Trained one after another with one :class:`WarmUps`, the LSTM and GNN-only take BM's warm-up (and its
+    refit) instead of fitting them: the same model, bit for bit, as the LSTM trained alone. A head with dropout
+    draws from PyTorch's stream, so nothing is shared there."""
+    train = TrainConfig(epochs=epochs, patience=1, chunk_slots=4, seed=3, head_epochs=6)
+    warm_ups = WarmUps()
+    shared = {kind: train_bm(history, replace(SMALL, sequence=kind), train, warm_ups=warm_ups)
+              for kind in ("bimamba", "lstm", "last")}
+    alone = train_bm(history, replace(SMALL, sequence="lstm"), train)
+    refits = sum(report.fit.best_epoch == -1 for _, _, report in shared.values())
+    assert len(warm_ups.done) == 1 and warm_ups.hits == 2 + max(refits - 1, 0)  # taken: 2 warm-ups, later refits
+    if epochs == 0:
+        assert refits == 3
+    kept = shared["lstm"][0].state_dict()
+    assert kept.keys() == alone[0].state_dict().keys()
+    for name, value in alone[0].state_dict().items():  # the members, and what the end-to-end epochs made of them
+        assert torch.equal(kept[name], value), name
+    test_slots = alone[2].test_slots
+    np.testing.assert_array_equal(predict(shared["lstm"][0], history, test_slots)[0],
+                                  predict(alone[0], history, test_slots)[0])
+    if epochs == 0:
+        dropping = WarmUps()
+        for kind in ("bimamba", "lstm"):
+            train_bm(history, replace(SMALL, sequence=kind), replace(train, dropout=0.1), warm_ups=dropping)
+        assert not dropping.done and dropping.hits == 0
 
 
 def test_members_run_on_threads_unless_they_draw_random_numbers() -> None:
