@@ -145,6 +145,15 @@ def _by_class(column: BehaviourParams, slot: np.ndarray, tied: bool) -> np.ndarr
     return np.concatenate([column.take(slice(lo, hi)).reliability(slot, False, tied) for lo, hi in runs])
 
 
+@dataclass
+class Counted:
+    """A collaborator's tasks the filter has summed so far, for its next forecast to go on from: how many (in slot
+    order), and each hypothesis's log-likelihood of their outcomes (H,), None before any."""
+
+    tasks: int = 0
+    log_likelihood: np.ndarray | None = None
+
+
 @dataclass(frozen=True)
 class Tasks:
     """One collaborator's transmitted tasks in slot order: slot, owner row, computation success, on-time factor."""
@@ -181,18 +190,24 @@ class BayesFilter:
         order = np.lexsort((slot, collab))
         self.collab = collab[order]
         self.tasks = (slot[order], owner[order], com[order], on_time[order])
+        self.counted: dict[int, Counted] = {}  # per collaborator: where its last forecast's first slot stood
 
     def tasks_of(self, collab: int) -> Tasks:
         lo, hi = np.searchsorted(self.collab, [collab, collab + 1])
         return Tasks(*(a[lo:hi] for a in self.tasks))
 
     def forecast(self, owners: np.ndarray, collabs: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        """(P,) E[truth] of each pair at its (absolute) slot, from the collaborator's tasks before that slot."""
+        """(P,) E[truth] of each pair at its (absolute) slot, from the collaborator's tasks before that slot.
+
+        Forecasts asked slot after slot (a selection experiment's) go on from the sums of the one before
+        (:class:`Counted`), so each task's likelihood under every hypothesis is computed once, not once a slot:
+        the same sums, in the same order, as from the first task."""
         owners, collabs, slots = (np.asarray(a, np.int64) for a in (owners, collabs, slots))
         behaviour = np.zeros(len(owners))
         for collab in np.unique(collabs):
             mine = np.flatnonzero(collabs == collab)
-            behaviour[mine] = self.expected_behaviour(self.tasks_of(collab), owners[mine], slots[mine], int(collab))
+            behaviour[mine] = self.expected_behaviour(self.tasks_of(collab), owners[mine], slots[mine], int(collab),
+                                                      self.counted.setdefault(int(collab), Counted()))
         out = np.zeros(len(owners))
         config = self.world.config
         for slot in np.unique(slots):  # P(tr) and the on-time factor at the load a scheduler can know, pairwise
@@ -231,17 +246,25 @@ class BayesFilter:
         return Hypotheses(params, np.where(allowed, h.log_prior, -np.inf), h.selective_high, h.selective_low,
                           selective)
 
-    def expected_behaviour(self, tasks: Tasks, owners: np.ndarray, slots: np.ndarray, collab: int = 0) -> np.ndarray:
+    def expected_behaviour(self, tasks: Tasks, owners: np.ndarray, slots: np.ndarray, collab: int = 0,
+                           counted: Counted | None = None) -> np.ndarray:
         """(P,) posterior mean of ``collab``'s honest-computation probability toward each owner at each slot,
-        given its tasks before that slot."""
+        given its tasks before that slot. ``counted``: the sums of ``tasks``' first ones, from an earlier call,
+        to go on from where they reach no further than this call's first slot; left at this call's first slot."""
         h = self.device_hypotheses(collab)
         wanted, inverse = np.unique(slots, return_inverse=True)  # (T,)
         before = np.searchsorted(tasks.slot, wanted, side="left")  # tasks counted at each wanted slot
         column = h.params.column()
         tied = self.revealed
-        ll = _bernoulli(tasks.com[None, :], _by_class(column, tasks.slot[None, :], tied) * tasks.on_time[None, :])
-        cumulative = np.concatenate([np.zeros((len(ll), 1)), np.cumsum(ll, axis=1)], axis=1)  # (H, K + 1)
-        log_w = h.log_prior[:, None] + cumulative[:, before]  # (H, T)
+        resume = counted is not None and counted.log_likelihood is not None and counted.tasks <= before[0]
+        start = counted.tasks if resume else 0
+        new = slice(start, before[-1])  # the tasks not yet summed that this call counts
+        ll = _bernoulli(tasks.com[None, new], _by_class(column, tasks.slot[None, new], tied) * tasks.on_time[None, new])
+        carried = counted.log_likelihood if resume else np.zeros(len(h.log_prior))
+        cumulative = np.cumsum(np.concatenate([carried[:, None], ll], axis=1), axis=1)  # (H, 1 + new tasks)
+        if counted is not None:
+            counted.tasks, counted.log_likelihood = int(before[0]), cumulative[:, before[0] - start].copy()
+        log_w = h.log_prior[:, None] + cumulative[:, before - start]  # (H, T)
         b = _by_class(column, wanted[None, :], tied)  # (H, T)
         if not len(h.selective_high):
             w = np.exp(log_w - logsumexp(log_w, axis=0))

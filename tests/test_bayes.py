@@ -111,6 +111,30 @@ def test_the_filter_is_the_floor_of_the_rules_error() -> None:
     assert errors["bayes"] < min(v for k, v in errors.items() if k != "bayes"), errors
 
 
+@pytest.mark.parametrize("telemetry", [False, True])
+def test_forecasts_slot_after_slot_go_on_from_the_sums_before_and_equal_fresh_ones(telemetry: bool) -> None:
+    """A selection experiment asks the filter one slot at a time: each forecast goes on from the collaborator's
+    sums of the forecast before and is the same, to the last bit, as a fresh filter's; asked out of order (an
+    earlier slot, then all at once) it starts over where it must."""
+    config = SimConfig(devices=40, tasks=1500, slots=30, seed=5, telemetry=telemetry,
+                       mix={Behaviour.SELECTIVE: 0.5, Behaviour.INTERMITTENT: 0.3, Behaviour.DEGRADING: 0.2})
+    events, _, _ = simulated_run(config)
+    world = World(config)
+    going_on = BayesFilter(world, events)
+    rng = np.random.default_rng(0)
+    owners, collabs = rng.integers(0, 40, 60), rng.integers(0, 40, 60)
+    for slot in (12, 12, 17, 25, 14):
+        at = np.full(len(owners), slot)
+        np.testing.assert_array_equal(going_on.forecast(owners, collabs, at),
+                                      BayesFilter(world, events).forecast(owners, collabs, at))
+    many = rng.integers(1, 30, 60)
+    np.testing.assert_array_equal(going_on.forecast(owners, collabs, many),
+                                  BayesFilter(world, events).forecast(owners, collabs, many))
+    busy = max(going_on.counted, key=lambda c: going_on.counted[c].tasks)
+    assert going_on.counted[busy].tasks > 0 and going_on.counted[busy].log_likelihood.shape == \
+        going_on.hypotheses.log_prior.shape
+
+
 def test_with_telemetry_the_reports_reveal_cycles_and_changes() -> None:
     config = SimConfig(devices=120, tasks=6000, slots=40, seed=11, telemetry=True)
     events, truth, status = simulated_run(config)
