@@ -330,14 +330,14 @@ def test_simulate_writes_the_attackers_hidden_labels(tmp_path) -> None:
 
 def test_bm_takes_the_sized_rules_correction_where_task_sizes_vary(tmp_path) -> None:
     out = tmp_path / "report"
-    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--seed", "12", "--attack", "opportunistic=0.2",
-                 "--methods", "bm", "channel_beta", "channel_beta_sized", "--out", str(out)]) == 0
+    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--seed", "12", "--epochs", "1", "--attack",
+                 "opportunistic=0.2", "--methods", "bm", "channel_beta", "channel_beta_sized", "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["bm"]["size_corrected"]["mean"] == 1.0  # the training period showed the size matters
     for method in ("bm", "channel_beta_sized"):
         assert 0 <= report[method]["attack_tasks_won_expected"]["mean"] <= 1
     plain = tmp_path / "plain"  # one task size: nothing to correct
-    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--seed", "12", "--methods", "bm",
+    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--seed", "12", "--epochs", "1", "--methods", "bm",
                  "--no-voc", "--out", str(plain)]) == 0
     assert json.loads((plain / "report.json").read_text())["bm"]["size_corrected"]["mean"] == 0.0
 
