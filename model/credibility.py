@@ -23,9 +23,11 @@ setting judge it far better than the ~10 the model's longest memory keeps), so t
 piece of a slot holds every owner-reported pair) weigh alike, and in the paper's setting, where a monitor sees every
 task, nothing is weighed and nothing changes.
 
-What it cannot see: a clique of liars that reports only about its own members, which then make up most of what is
-reported of them (ballot-stuffers that offload only to one another); the sequence encoder may see such a clique in the
-slot graphs, and a monitor's share of the reports anchors them.
+What the weighing takes out is not thrown away: :func:`discredited` keeps it per collaborator, and the head reads it
+(:func:`model.evidence.discredited_block`): a device that liars praise is likely one of theirs, one they blame likely
+honest. What it cannot see: a clique of liars that reports only about its own members, which then make up most of what
+is reported of them and agree with one another (ballot-stuffers that offload only to one another, where no other
+owner's reports contradict theirs); a monitor's share of the reports anchors them.
 
 Glossary: pi ``liar_prior``; c the credibility; L the log-likelihood ratio.
 """
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import betaln
 
-from model.evidence import COM, F, N, TR, W
+from model.evidence import COM, DISCREDITED, F, N, TR, W
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,12 @@ def believed_share(reported_share: np.ndarray, credibility: np.ndarray) -> np.nd
     """(k,) how much of each edge's tasks is believed: what monitors saw in full, the share its owner reported
     itself (``reported_share`` (k,)) at the owner's ``credibility`` (k,)."""
     return 1.0 - reported_share * (1.0 - credibility)
+
+
+def discredited(reports: np.ndarray, credibility: np.ndarray) -> np.ndarray:
+    """(r, L, 2) what owners reported of their pairs (``reports`` (r, L, C)) and were not believed in: the
+    :data:`model.evidence.DISCREDITED` channels times one less each owner's ``credibility`` (r,)."""
+    return reports[..., list(DISCREDITED)] * (1.0 - credibility)[:, None, None]
 
 
 def credibility(owners: np.ndarray, collaborators: np.ndarray, reports: np.ndarray, monitored: np.ndarray,

@@ -72,6 +72,8 @@ class EvidenceConfig:
     #                                   (model.identity: Sybils, whitewashers); None: every id apart
     succession_m: float | None = 5.0  # a fresh id reporting this close to where an id fell silent continues its
     succession_slots: int = 10  # record, if that was at most this many slots before (model.identity); None: never
+    discredited: bool = False  # the head reads what owners judged liars reported of each collaborator
+    #                           (:func:`discredited_block`); training sets it where owners report their own tasks
 
     def __post_init__(self) -> None:
         if not self.lams or any(not 0 < lam <= 1 for lam in self.lams):
@@ -94,9 +96,9 @@ class EvidenceConfig:
     @property
     def collaborator_normalized(self) -> int:
         """Width of the collaborator's normalized columns: its head block (9L), then recency, seen, load, reported,
-        the load's drift and its memory (4 + 2L); its raw :data:`STATS` follow them in its rows of the head's
-        inputs."""
-        return len(self.lams) * 11 + 4
+        the load's drift and its memory (4 + 2L), and with ``discredited`` :func:`discredited_block` (2L); its raw
+        :data:`STATS` follow them in its rows of the head's inputs."""
+        return len(self.lams) * (13 if self.discredited else 11) + 4
 
     @property
     def normalized(self) -> int:
@@ -379,6 +381,21 @@ def load_memory(reports: np.ndarray | None, n: int, lams: int) -> np.ndarray:
     return np.where(reports[..., 0] > 0, reports[..., 1] / np.maximum(reports[..., 0], 1e-12), 0.0)
 
 
+DISCREDITED = (N, W)  # the channels of what discredited reporters said of a collaborator that the head reads
+
+
+def discredited_block(sums: np.ndarray | None, n: int, lams: int) -> np.ndarray:
+    """(n, L) * 2: per lambda, the log count of the tasks owners reported of a collaborator and were not believed in
+    (their reports times one less their credibility, :mod:`model.credibility`; sums (n, L, 2) of
+    :data:`DISCREDITED`), and their mean reported T_col less one half; 0 where none (None: none known). A device
+    that liars praise is likely one of theirs (ballot-stuffing), one they blame likely honest (bad-mouthing): what
+    the weighing takes out of its evidence still says something of it."""
+    if sums is None:
+        return np.zeros((n, 2 * lams))
+    tasks, weight = sums[..., 0], sums[..., 1]
+    return np.concatenate([_log_count(tasks), (weight - tasks / 2) / (tasks + 1.0)], axis=1)
+
+
 @dataclass
 class EvidenceTrack:
     """Every update of an :class:`EvidenceState`, so any key can be read at any slot (offline).
@@ -449,11 +466,12 @@ def _mean_weight(x: np.ndarray) -> np.ndarray:
 
 
 def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig, population: np.ndarray | None,
-                        load_now: np.ndarray | None, reports: np.ndarray | None
+                        load_now: np.ndarray | None, reports: np.ndarray | None, discredited: np.ndarray | None
                         ) -> tuple[np.ndarray, np.ndarray]:
-    """(normalized features (n, 9L), tail (n, 4 + 2L + len(STATS) * L): recency, seen, load, reported, the load's
-    drift per lambda (:func:`load_drift`), its load's memory per lambda (:func:`load_memory`), the STATS) float32
-    of n collaborators: everything of :func:`pair_evidence_features` that depends on j alone."""
+    """(normalized features (n, 9L), tail (n, 4 + 2L [+ 2L] + len(STATS) * L): recency, seen, load, reported, the
+    load's drift per lambda (:func:`load_drift`), its load's memory per lambda (:func:`load_memory`), with
+    ``config.discredited`` :func:`discredited_block`, the STATS) float32 of n collaborators: everything of
+    :func:`pair_evidence_features` that depends on j alone."""
     now = np.full(len(c), np.nan) if load_now is None else np.asarray(load_now, np.float64)
     at_load, slope = load_rate(c, now)
     head = [_log_count(c[..., N]), _mean_weight(c), _log_count(c[..., F]), _rate(c[..., TR], c[..., F]),
@@ -466,6 +484,7 @@ def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig
     sums = {"collaborator": c, "population": np.broadcast_to(whole, c.shape)}
     tail = [recency[:, None], seen[:, None].astype(np.float64), np.where(reported, now, 0.0)[:, None],
             reported[:, None].astype(np.float64), load_drift(c, now), load_memory(reports, len(c), len(config.lams)),
+            *([discredited_block(discredited, len(c), len(config.lams))] if config.discredited else []),
             *(sums[role][..., channel] for role, channel in STATS)]
     return _float32_columns(head), _float32_columns(tail)
 
@@ -491,32 +510,35 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
                            config: EvidenceConfig, population: np.ndarray | None = None,
                            load_now: np.ndarray | None = None, src: np.ndarray | None = None,
                            dst: np.ndarray | None = None, pair_at: np.ndarray | None = None,
-                           reports: np.ndarray | None = None) -> np.ndarray:
+                           reports: np.ndarray | None = None, discredited: np.ndarray | None = None) -> np.ndarray:
     """The pair head's evidence input, (P, ``config.features``) float32.
 
     collaborator, owner, pair: (P, L, C) decayed sums of the candidate j as collaborator, the owner i
     as owner, and the pair i -> j; since: (P,) slots since j last served; population: (P or 1, L, C) the
     whole log's sums (None: none known); load_now: (P,) j's latest reported load (NaN or None: none); reports:
-    (P, L, 2) j's :data:`REPORTS` sums (None: none known).
-    With ``src`` and ``dst`` (P,), collaborator, since, load_now and reports are per device (n, ...) and read at
+    (P, L, 2) j's :data:`REPORTS` sums (None: none known); discredited: (P, L, 2) j's :data:`DISCREDITED` sums
+    (read where ``config.discredited``; None: none known).
+    With ``src`` and ``dst`` (P,), collaborator, since, load_now, reports and discredited are per device (n, ...) and
+    read at
     ``dst``, owner at ``src``; with ``pair_at`` (P,), pair holds distinct pairs' sums (m, L, C) read at it:
     what depends on one device (or one pair) is computed once, not once per candidate pair.
     Normalized part, per lambda: j's log task count, mean T_col, log flagged count, P(tr), P(com | tr), log
     on-time-weighted count and P(com | tr) against it, P(com | tr) at its load now and the slope of its rate
     on its load (:func:`load_rate`); i's log count and mean reported T_col; the pair's log count, mean
     T_col, P(tr) and P(com | tr); then j's recency, whether j was ever seen and its load now (and whether
-    it reported one), its load's drift per lambda (:func:`load_drift`) and its load's memory per lambda
-    (:func:`load_memory`). Then the raw sums of :data:`STATS`, each per lambda.
+    it reported one), its load's drift per lambda (:func:`load_drift`), its load's memory per lambda
+    (:func:`load_memory`) and, with ``config.discredited``, :func:`discredited_block`. Then the raw sums of
+    :data:`STATS`, each per lambda.
     """
-    return EvidenceBlocks.of(collaborator, owner, pair, since, config, population, load_now, reports).features(
-        src, dst, pair_at)
+    return EvidenceBlocks.of(collaborator, owner, pair, since, config, population, load_now, reports,
+                             discredited).features(src, dst, pair_at)
 
 
 @dataclass(frozen=True)
 class EvidenceBlocks:
     """The parts of :func:`pair_evidence_features` that depend on one device or one pair, computed once (float32),
-    so that candidate pairs can be read in chunks: (n, 9L) and (n, 4 + 2L + len(STATS) L) per collaborator, (n, 2L)
-    per owner, (m, 4L) per pair."""
+    so that candidate pairs can be read in chunks: (n, 9L) and (n, 4 + 2L [+ 2L] + len(STATS) L) per collaborator,
+    (n, 2L) per owner, (m, 4L) per pair."""
 
     collaborator_head: np.ndarray
     collaborator_tail: np.ndarray
@@ -526,8 +548,9 @@ class EvidenceBlocks:
     @classmethod
     def of(cls, collaborator: np.ndarray, owner: np.ndarray, pair: np.ndarray, since: np.ndarray,
            config: EvidenceConfig, population: np.ndarray | None = None,
-           load_now: np.ndarray | None = None, reports: np.ndarray | None = None) -> "EvidenceBlocks":
-        head, tail = _collaborator_block(collaborator, since, config, population, load_now, reports)
+           load_now: np.ndarray | None = None, reports: np.ndarray | None = None,
+           discredited: np.ndarray | None = None) -> "EvidenceBlocks":
+        head, tail = _collaborator_block(collaborator, since, config, population, load_now, reports, discredited)
         return cls(head, tail, _owner_block(owner), _pair_block(pair))
 
     def features(self, src: np.ndarray | None = None, dst: np.ndarray | None = None,

@@ -184,14 +184,14 @@ class PairSides:
     owner's row ``src`` and its collaborator's row ``dst`` (None: pair p reads row p of both).
 
     The evidence blocks are :func:`model.evidence.pair_evidence_features`'s parts: the owner's (n_o, 2L), the
-    collaborator's head (9L) then tail (recency, seen, load, reported, the load's drift and memory, the raw
-    STATS) (n_c, 11L + 4 + len(STATS) L),
-    the pair's (P, 4L)."""
+    collaborator's head (9L) then tail (recency, seen, load, reported, the load's drift and memory, with
+    ``evidence.discredited`` what was reported of it and not believed (2L), the raw STATS)
+    (n_c, 11L [+ 2L] + 4 + len(STATS) L), the pair's (P, 4L)."""
 
     y_owner: torch.Tensor  # (n_o, d)
     owner: torch.Tensor  # (n_o, 2L)
     y_collaborator: torch.Tensor  # (n_c, d)
-    collaborator: torch.Tensor  # (n_c, 11L + 4 + len(STATS) L)
+    collaborator: torch.Tensor  # (n_c, 11L [+ 2L] + 4 + len(STATS) L)
     pair: torch.Tensor  # (P, 4L)
     physics: torch.Tensor  # (P, 5) raw PHYSICS_COLUMNS
     src: torch.Tensor | None = None  # (P,) int64 owner rows
@@ -218,7 +218,8 @@ class MemberInputs:
     computed once a call for all members, and once for a whole warm-up, whose inputs do not change."""
 
     sides: PairSides
-    collaborator: torch.Tensor  # (n_c, 13 L + 4) the collaborator's head, its recency .. memory, the experts' logits
+    collaborator: torch.Tensor  # (n_c, 13 L [+ 2L] + 4) the collaborator's head, its recency .. memory (and what was
+    #                              not believed), the experts' logits
     level: torch.Tensor  # (P,) the logit of the population's recent rate (at the level memory)
     columns: PhysicsColumns
 
@@ -234,9 +235,10 @@ class PairNet(nn.Module):
 
     def __init__(self, d: int, lams: int, inputs: int, hidden: int, outcomes: Outcomes, outage: OutageCurve,
                  dropout: float) -> None:
-        """inputs: the width of the networks' evidence input, the normalized evidence (17 L + 4 columns: the
-        collaborator's head, the owner's, the pair's, the collaborator's recency, seen, load, reported and its load's
-        drift and memory) then the rule experts' logits (to the end)."""
+        """inputs: the width of the networks' evidence input, the normalized evidence (17 L [+ 2L] + 4 columns: the
+        collaborator's head, the owner's, the pair's, the collaborator's recency, seen, load, reported, its load's
+        drift and memory, and what was reported of it and not believed where the evidence reads it) then the rule
+        experts' logits (to the end)."""
         super().__init__()
         self.graded = outcomes == "graded"
         self.d, self.lams, self.inputs = d, lams, inputs
@@ -260,9 +262,10 @@ class PairNet(nn.Module):
              ) -> torch.Tensor:
         """(P,) ``net`` on [Y_i, Y_j, the normalized evidence, the experts' logits, physics features], its first layer
         block by block: the collaborator's columns once per collaborator row, the owner's once per owner row, then
-        gathered per pair with the pair's own. ``collaborator`` (n_c, 13 L + 4): the collaborator's head, its
-        recency, seen, load, reported, its load's drift and memory, and the experts' logits. Y's products are left out
-        where its weights are zero outside training (a head kept from the warm-up reads no Y)."""
+        gathered per pair with the pair's own. ``collaborator`` (n_c, 13 L [+ 2L] + 4): the collaborator's head, its
+        recency, seen, load, reported, its load's drift and memory (and what was not believed), and the experts'
+        logits. Y's products are left out where its weights are zero outside training (a head kept from the warm-up
+        reads no Y)."""
         first, d, lams = net[0], self.d, self.lams
         w = first.weight  # (hidden, 2d + inputs + PHYSICS_FEATURES)
         start = 2 * d + 15 * lams  # the collaborator's recency .. memory, then the logits: to the physics

@@ -21,10 +21,10 @@ import pyarrow as pa
 
 from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import PHYSICS_COLUMNS, pair_physics
-from model.credibility import credibility
-from model.evidence import (NEVER, POPULATION, REPORTED, REPORTS, STATE_ROLES, EvidenceConfig, EvidenceTrack,
-                            channels_of, pair_evidence_features, report_increments, role_increments, role_lams,
-                            with_load)
+from model.credibility import credibility, discredited
+from model.evidence import (DISCREDITED, NEVER, POPULATION, REPORTED, REPORTS, STATE_ROLES, EvidenceConfig,
+                            EvidenceTrack, channels_of, pair_evidence_features, report_increments, role_increments,
+                            role_lams, with_load)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
 from model.status import TELEMETRY, X, Y, StatusLog, status_values, telemetry_of
@@ -38,6 +38,8 @@ class Credited:
     population: np.ndarray  # (L, C)
     served: np.ndarray  # (n,) slots since an owner last reported of each device (NEVER: none did)
     credibility: np.ndarray  # (n,) each device's as a reporter (1: it reported nothing, or is believed)
+    discredited: np.ndarray  # (n, L, 2) per device as collaborator, what was reported of it and not believed
+    #                          (model.credibility.discredited)
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ class History:
         population, _ = tracks["population"].query(np.full(len(src), POPULATION), end)
         reports, _ = tracks[REPORTS].query(dst, end)
         end = np.broadcast_to(end, np.shape(dst))
+        discredited = np.zeros((len(dst), len(config.lams), len(DISCREDITED))) if config.discredited else None
         for slot in np.unique(end):
             rows = end == slot
             if len(tracks[REPORTED].keys):  # what owners reported themselves, weighed by their credibility then
@@ -147,35 +150,49 @@ class History:
                 collaborator[rows] += credited.collaborator[dst[rows]]
                 population[rows] += credited.population
                 since[rows] = np.minimum(since[rows], credited.served[dst[rows]])
+                if discredited is not None:
+                    discredited[rows] = self.together(config, int(slot), credited.discredited)[dst[rows]]
             together = self.judged_together(config, int(slot))
             if together is not None:
                 collaborator[rows], since[rows] = together[0][dst[rows]], together[1][dst[rows]]
         return pair_evidence_features(collaborator, owner, pair, since, config, population,
-                                      self.load(dst, end), reports=reports)
+                                      self.load(dst, end), reports=reports, discredited=discredited)
 
-    def judged_together(self, config: EvidenceConfig, slot: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """Every device's (evidence as collaborator (n, L, C), slots since it served (n,)) through relative slot
-        ``slot``, credited reports included, pooled over the ids judged as one device then (at one place, or one
-        after another: :mod:`model.identity`); None where every id is judged apart (no statuses, no radius, or no two
-        ids linked)."""
+    def identity_group(self, config: EvidenceConfig, slot: int) -> np.ndarray | None:
+        """(n,) the group of each id judged as one device through relative slot ``slot`` (at one place, or one after
+        another: :mod:`model.identity`); None where every id is judged apart (no statuses, no radius, or no two ids
+        linked)."""
         if self.status is None or (config.colocation_m is None and config.succession_m is None):
             return None
-        devices = np.arange(len(self.index))
         key = (config.colocation_m, config.succession_m, config.succession_slots, slot)
-        if key not in self._groups:  # None where every id is judged apart
+        if key not in self._groups:
             end = int(self.clock.end_ms(self.first_slot + slot))
-            status, heard_ms = self.status.heard(devices, end)
+            status, heard_ms = self.status.heard(np.arange(len(self.index)), end)
             first, last = heard_slots(heard_ms[:, 0], heard_ms[:, 1], self.clock)
             self._groups[key] = identity_groups(status[:, [X, Y]], first, last, config.colocation_m,
                                                 config.succession_m, config.succession_slots)
-        if self._groups[key] is None:
+        return self._groups[key]
+
+    def together(self, config: EvidenceConfig, slot: int, sums: np.ndarray) -> np.ndarray:
+        """Every device's ``sums`` (n, ...) summed over the ids judged as one device through relative slot ``slot``
+        (:meth:`identity_group`)."""
+        group = self.identity_group(config, slot)
+        return sums if group is None else pooled(sums, np.zeros(len(sums), np.int64), group)[0]
+
+    def judged_together(self, config: EvidenceConfig, slot: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Every device's (evidence as collaborator (n, L, C), slots since it served (n,)) through relative slot
+        ``slot``, credited reports included, pooled over the ids judged as one device then
+        (:meth:`identity_group`); None where every id is judged apart."""
+        group = self.identity_group(config, slot)
+        if group is None:
             return None
+        devices = np.arange(len(self.index))
         tracks = self.tracks(config)
         collaborator, since = tracks["collaborator"].query(devices, slot)
         if len(tracks[REPORTED].keys):
             credited = self.credited(config, slot)
             collaborator, since = collaborator + credited.collaborator, np.minimum(since, credited.served)
-        return pooled(collaborator, since, self._groups[key])
+        return pooled(collaborator, since, group)
 
     def credited(self, config: EvidenceConfig, slot: int) -> Credited:
         """What owners reported themselves through relative slot ``slot``, weighed by their credibility as of then
@@ -190,9 +207,11 @@ class History:
             monitored, _ = tracks["collaborator"].query(collaborators, slot)
             weight = credibility(owners, collaborators, reports[:, -1, :], monitored[:, -1, :])  # judged all along
             weighed = reports[:, :len(config.lams)] * weight[:, None, None]
+            disbelieved = discredited(reports[:, :len(config.lams)], weight)
             out = Credited(np.zeros((n, *weighed.shape[1:])), weighed.sum(axis=0), np.full(n, NEVER, np.int64),
-                           np.ones(n))
+                           np.ones(n), np.zeros((n, *disbelieved.shape[1:])))
             np.add.at(out.collaborator, collaborators, weighed)
+            np.add.at(out.discredited, collaborators, disbelieved)
             np.minimum.at(out.served, collaborators, since)
             out.credibility[owners] = weight
             self._credited[key] = out

@@ -43,8 +43,8 @@ import pyarrow.compute as pc
 from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
-from model.credibility import credibility
-from model.evidence import (N, POPULATION, REPORTED, REPORTS, ROLES, STATE_ROLES, W,
+from model.credibility import credibility, discredited
+from model.evidence import (DISCREDITED, N, POPULATION, REPORTED, REPORTS, ROLES, STATE_ROLES, W,
                             EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay, empty_state, find,
                             key_order, positions, report_increments, role_increments, with_load)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
@@ -644,14 +644,16 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
     if len(src):
         physics = pair_physics(frame.status, frame.status, frame.profile[:, :2], params, src, dst)
         pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
-        collaborator, population, reporters = credited_evidence(frame)
+        collaborator, population, reporters, disbelieved = credited_evidence(frame, evidence.discredited)
         at, known = find(reporters[0], frame.keys[src])
         believed[known] = reporters[1][at[known]]
         since = frame.since
         if group is not None:
+            if disbelieved is not None:
+                disbelieved = pooled(disbelieved, since, group)[0]
             collaborator, since = pooled(collaborator, since, group)
-        blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, stages.config.evidence,
-                                   population, frame.status[:, LOAD], frame.reports)
+        blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, evidence, population,
+                                   frame.status[:, LOAD], frame.reports, disbelieved)
         t_beh, slope = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
         status = frame.status
         t_res = resource_trust(status[:, WILLINGNESS], status[:, COMM_OK], status[:, COMP_OK])[dst]  # per device
@@ -660,20 +662,26 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
                       believed, frame.profile[:, 0], slope if stages.size_corrected else None)
 
 
-def credited_evidence(frame: DeviceFrame) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+def credited_evidence(frame: DeviceFrame, with_discredited: bool = False
+                      ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray | None]:
     """(collaborator (n, L, C), population (1, L, C)) of a frame's devices: what monitors saw, and what owners
-    reported themselves weighed by their credibility (:func:`model.credibility.credibility`); and (the reporting
-    owners' keys (o,), sorted, their credibility (o,))."""
+    reported themselves weighed by their credibility (:func:`model.credibility.credibility`); (the reporting
+    owners' keys (o,), sorted, their credibility (o,)); and, ``with_discredited``, what was reported of each device
+    and not believed (n, L, 2) (:func:`model.credibility.discredited`; else None)."""
+    lams = frame.collaborator.shape[1]
+    disbelieved = np.zeros((len(frame.keys), lams, len(DISCREDITED))) if with_discredited else None
     if not len(frame.reported):
-        return frame.collaborator, frame.population, (np.zeros(0, np.int64), np.zeros(0))
+        return frame.collaborator, frame.population, (np.zeros(0, np.int64), np.zeros(0)), disbelieved
     weight = credibility(frame.reported_pairs[:, 1], frame.reported_pairs[:, 0], frame.reported_evidence[:, -1, :],
                          frame.reported_monitored)  # judged at the judging memory, added at the model's
-    weighed = frame.reported_evidence[:, :frame.collaborator.shape[1]] * weight[:, None, None]
+    weighed = frame.reported_evidence[:, :lams] * weight[:, None, None]
     collaborator = frame.collaborator.copy()
     at, held = find(frame.keys, frame.reported_pairs[:, 0])
     np.add.at(collaborator, at[held], weighed[held])
+    if with_discredited:
+        np.add.at(disbelieved, at[held], discredited(frame.reported_evidence[held, :lams], weight[held]))
     owners, first = np.unique(frame.reported_pairs[:, 1], return_index=True)
-    return collaborator, frame.population + weighed.sum(axis=0), (owners, weight[first])
+    return collaborator, frame.population + weighed.sum(axis=0), (owners, weight[first]), disbelieved
 
 
 def score_slot(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingConfig, params: SystemParams,

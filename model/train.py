@@ -434,10 +434,14 @@ class Prepared:
     rate_prior: np.ndarray
     tr_rate: float  # the share of flagged tasks transmitted (P(tr) where a pair's distance is unknown)
     sizing: SizeChoice | None = None  # the head's size correction, where the training period says size matters
+    discredited: bool = False  # whether owners reported tasks of the training period (the head then reads what
+    #                            was reported and not believed: model.evidence.discredited_block)
 
     def configure(self, config: BMConfig) -> BMConfig:
-        """The config whose evidence counts transmissions against this on-time factor."""
-        return replace(config, evidence=replace(config.evidence, on_time=self.on_time.factor))
+        """The config whose evidence counts transmissions against this on-time factor (and reads what was
+        reported and not believed, where owners report)."""
+        return replace(config, evidence=replace(config.evidence, on_time=self.on_time.factor,
+                                                discredited=self.discredited))
 
 
 def build(config: BMConfig, prepared: Prepared, train: TrainConfig) -> BM:
@@ -556,7 +560,12 @@ def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
                     OnTimeCurve.fit(physics_ratio, batch.tr, batch.com),
                     rate_prior(batch, len(history.index), history.has_flags, on_time),
                     float((batch.tr.sum() + 1) / (batch.flagged.sum() + 2)),
-                    size_choice(history, train_slots, config.evidence.lams))
+                    size_choice(history, train_slots, config.evidence.lams), owners_report(history, train_slots))
+
+
+def owners_report(history: History, slots: Iterable[int]) -> bool:
+    """Whether an owner reported (the event's ``reporter``) any task of the given slots."""
+    return any(bool(history.graphs[s].reported_share.any()) for s in slots if history.graphs[s] is not None)
 
 
 def rate_prior(batch: Targets, devices: int, flags: bool, on_time: OnTimeCurve) -> np.ndarray:

@@ -41,10 +41,12 @@ def run_tables(config: SimConfig = SIM) -> tuple[pa.Table, pa.Table]:
 def write_checkpoint(directory: Path, config: SimConfig = SIM, reads_y: bool = True) -> Path:
     """An untrained (seeded) model over the run's devices, every weight perturbed so that every input
     matters (the head's Y weights start at zero), its size correction adopted: parity needs no training. ``reads_y``
-    False: the head's Y weights zeroed again, as a head kept from the warm-up has them (the model uses no encoder)."""
+    False: the head's Y weights zeroed again, as a head kept from the warm-up has them (the model uses no encoder).
+    Where owners report the run's tasks, the head reads what was reported and not believed, as training makes it."""
     torch.manual_seed(0)
     features = np.random.default_rng(0).normal(size=(config.devices, SMALL.node2vec.dim)).astype(np.float32)
-    model = BM(replace(SMALL, clock=config.clock), features)
+    evidence = replace(SMALL.evidence, discredited=config.owner_reports > 0)
+    model = BM(replace(SMALL, clock=config.clock, evidence=evidence), features)
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(0.1 * torch.randn_like(parameter))

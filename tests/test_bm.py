@@ -24,7 +24,7 @@ from model.node2vec import Node2VecConfig
 from model.scan import cpu_extension, fused_inference
 from model.train import (TrainConfig, WarmUps, blocked_folds, build, fit, parallel_members, predict, prepare,
                          targets, time_split, train_bm, validation_loss)
-from simulator.config import Behaviour, SimConfig
+from simulator.config import Attack, AttackKind, Behaviour, SimConfig
 
 SMALL = BMConfig(gnn=GNNConfig(node_dim=8, psi_dim=4, time_dim=4, widths=(8, 16, 8)),
                  mamba=MambaConfig(d_model=8, d_state=4, n_layers=1),
@@ -433,3 +433,21 @@ def test_a_new_device_reads_the_cold_row_and_its_own_evidence(history: History) 
     batch = targets(history, [history.slots - 1])
     with torch.no_grad():
         assert torch.isfinite(model.t_beh(model.pair_outputs(history, batch.query))).all()
+
+
+def test_the_head_reads_what_was_not_believed_only_where_owners_report(history: History) -> None:
+    """Where owners report their tasks (and may lie), training gives the head what was reported and not believed
+    (model.evidence.discredited_block); where monitors see every task there is none, and the head stays as it was."""
+    train = TrainConfig(epochs=1, patience=1, chunk_slots=4, head_epochs=5)
+    assert not prepare(history, SMALL, train).discredited
+    stuffed, _ = simulated_history(SimConfig(devices=40, tasks=1200, slots=24, seed=4, owner_reports=1.0,
+                                             attack=Attack(AttackKind.BALLOT_STUFFING, 0.2)))
+    model, _, _ = train_bm(stuffed, SMALL, train)
+    evidence = model.config.evidence
+    assert evidence.discredited and evidence.normalized == replace(evidence, discredited=False).normalized + 8
+    assert all(member.inputs == evidence.normalized + model.head.experts.count for member in model.head.members)
+    batch = targets(stuffed, [stuffed.slots - 1])
+    evidence_in = stuffed.pair_evidence(batch.query.src, batch.query.dst, batch.query.end, evidence)
+    block = slice(evidence.normalized - 2 * len(evidence.lams), evidence.normalized)  # the collaborator's last
+    assert evidence_in.shape[1] == evidence.features and evidence_in[:, block].any()
+    assert torch.isfinite(model.t_beh(model.pair_outputs(stuffed, batch.query))).all()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from model.evidence import STATS, EvidenceBlocks
 from model.graphs import SlotGraph
 from model.scoring import score_log
 from model.stages import TorchStages, Windows
+from simulator.config import Attack, AttackKind, SimConfig
 from tests.pipeline_fixtures import RANKING, SIM, run_tables, write_checkpoint
 
 
@@ -123,9 +125,26 @@ def test_pairs_of_a_frame_score_as_their_gathered_rows(both, devices: int, pairs
 
 
 def test_a_simulated_run_scores_the_same_on_both_backends(both) -> None:
-    events, status = run_tables()
+    scores_alike(both, SIM)
+
+
+def test_a_head_that_reads_what_was_not_believed_scores_the_same_on_both_backends(tmp_path) -> None:
+    """Owners report their tasks and a fifth bad-mouth: the head reads what was reported and not believed
+    (model.evidence.discredited_block), in the export as in PyTorch."""
+    sim = replace(SIM, attack=Attack(AttackKind.BAD_MOUTHING, 0.2), owner_reports=1.0)
+    checkpoint = write_checkpoint(tmp_path / "model", sim)
+    export_onnx(checkpoint)
+    model, index, manifest = load(checkpoint)
+    assert model.config.evidence.discredited
+    onnx_stages = OnnxStages(checkpoint / "onnx", expect_content_hash=manifest["content_hash"])
+    scores_alike((TorchStages(model, index), onnx_stages), sim)
+
+
+def scores_alike(both: tuple[TorchStages, OnnxStages], sim: SimConfig) -> None:
+    """Every slot of ``sim``'s run scores the same pairs, T_beh, trust and rankings on both backends."""
+    events, status = run_tables(sim)
     runs = [list(score_log(stages, events, status, RANKING, SystemParams(), "v")) for stages in both]
-    assert [r.slot for r in runs[0]] == [r.slot for r in runs[1]] == list(range(SIM.slots))
+    assert [r.slot for r in runs[0]] == [r.slot for r in runs[1]] == list(range(sim.slots))
     for a, b in zip(*runs):
         assert [(s.owner, s.collaborator) for s in a.scores] == [(s.owner, s.collaborator) for s in b.scores]
         np.testing.assert_allclose([s.t_beh for s in b.scores], [s.t_beh for s in a.scores], atol=1e-5)

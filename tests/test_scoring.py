@@ -207,12 +207,23 @@ def test_bad_mouthers_lose_their_credibility_alike_offline_and_in_the_scorer() -
     assert liar.any() and weight[liar].max() < 0.1 and np.median(weight[~liar]) > 0.95
     # the offline path weighs the same reports alike
     offline = History.from_events(events, SIM.clock, SMALL.weights, index=index, first_slot=0, status=status)
-    by_collaborator = offline.credited(SMALL.evidence, config.slots - 1).collaborator
+    credited = offline.credited(SMALL.evidence, config.slots - 1)
     frame = history.frame(stages, config.slots - 1, RankingConfig())
-    collaborator, _, _ = credited_evidence(frame)
+    collaborator, _, _, disbelieved = credited_evidence(frame, with_discredited=True)
     rows = index.lookup(pa.array(frame.ids.tolist()))
     monitored_now, _ = offline.tracks(SMALL.evidence)["collaborator"].query(rows, config.slots - 1)
-    np.testing.assert_allclose(collaborator, monitored_now + by_collaborator[rows], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(collaborator, monitored_now + credited.collaborator[rows], rtol=1e-9, atol=1e-9)
+    # what was reported and not believed: the liars' reports of their victims, alike offline and in the scorer
+    np.testing.assert_allclose(disbelieved, credited.discredited[rows], rtol=1e-9, atol=1e-9)
+    told_by_liars = np.zeros(world.size, bool)
+    told_by_liars[pc.index_in(pa.array(np.array(history.names[1])[np.searchsorted(history.names[0], pairs[liar, 0])]
+                                       .tolist()), value_set=world.ids).to_numpy()] = True
+    victim = told_by_liars[pc.index_in(pa.array(frame.ids.tolist()), value_set=world.ids).to_numpy()]
+    tasks = disbelieved[:, -1, 0]  # at the longest memory
+    assert (tasks[victim] > 0).all() and np.median(tasks[victim]) > 10 * max(np.median(tasks[~victim]), 1e-3)
+    # a bad-mouther says the computations failed (T_col a1 at most), honest owners mostly that they succeeded
+    said = disbelieved[victim, -1, 1] / tasks[victim]
+    assert np.median(said) <= SMALL.weights.a_tr
     # and training learns from what it believes: a liar's reported outcomes weigh by its credibility in the targets
     plain, believed = targets(offline, [config.slots - 1]), targets(offline, [config.slots - 1], SMALL.evidence)
     lying = world.attacker[plain.query.src] & (offline.graphs[config.slots - 1].reported_share == 1)

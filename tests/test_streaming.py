@@ -57,7 +57,7 @@ def timeline(events: pa.Table, lateness: int, rng: np.random.Generator) -> list[
 
 def run_stream(root: Path, lateness: int, extra: list | None = None, tombstone_slots: int = 64,
                reads_y: bool = True, sim: SimConfig = SIM) -> dict:
-    checkpoint = write_checkpoint(root / "model", reads_y=reads_y)
+    checkpoint = write_checkpoint(root / "model", sim, reads_y=reads_y)
     config = job(checkpoint, lateness_slots=lateness, tombstone_slots=tombstone_slots)
     events, status = run_tables(sim)
     events = events.filter(pc.less(events["slot"], SLOTS))
@@ -130,6 +130,7 @@ def test_owners_reports_weighed_by_their_credibility_stream_like_the_offline_twi
     sim = replace(SIM, attack=Attack(AttackKind.BAD_MOUTHING, 0.2), owner_reports=1.0)
     result = run_stream(tmp_path, 2, sim=sim)
     assert result["events"]["reporter"].null_count == 0
+    assert result["config"].stages()[0].config.evidence.discredited  # and reads what it does not believe alike
     equals_its_twin(result)
 
 
