@@ -53,6 +53,7 @@ REPORT_CHANNELS = ("slots", "load")  # per slot with a report known by its end: 
 # collaborator's and the population's roles hold what monitors saw
 REPORTED = "reported"
 JUDGING_MEMORY = 0.995  # REPORTED's extra, longest memory, at which owners are judged: a liar lies all along
+DISCREDITED = (N, W)  # the channels of what was reported and not believed of a collaborator that the head reads
 STATE_ROLES = (*ROLES, REPORTS, REPORTED)  # the states a holder of evidence keeps
 POPULATION = -1  # the population role's one key (device keys and history rows are >= 0)
 NEVER = 10 ** 9  # slots since the last update of a key never seen
@@ -381,11 +382,8 @@ def load_memory(reports: np.ndarray | None, n: int, lams: int) -> np.ndarray:
     return np.where(reports[..., 0] > 0, reports[..., 1] / np.maximum(reports[..., 0], 1e-12), 0.0)
 
 
-DISCREDITED = (N, W)  # the channels of what discredited reporters said of a collaborator that the head reads
-
-
 def discredited_block(sums: np.ndarray | None, n: int, lams: int) -> np.ndarray:
-    """(n, L) * 2: per lambda, the log count of the tasks owners reported of a collaborator and were not believed in
+    """(n, 2L): per lambda, the log count of the tasks owners reported of a collaborator and were not believed in
     (their reports times one less their credibility, :mod:`model.credibility`; sums (n, L, 2) of
     :data:`DISCREDITED`), and their mean reported T_col less one half; 0 where none (None: none known). A device
     that liars praise is likely one of theirs (ballot-stuffing), one they blame likely honest (bad-mouthing): what
@@ -519,8 +517,7 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
     (P, L, 2) j's :data:`REPORTS` sums (None: none known); discredited: (P, L, 2) j's :data:`DISCREDITED` sums
     (read where ``config.discredited``; None: none known).
     With ``src`` and ``dst`` (P,), collaborator, since, load_now, reports and discredited are per device (n, ...) and
-    read at
-    ``dst``, owner at ``src``; with ``pair_at`` (P,), pair holds distinct pairs' sums (m, L, C) read at it:
+    read at ``dst``, owner at ``src``; with ``pair_at`` (P,), pair holds distinct pairs' sums (m, L, C) read at it:
     what depends on one device (or one pair) is computed once, not once per candidate pair.
     Normalized part, per lambda: j's log task count, mean T_col, log flagged count, P(tr), P(com | tr), log
     on-time-weighted count and P(com | tr) against it, P(com | tr) at its load now and the slope of its rate
