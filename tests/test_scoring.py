@@ -201,9 +201,11 @@ def test_bad_mouthers_lose_their_credibility_alike_offline_and_in_the_scorer() -
         history.fold(slot)
     keys, pairs, reports, monitored, _ = history.reported(config.slots - 1)
     weight = credibility(pairs[:, 1], pairs[:, 0], reports[:, -1, :], monitored)
-    owner = pc.index_in(pa.array(np.array(history.names[1])[np.searchsorted(history.names[0], pairs[:, 1])].tolist()),
-                        value_set=world.ids).to_numpy()
-    liar = world.attacker[owner]
+    def world_rows(device_keys: np.ndarray) -> np.ndarray:
+        names = np.array(history.names[1])[np.searchsorted(history.names[0], device_keys)]
+        return pc.index_in(pa.array(names.tolist()), value_set=world.ids).to_numpy()
+
+    liar = world.attacker[world_rows(pairs[:, 1])]
     assert liar.any() and weight[liar].max() < 0.1 and np.median(weight[~liar]) > 0.95
     # the offline path weighs the same reports alike
     offline = History.from_events(events, SIM.clock, SMALL.weights, index=index, first_slot=0, status=status)
@@ -216,8 +218,7 @@ def test_bad_mouthers_lose_their_credibility_alike_offline_and_in_the_scorer() -
     # what was reported and not believed: the liars' reports of their victims, alike offline and in the scorer
     np.testing.assert_allclose(disbelieved, credited.discredited[rows], rtol=1e-9, atol=1e-9)
     told_by_liars = np.zeros(world.size, bool)
-    told_by_liars[pc.index_in(pa.array(np.array(history.names[1])[np.searchsorted(history.names[0], pairs[liar, 0])]
-                                       .tolist()), value_set=world.ids).to_numpy()] = True
+    told_by_liars[world_rows(pairs[liar, 0])] = True
     victim = told_by_liars[pc.index_in(pa.array(frame.ids.tolist()), value_set=world.ids).to_numpy()]
     tasks = disbelieved[:, -1, 0]  # at the longest memory
     assert (tasks[victim] > 0).all() and np.median(tasks[victim]) > 10 * max(np.median(tasks[~victim]), 1e-3)
