@@ -31,8 +31,9 @@ import torch
 from model.bm import BM, BMConfig
 from model.graphs import DeviceIndex
 
-FORMAT = "trustbeam-bm/4"  # 2: the head reads the load's drift (evidence.load_drift); 3: its memory (load_memory);
-#                           4: the task size's correction and its evidence (experts.SizeCorrection, evidence.SIZED)
+FORMAT = "trustbeam-bm/5"  # 2: the head reads the load's drift (evidence.load_drift); 3: its memory (load_memory);
+#                           4: the task size's correction and its evidence (experts.SizeCorrection, evidence.SIZED);
+#                           5: what the credibility did not let in, of a collaborator and from it (discredited_block)
 _DERIVED = ("features", "level_values")  # stored elsewhere or recomputed
 
 

@@ -23,11 +23,13 @@ setting judge it far better than the ~10 the model's longest memory keeps), so t
 piece of a slot holds every owner-reported pair) weigh alike, and in the paper's setting, where a monitor sees every
 task, nothing is weighed and nothing changes.
 
-What the weighing takes out is not thrown away: :func:`discredited` keeps it per collaborator, and the head reads it
+What the weighing takes out is not thrown away: :func:`discredited` keeps it per device, and the head reads it
 (:func:`model.evidence.discredited_block`): a device that liars praise is likely one of theirs, one they blame likely
-honest. What it cannot see: a clique of liars that reports only about its own members, which then make up most of what
-is reported of them and agree with one another (ballot-stuffers that offload only to one another, where no other
-owner's reports contradict theirs); a monitor's share of the reports anchors them.
+honest, and one whose own reports are not believed is likely a liar, whose service may be no better than its word
+(the head learns from the training period how far it is). What it cannot see: a clique of liars that reports only
+about its own members, which then make up most of what is reported of them and agree with one another (ballot-stuffers
+that offload only to one another, where no other owner's reports contradict theirs); a monitor's share of the reports
+anchors them.
 
 Glossary: pi ``liar_prior``; c the credibility; L the log-likelihood ratio.
 """
@@ -84,10 +86,21 @@ def believed_share(reported_share: np.ndarray, credibility: np.ndarray) -> np.nd
     return 1.0 - reported_share * (1.0 - credibility)
 
 
-def discredited(reports: np.ndarray, credibility: np.ndarray) -> np.ndarray:
-    """(r, L, 2) what owners reported of their pairs (``reports`` (r, L, C)) and were not believed in: the
-    :data:`model.evidence.DISCREDITED` channels times one less each owner's ``credibility`` (r,)."""
-    return reports[..., list(DISCREDITED)] * (1.0 - credibility)[:, None, None]
+def discredited(reports: np.ndarray, credibility: np.ndarray, collaborator: np.ndarray, owner: np.ndarray,
+                n: int) -> np.ndarray:
+    """(n, L, 4) what the credibility did not let in, per device (:data:`model.evidence.DISCREDITED`): the tasks owners
+    reported of it as collaborator times one less each owner's credibility, and their reported T_col so weighed; the
+    tasks it reported as an owner so weighed, and all it reported.
+
+    reports: (r, L, C) what each owner-reported pair's owner reported of it; credibility: (r,) that owner's;
+    collaborator, owner: (r,) the pair's collaborator's and owner's rows among the n devices (-1: not among them)."""
+    doubted = reports[..., [N, W]] * (1.0 - credibility)[:, None, None]  # (r, L, 2)
+    from_owner = np.stack([doubted[..., 0], reports[..., N]], axis=-1)  # (r, L, 2)
+    out = np.zeros((n, reports.shape[1], len(DISCREDITED)))
+    for rows, sums, channels in ((collaborator, doubted, slice(0, 2)), (owner, from_owner, slice(2, 4))):
+        held = rows >= 0
+        np.add.at(out[..., channels], rows[held], sums[held])
+    return out
 
 
 def credibility(owners: np.ndarray, collaborators: np.ndarray, reports: np.ndarray, monitored: np.ndarray,

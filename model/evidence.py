@@ -53,7 +53,10 @@ REPORT_CHANNELS = ("slots", "load")  # per slot with a report known by its end: 
 # collaborator's and the population's roles hold what monitors saw
 REPORTED = "reported"
 JUDGING_MEMORY = 0.995  # REPORTED's extra, longest memory, at which owners are judged: a liar lies all along
-DISCREDITED = (N, W)  # the channels of what was reported and not believed of a collaborator that the head reads
+# what the credibility did not let in (model.credibility.discredited), per device and memory, that the head reads: the
+# tasks owners reported of it as collaborator and were not believed in, and their reported T_col; the tasks it reported
+# of others as an owner and was not believed in, and all the tasks it reported
+DISCREDITED = ("doubted_of_it", "doubted_of_it_w", "doubted_from_it", "reported_by_it")
 STATE_ROLES = (*ROLES, REPORTS, REPORTED)  # the states a holder of evidence keeps
 POPULATION = -1  # the population role's one key (device keys and history rows are >= 0)
 NEVER = 10 ** 9  # slots since the last update of a key never seen
@@ -73,7 +76,7 @@ class EvidenceConfig:
     #                                   (model.identity: Sybils, whitewashers); None: every id apart
     succession_m: float | None = 5.0  # a fresh id reporting this close to where an id fell silent continues its
     succession_slots: int = 10  # record, if that was at most this many slots before (model.identity); None: never
-    discredited: bool = False  # the head reads what owners judged liars reported of each collaborator
+    discredited: bool = False  # the head reads what the credibility did not let in, of each collaborator and from it
     #                           (:func:`discredited_block`); training sets it where owners report their own tasks
 
     def __post_init__(self) -> None:
@@ -97,9 +100,9 @@ class EvidenceConfig:
     @property
     def collaborator_normalized(self) -> int:
         """Width of the collaborator's normalized columns: its head block (9L), then recency, seen, load, reported,
-        the load's drift and its memory (4 + 2L), and with ``discredited`` :func:`discredited_block` (2L); its raw
+        the load's drift and its memory (4 + 2L), and with ``discredited`` :func:`discredited_block` (4L); its raw
         :data:`STATS` follow them in its rows of the head's inputs."""
-        return len(self.lams) * (13 if self.discredited else 11) + 4
+        return len(self.lams) * (15 if self.discredited else 11) + 4
 
     @property
     def normalized(self) -> int:
@@ -383,15 +386,18 @@ def load_memory(reports: np.ndarray | None, n: int, lams: int) -> np.ndarray:
 
 
 def discredited_block(sums: np.ndarray | None, n: int, lams: int) -> np.ndarray:
-    """(n, 2L): per lambda, the log count of the tasks owners reported of a collaborator and were not believed in
-    (their reports times one less their credibility, :mod:`model.credibility`; sums (n, L, 2) of
-    :data:`DISCREDITED`), and their mean reported T_col less one half; 0 where none (None: none known). A device
-    that liars praise is likely one of theirs (ballot-stuffing), one they blame likely honest (bad-mouthing): what
-    the weighing takes out of its evidence still says something of it."""
+    """(n, 4L): per lambda, the log count of the tasks owners reported of a collaborator and were not believed in
+    (their reports times one less their credibility, :mod:`model.credibility`), and their mean reported T_col less
+    one half; then the log count of the tasks it reported itself as an owner and was not believed in, and their share
+    of all it reported (smoothed by one); 0 where none (sums (n, L, 4) of :data:`DISCREDITED`; None: none known). A
+    device that liars praise is likely one of theirs (ballot-stuffing), one they blame likely honest (bad-mouthing),
+    and a device that lies of others as an owner likely serves as a liar would: what the weighing takes out still says
+    something of it."""
     if sums is None:
-        return np.zeros((n, 2 * lams))
-    tasks, weight = sums[..., 0], sums[..., 1]
-    return np.concatenate([_log_count(tasks), (weight - tasks / 2) / (tasks + 1.0)], axis=1)
+        return np.zeros((n, 4 * lams))
+    told, said, doubted, reported = (sums[..., k] for k in range(len(DISCREDITED)))
+    return np.concatenate([_log_count(told), (said - told / 2) / (told + 1.0), _log_count(doubted),
+                           doubted / (reported + 1.0)], axis=1)
 
 
 @dataclass
@@ -466,7 +472,7 @@ def _mean_weight(x: np.ndarray) -> np.ndarray:
 def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig, population: np.ndarray | None,
                         load_now: np.ndarray | None, reports: np.ndarray | None, discredited: np.ndarray | None
                         ) -> tuple[np.ndarray, np.ndarray]:
-    """(normalized features (n, 9L), tail (n, 4 + 2L [+ 2L] + len(STATS) * L): recency, seen, load, reported, the
+    """(normalized features (n, 9L), tail (n, 4 + 2L [+ 4L] + len(STATS) * L): recency, seen, load, reported, the
     load's drift per lambda (:func:`load_drift`), its load's memory per lambda (:func:`load_memory`), with
     ``config.discredited`` :func:`discredited_block`, the STATS) float32 of n collaborators: everything of
     :func:`pair_evidence_features` that depends on j alone."""
@@ -514,7 +520,7 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
     collaborator, owner, pair: (P, L, C) decayed sums of the candidate j as collaborator, the owner i
     as owner, and the pair i -> j; since: (P,) slots since j last served; population: (P or 1, L, C) the
     whole log's sums (None: none known); load_now: (P,) j's latest reported load (NaN or None: none); reports:
-    (P, L, 2) j's :data:`REPORTS` sums (None: none known); discredited: (P, L, 2) j's :data:`DISCREDITED` sums
+    (P, L, 2) j's :data:`REPORTS` sums (None: none known); discredited: (P, L, 4) j's :data:`DISCREDITED` sums
     (read where ``config.discredited``; None: none known).
     With ``src`` and ``dst`` (P,), collaborator, since, load_now, reports and discredited are per device (n, ...) and
     read at ``dst``, owner at ``src``; with ``pair_at`` (P,), pair holds distinct pairs' sums (m, L, C) read at it:
@@ -534,7 +540,7 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
 @dataclass(frozen=True)
 class EvidenceBlocks:
     """The parts of :func:`pair_evidence_features` that depend on one device or one pair, computed once (float32),
-    so that candidate pairs can be read in chunks: (n, 9L) and (n, 4 + 2L [+ 2L] + len(STATS) L) per collaborator,
+    so that candidate pairs can be read in chunks: (n, 9L) and (n, 4 + 2L [+ 4L] + len(STATS) L) per collaborator,
     (n, 2L) per owner, (m, 4L) per pair."""
 
     collaborator_head: np.ndarray

@@ -185,13 +185,13 @@ class PairSides:
 
     The evidence blocks are :func:`model.evidence.pair_evidence_features`'s parts: the owner's (n_o, 2L), the
     collaborator's head (9L) then tail (recency, seen, load, reported, the load's drift and memory, with
-    ``evidence.discredited`` what was reported of it and not believed (2L), the raw STATS)
-    (n_c, 11L [+ 2L] + 4 + len(STATS) L), the pair's (P, 4L)."""
+    ``evidence.discredited`` what the credibility did not let in, of it and from it (4L), the raw STATS)
+    (n_c, 11L [+ 4L] + 4 + len(STATS) L), the pair's (P, 4L)."""
 
     y_owner: torch.Tensor  # (n_o, d)
     owner: torch.Tensor  # (n_o, 2L)
     y_collaborator: torch.Tensor  # (n_c, d)
-    collaborator: torch.Tensor  # (n_c, 11L [+ 2L] + 4 + len(STATS) L)
+    collaborator: torch.Tensor  # (n_c, 11L [+ 4L] + 4 + len(STATS) L)
     pair: torch.Tensor  # (P, 4L)
     physics: torch.Tensor  # (P, 5) raw PHYSICS_COLUMNS
     src: torch.Tensor | None = None  # (P,) int64 owner rows
@@ -218,7 +218,7 @@ class MemberInputs:
     computed once a call for all members, and once for a whole warm-up, whose inputs do not change."""
 
     sides: PairSides
-    collaborator: torch.Tensor  # (n_c, 13 L [+ 2L] + 4) the collaborator's head, its recency .. memory (and what was
+    collaborator: torch.Tensor  # (n_c, 13 L [+ 4L] + 4) the collaborator's head, its recency .. memory (and what was
     #                              not believed), the experts' logits
     level: torch.Tensor  # (P,) the logit of the population's recent rate (at the level memory)
     columns: PhysicsColumns
@@ -235,7 +235,7 @@ class PairNet(nn.Module):
 
     def __init__(self, d: int, lams: int, inputs: int, hidden: int, outcomes: Outcomes, outage: OutageCurve,
                  dropout: float) -> None:
-        """inputs: the width of the networks' evidence input, the normalized evidence (17 L [+ 2L] + 4 columns: the
+        """inputs: the width of the networks' evidence input, the normalized evidence (17 L [+ 4L] + 4 columns: the
         collaborator's head, the owner's, the pair's, the collaborator's recency, seen, load, reported, its load's
         drift and memory, and what was reported of it and not believed where the evidence reads it) then the rule
         experts' logits (to the end)."""
@@ -262,7 +262,7 @@ class PairNet(nn.Module):
              ) -> torch.Tensor:
         """(P,) ``net`` on [Y_i, Y_j, the normalized evidence, the experts' logits, physics features], its first layer
         block by block: the collaborator's columns once per collaborator row, the owner's once per owner row, then
-        gathered per pair with the pair's own. ``collaborator`` (n_c, 13 L [+ 2L] + 4): the collaborator's head, its
+        gathered per pair with the pair's own. ``collaborator`` (n_c, 13 L [+ 4L] + 4): the collaborator's head, its
         recency, seen, load, reported, its load's drift and memory (and what was not believed), and the experts'
         logits. Y's products are left out where its weights are zero outside training (a head kept from the warm-up
         reads no Y)."""

@@ -38,7 +38,7 @@ class Credited:
     population: np.ndarray  # (L, C)
     served: np.ndarray  # (n,) slots since an owner last reported of each device (NEVER: none did)
     credibility: np.ndarray  # (n,) each device's as a reporter (1: it reported nothing, or is believed)
-    discredited: np.ndarray  # (n, L, 2) per device as collaborator, what was reported of it and not believed
+    discredited: np.ndarray  # (n, L, 4) per device, what was reported of it and from it and not believed
     #                          (model.credibility.discredited)
 
 
@@ -207,11 +207,9 @@ class History:
             monitored, _ = tracks["collaborator"].query(collaborators, slot)
             weight = credibility(owners, collaborators, reports[:, -1, :], monitored[:, -1, :])  # judged all along
             weighed = reports[:, :len(config.lams)] * weight[:, None, None]
-            disbelieved = discredited(reports[:, :len(config.lams)], weight)
             out = Credited(np.zeros((n, *weighed.shape[1:])), weighed.sum(axis=0), np.full(n, NEVER, np.int64),
-                           np.ones(n), np.zeros((n, *disbelieved.shape[1:])))
+                           np.ones(n), discredited(reports[:, :len(config.lams)], weight, collaborators, owners, n))
             np.add.at(out.collaborator, collaborators, weighed)
-            np.add.at(out.discredited, collaborators, disbelieved)
             np.minimum.at(out.served, collaborators, since)
             out.credibility[owners] = weight
             self._credited[key] = out

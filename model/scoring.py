@@ -666,8 +666,8 @@ def credited_evidence(frame: DeviceFrame, with_discredited: bool = False
                       ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray | None]:
     """(collaborator (n, L, C), population (1, L, C)) of a frame's devices: what monitors saw, and what owners
     reported themselves weighed by their credibility (:func:`model.credibility.credibility`); (the reporting
-    owners' keys (o,), sorted, their credibility (o,)); and, ``with_discredited``, what was reported of each device
-    and not believed (n, L, 2) (:func:`model.credibility.discredited`; else None)."""
+    owners' keys (o,), sorted, their credibility (o,)); and, ``with_discredited``, what was reported of each device and
+    from it and not believed (n, L, 4) (:func:`model.credibility.discredited`; else None)."""
     lams = frame.collaborator.shape[1]
     disbelieved = np.zeros((len(frame.keys), lams, len(DISCREDITED))) if with_discredited else None
     if not len(frame.reported):
@@ -679,7 +679,9 @@ def credited_evidence(frame: DeviceFrame, with_discredited: bool = False
     at, held = find(frame.keys, frame.reported_pairs[:, 0])
     np.add.at(collaborator, at[held], weighed[held])
     if with_discredited:
-        np.add.at(disbelieved, at[held], discredited(frame.reported_evidence[held, :lams], weight[held]))
+        owner_at, owner_held = find(frame.keys, frame.reported_pairs[:, 1])
+        disbelieved = discredited(frame.reported_evidence[:, :lams], weight, np.where(held, at, -1),
+                                  np.where(owner_held, owner_at, -1), len(frame.keys))
     owners, first = np.unique(frame.reported_pairs[:, 1], return_index=True)
     return collaborator, frame.population + weighed.sum(axis=0), (owners, weight[first]), disbelieved
 

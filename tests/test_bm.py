@@ -444,10 +444,10 @@ def test_the_head_reads_what_was_not_believed_only_where_owners_report(history: 
                                              attack=Attack(AttackKind.BALLOT_STUFFING, 0.2)))
     model, _, _ = train_bm(stuffed, SMALL, train)
     evidence = model.config.evidence
-    assert evidence.discredited and evidence.normalized == replace(evidence, discredited=False).normalized + 8
+    assert evidence.discredited and evidence.normalized == replace(evidence, discredited=False).normalized + 16
     assert all(member.inputs == evidence.normalized + model.head.experts.count for member in model.head.members)
     batch = targets(stuffed, [stuffed.slots - 1])
     evidence_in = stuffed.pair_evidence(batch.query.src, batch.query.dst, batch.query.end, evidence)
-    block = slice(evidence.normalized - 2 * len(evidence.lams), evidence.normalized)  # the collaborator's last
+    block = slice(evidence.normalized - 4 * len(evidence.lams), evidence.normalized)  # the collaborator's last
     assert evidence_in.shape[1] == evidence.features and evidence_in[:, block].any()
     assert torch.isfinite(model.t_beh(model.pair_outputs(stuffed, batch.query))).all()

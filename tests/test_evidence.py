@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from model.channel import OnTimeCurve
-from model.evidence import (CHANNELS, DRIFT_SCALE, KEY_ORDER_MIN, LOADED, N, NEVER, POPULATION, REPORT_CHANNELS,
-                            RIDGE, W, EvidenceConfig, EvidenceState, EvidenceTrack, discredited_block, find, key_order,
-                            load_drift, load_memory, load_rate, pair_evidence_features, positions, report_increments,
-                            role_increments, with_load)
+from model.evidence import (CHANNELS, DISCREDITED, DRIFT_SCALE, KEY_ORDER_MIN, LOADED, N, NEVER, POPULATION,
+                            REPORT_CHANNELS, RIDGE, W, EvidenceConfig, EvidenceState, EvidenceTrack, discredited_block,
+                            find, key_order, load_drift, load_memory, load_rate, pair_evidence_features, positions,
+                            report_increments, role_increments, with_load)
 from model.graphs import SlotGraph
 
 LAMS = np.array([0.5, 1.0])
@@ -199,20 +199,23 @@ def test_load_memory_by_hand() -> None:
 
 
 def test_what_was_not_believed_by_hand_and_only_where_the_evidence_reads_it() -> None:
-    # device 0: 3 tasks not believed at the first memory, reported T_col 3 (praise), 1 task at the second, T_col 0.6;
-    # device 1: none
-    sums = np.zeros((2, 2, 2))
-    sums[0, 0], sums[0, 1] = (3.0, 3.0), (1.0, 0.6)
+    # device 0: of it, 3 tasks not believed at the first memory, reported T_col 3 (praise), 1 task at the second, T_col
+    # 0.6; from it, none. device 1: of it, none; from it, 4 of its 5 reported tasks not believed at the first memory,
+    # 0 of 2 at the second
+    sums = np.zeros((2, 2, len(DISCREDITED)))
+    sums[0, 0, :2], sums[0, 1, :2] = (3.0, 3.0), (1.0, 0.6)
+    sums[1, 0, 2:], sums[1, 1, 2:] = (4.0, 5.0), (0.0, 2.0)
     block = discredited_block(sums, 2, 2)
-    np.testing.assert_allclose(block[0], [np.log1p(3.0) / 3, np.log1p(1.0) / 3, 1.5 / 4, 0.1 / 2])
-    assert (block[1] == 0).all() and (discredited_block(None, 2, 2) == 0).all()
+    np.testing.assert_allclose(block[0], [np.log1p(3.0) / 3, np.log1p(1.0) / 3, 1.5 / 4, 0.1 / 2, 0, 0, 0, 0])
+    np.testing.assert_allclose(block[1], [0, 0, 0, 0, np.log1p(4.0) / 3, 0, 4 / 6, 0])
+    assert (discredited_block(None, 2, 2) == 0).all()
     zeros = np.zeros((2, 2, len(CHANNELS)))
     plain = EvidenceConfig(lams=(0.5, 1.0), level_memory=1.0)
     reads = EvidenceConfig(lams=(0.5, 1.0), level_memory=1.0, discredited=True)
-    assert reads.normalized == plain.normalized + 4 and reads.features == plain.features + 4
+    assert reads.normalized == plain.normalized + 8 and reads.features == plain.features + 8
     features = pair_evidence_features(zeros, zeros, zeros, np.full(2, NEVER), reads, discredited=sums)
     assert features.shape == (2, reads.features)
     # the block: the collaborator's last normalized columns, after its load's memory; nothing else moved
-    np.testing.assert_allclose(features[:, reads.normalized - 4:reads.normalized], block, rtol=1e-6)
+    np.testing.assert_allclose(features[:, reads.normalized - 8:reads.normalized], block, rtol=1e-6)
     without = pair_evidence_features(zeros, zeros, zeros, np.full(2, NEVER), plain, discredited=sums)
-    np.testing.assert_array_equal(np.delete(features, np.s_[reads.normalized - 4:reads.normalized], axis=1), without)
+    np.testing.assert_array_equal(np.delete(features, np.s_[reads.normalized - 8:reads.normalized], axis=1), without)

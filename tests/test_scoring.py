@@ -225,6 +225,12 @@ def test_bad_mouthers_lose_their_credibility_alike_offline_and_in_the_scorer() -
     # a bad-mouther says the computations failed (T_col a1 at most), honest owners mostly that they succeeded
     said = disbelieved[victim, -1, 1] / tasks[victim]
     assert np.median(said) <= SMALL.weights.a_tr
+    # from the liars themselves: most of what they reported was not believed, little of what honest owners did
+    liar_in_frame = world.attacker[pc.index_in(pa.array(frame.ids.tolist()), value_set=world.ids).to_numpy()]
+    doubted, reported = disbelieved[:, -1, 2], disbelieved[:, -1, 3]
+    assert (reported[liar_in_frame] > 0).all() and (doubted <= reported + 1e-12).all()
+    assert np.median(doubted[liar_in_frame] / reported[liar_in_frame]) > 0.9
+    assert np.median(doubted[~liar_in_frame] / np.maximum(reported[~liar_in_frame], 1e-12)) < 0.1
     # and training learns from what it believes: a liar's reported outcomes weigh by its credibility in the targets
     plain, believed = targets(offline, [config.slots - 1]), targets(offline, [config.slots - 1], SMALL.evidence)
     lying = world.attacker[plain.query.src] & (offline.graphs[config.slots - 1].reported_share == 1)
