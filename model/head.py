@@ -237,7 +237,7 @@ class PairNet(nn.Module):
                  dropout: float) -> None:
         """inputs: the width of the networks' evidence input, the normalized evidence (17 L [+ 4L] + 4 columns: the
         collaborator's head, the owner's, the pair's, the collaborator's recency, seen, load, reported, its load's
-        drift and memory, and what was reported of it and not believed where the evidence reads it) then the rule
+        drift and memory, and what the credibility did not let in where the evidence reads it) then the rule
         experts' logits (to the end)."""
         super().__init__()
         self.graded = outcomes == "graded"
