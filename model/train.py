@@ -115,11 +115,13 @@ class Targets:
                              for v in (self.t_col, self.tasks, self.flagged, self.tr, self.com)))
 
 
-def targets(history: History, slots: Iterable[int], credible: EvidenceConfig | None = None) -> Targets:
+def targets(history: History, slots: Iterable[int], credible: EvidenceConfig | None = None,
+            judged_at: int | None = None) -> Targets:
     """The edges of the target slots, predicted from the end of the slot before each. With ``credible``, the outcome
-    counts an edge's owner reported itself weigh by its credibility as of the target slot
-    (:meth:`model.history.History.credited`), as they do in the evidence: what is learned from is what is believed
-    (T_col stays what was reported)."""
+    counts an edge's owner reported itself weigh by its credibility (:meth:`model.history.History.credited`) as of
+    slot ``judged_at`` (None: as of each target slot), as they do in the evidence: what is learned from is what is
+    believed (T_col stays what was reported). A fit judges in hindsight, as of the last slot it may see: a liar lies
+    all along, and its early reports, before the others' evidence gave it away, are lies too."""
     graphs = [(t, history.graphs[t]) for t in sorted(set(slots)) if history.graphs[t] is not None]
 
     def joined(name: str) -> np.ndarray:
@@ -130,7 +132,8 @@ def targets(history: History, slots: Iterable[int], credible: EvidenceConfig | N
     profile = np.concatenate([g.profile for _, g in graphs]) if graphs else np.zeros((0, 2))
     counts = [joined(name) for name in ("tasks", "flagged", "tr", "com")]
     if credible is not None and any(g.reported.any() for _, g in graphs):
-        owner = np.concatenate([history.credited(credible, t).credibility[g.src] for t, g in graphs])
+        owner = np.concatenate([history.credited(credible, t if judged_at is None else judged_at).credibility[g.src]
+                                for t, g in graphs])
         weight = believed_share(joined("reported_share"), owner)
         counts = [count * weight for count in counts]
     return Targets(PairQuery(src, dst, end, profile), joined("t_col"), *counts, joined("time_ratio"))
@@ -152,16 +155,17 @@ def predict(model: BM, history: History, slots: Iterable[int], readout: Readout 
     return np.concatenate(t_beh), np.concatenate(t_col)
 
 
-def validation_loss(model: BM, history: History, slots: Iterable[int], chunk_slots: int = 32) -> float:
+def validation_loss(model: BM, history: History, slots: Iterable[int], chunk_slots: int = 32,
+                    judged_at: int | None = None) -> float:
     """The model's training loss (the head's per-task likelihood) over every edge of the target slots, in
     eval mode: a proper score of the predicted outcome probabilities, finer than the RMSE against one
-    slot's noisy T_col."""
+    slot's noisy T_col (reports weighed as :func:`targets` weighs them, as of ``judged_at``)."""
     ordered = sorted(set(slots))
     total, weight = 0.0, 0.0
     model.eval()
     with torch.no_grad():
         for k in range(0, len(ordered), chunk_slots):
-            batch = targets(history, ordered[k:k + chunk_slots], model.config.evidence)
+            batch = targets(history, ordered[k:k + chunk_slots], model.config.evidence, judged_at)
             if len(batch):
                 wanted = batch.tensors(model.device)
                 share = model.loss_units(wanted)
@@ -212,7 +216,8 @@ def warm_up_digest(model: BM, inputs: dict[str, tuple[torch.Tensor, torch.Tensor
 
 
 def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequence[int],
-                 config: TrainConfig, warm_ups: WarmUps | None = None) -> Callable[[], None]:
+                 config: TrainConfig, warm_ups: WarmUps | None = None, judged_at: int | None = None
+                 ) -> Callable[[], None]:
     """Fit the context head's members one by one (each from its own start, in its own order of minibatches) on
     the pairs' physics and evidence alone (Y = 0) on the fit slots, for the epochs that early stopping on the
     validation loss chooses. Returns ``refit``, which fits each member again from its start on the fit and
@@ -220,9 +225,10 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
     only once the validation slots have judged what they judge. Costs no encoder run: the inputs are
     computed once. ``warm_ups``: where a warm-up of the same inputs from the same starts was fitted already
     (and its refit, once run), its members are taken from there; none is kept where a member draws from
-    PyTorch's random stream (dropout), whose state differs between models."""
+    PyTorch's random stream (dropout), whose state differs between models. ``judged_at``: as :func:`targets`."""
     credible = model.config.evidence
-    batches = {"fit": targets(history, fit_slots, credible), "val": targets(history, val_slots, credible)}
+    batches = {name: targets(history, slots, credible, judged_at) for name, slots in (("fit", fit_slots),
+                                                                                      ("val", val_slots))}
     if not len(batches["fit"]) or not len(batches["val"]):
         return lambda: None
     inputs = {name: (*model.pair_inputs(history, batch.query), batch.tensors(model.device))
@@ -336,18 +342,21 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
     with every end-to-end epoch on the validation loss: an epoch is kept only if what the long-term
     embeddings add helps on slots it never trained on. When none is kept (``best_epoch == -1``) the
     warmed-up head is refitted on the fit and validation slots together, so that the most recent slots
-    are learned from too. ``warm_ups``: the head's warm-ups shared with other models (:class:`WarmUps`)."""
-    refit = warm_up_head(model, history, fit_slots, val_slots, config, warm_ups) if model.config.uses_context else None
+    are learned from too. ``warm_ups``: the head's warm-ups shared with other models (:class:`WarmUps`). Owners'
+    reports weigh by their credibility as of the last slot the fit sees (:func:`targets`)."""
+    judged = max(*fit_slots, *val_slots)
+    refit = (warm_up_head(model, history, fit_slots, val_slots, config, warm_ups, judged)
+             if model.config.uses_context else None)
     generator = np.random.default_rng(config.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, foreach=True)
     chunks = [list(c) for c in np.array_split(np.asarray(fit_slots), max(1, len(fit_slots) // config.chunk_slots))]
-    best = FitResult(-1, validation_loss(model, history, val_slots), [], [])
+    best = FitResult(-1, validation_loss(model, history, val_slots, judged_at=judged), [], [])
     best_state = copy.deepcopy(model.state_dict())
     for epoch in tqdm(range(config.epochs), desc="train", unit="epoch", disable=not progress, leave=False):
         model.train()
         losses = []
         for index in generator.permutation(len(chunks)):
-            batch = targets(history, chunks[index], model.config.evidence)
+            batch = targets(history, chunks[index], model.config.evidence, judged)
             if not len(batch):
                 continue
             loss = model.loss(model.pair_outputs(history, batch.query), batch.tensors(model.device))
@@ -355,7 +364,7 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
             loss.backward()
             optimizer.step()
             losses.append(loss.item())
-        score = validation_loss(model, history, val_slots)
+        score = validation_loss(model, history, val_slots, judged_at=judged)
         best.train_losses.append(float(np.mean(losses)) if losses else float("nan"))
         best.val_losses.append(score)
         if score < best.best_loss:
@@ -364,7 +373,7 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
         elif epoch - best.best_epoch >= config.patience:
             break
     model.load_state_dict(best_state)
-    stack = fit_expert_stack(model, history, val_slots) if model.config.uses_context else None
+    stack = fit_expert_stack(model, history, val_slots, judged) if model.config.uses_context else None
     if best.best_epoch == -1 and refit is not None:
         refit()
     if stack is not None:
@@ -373,10 +382,12 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
     return best
 
 
-def fit_expert_stack(model: BM, history: History, slots: Sequence[int]) -> np.ndarray | None:
+def fit_expert_stack(model: BM, history: History, slots: Sequence[int], judged_at: int | None = None
+                     ) -> np.ndarray | None:
     """The published mixture's weights (:func:`model.experts.fit_stack`): the head's own forecast and its rule
-    experts on the target slots' edges, against T_col weighted by tasks. None without edges."""
-    batch = targets(history, slots, model.config.evidence)
+    experts on the target slots' edges, against T_col weighted by tasks (reports weighed as of ``judged_at``, as
+    :func:`targets` weighs them). None without edges."""
+    batch = targets(history, slots, model.config.evidence, judged_at)
     if not len(batch):
         return None
     model.eval()
@@ -410,8 +421,9 @@ def known_devices(history: History, slots: Iterable[int]) -> np.ndarray:
 def fit_outage(history: History, slots: Iterable[int], system: SystemParams,
                credible: EvidenceConfig | None = None) -> OutageCurve:
     """The P_tr curve fitted to the transmissions of the given slots' edges (the paper's curve without them;
-    ``credible``: as :func:`targets` weighs them)."""
-    batch = targets(history, [s for s in slots if s >= 1], credible)
+    ``credible``: as :func:`targets` weighs them, as of the last of the slots)."""
+    predicted = [s for s in slots if s >= 1]
+    batch = targets(history, predicted, credible, max(predicted, default=None))
     prior = OutageCurve.prior(system)
     if not len(batch) or history.status is None:
         return prior
@@ -551,7 +563,7 @@ def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
     seen = range(train_slots[-1] + 1)
     with deterministic():
         features = node2vec_table(history, seen, config, train.seed)
-    batch = targets(history, train_slots, config.evidence)
+    batch = targets(history, train_slots, config.evidence, train_slots[-1])
     on_time = OnTimeCurve.fit(batch.time_ratio, batch.tr, batch.com)
     q = batch.query
     physics_ratio = history.pair_physics(q.src, q.dst, q.end + 1, q.profile, config.system)[:, 3].astype(np.float64)

@@ -237,6 +237,12 @@ def test_bad_mouthers_lose_their_credibility_alike_offline_and_in_the_scorer() -
     assert lying.any() and (believed.flagged[lying] < 0.1 * plain.flagged[lying]).all()
     assert np.median(believed.flagged[~lying] / plain.flagged[~lying]) > 0.95
     np.testing.assert_array_equal(believed.t_col, plain.t_col)
+    # a fit judges in hindsight: early on the liars still look honest, as of the end of the run they do not
+    early = 4
+    then, hindsight = (targets(offline, [early], SMALL.evidence, judged_at) for judged_at in (None, config.slots - 1))
+    lying = world.attacker[then.query.src] & (offline.graphs[early].reported_share == 1)
+    assert lying.any() and hindsight.flagged[lying].sum() < 0.2 * then.flagged[lying].sum()
+    assert np.median(hindsight.flagged[~lying] / then.flagged[~lying]) > 0.95
 
 
 def test_an_updated_slot_replaces_its_evidence_instead_of_adding_it(log) -> None:
