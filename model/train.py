@@ -344,7 +344,7 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
     warmed-up head is refitted on the fit and validation slots together, so that the most recent slots
     are learned from too. ``warm_ups``: the head's warm-ups shared with other models (:class:`WarmUps`). Owners'
     reports weigh by their credibility as of the last slot the fit sees (:func:`targets`)."""
-    judged = max(*fit_slots, *val_slots)
+    judged = max([*fit_slots, *val_slots])
     refit = (warm_up_head(model, history, fit_slots, val_slots, config, warm_ups, judged)
              if model.config.uses_context else None)
     generator = np.random.default_rng(config.seed)
