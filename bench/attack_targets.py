@@ -1,0 +1,102 @@
+"""The manipulation targets, read off ``trustbeam evaluate --attack`` reports: one row per report (one attack kind).
+
+For each report (its ``report.json``), BM's figures against:
+
+* the best rule: of the report's rule methods (:data:`model.baselines.RULES`), the one with the lowest error against
+  the truth on honest owners' test edges (``rmse_truth_honest``, else ``rmse_truth``);
+* the oracle (the hidden truth selecting) and, where the report has it, the Bayes filter (what the outcomes allow).
+
+Targets (per kind, 20 % attackers): under the expected-value rule BM hands attackers at most ``EV_VS_RULE`` × what
+the best rule does (``attack_tasks_won_expected``); under the paper's rule at most ``PAPER_VS_ORACLE`` × the
+oracle's share (``attack_tasks_won``); VoC at θ = 0.7 (paper's rule) at least ``VOC_VS_ORACLE`` × the oracle's;
+whitewashers' share in their first slots under a new id at most their share before leaving. Each row also gives
+honest devices' T_beh − truth (``honest_trust_shift``; under bad-mouthing it should stay within 0.05 of a run
+without the attack). A target a report cannot judge (no oracle, no whitewashers) is left blank.
+
+Run: ``python -m bench.attack_targets out/eval-onoff out/eval-sybil ...`` (instant: it reads the reports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from bench.report import emit
+from model.baselines import RULES
+from model.voc import THETAS
+
+EV_VS_RULE = 0.5
+PAPER_VS_ORACLE = 1.5
+VOC_VS_ORACLE = 0.85
+THETA = 0.7
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """A report.json (``path`` or the directory holding it); refuses, by name, one without an attack."""
+    path = path / "report.json" if path.is_dir() else path
+    report = json.loads(path.read_text())
+    if not report.get("setup", {}).get("attack"):
+        raise ValueError(f"{path}: setup.attack={report.get('setup', {}).get('attack')!r}: not a run with attackers")
+    return report
+
+
+def _mean(report: dict[str, Any], method: str, measure: str) -> float:
+    """The report's mean of ``measure`` for ``method`` (NaN where it has none)."""
+    value = report.get(method, {}).get(measure, {}).get("mean", math.nan)
+    return math.nan if value is None else value
+
+
+def best_rule(report: dict[str, Any]) -> str:
+    """The report's rule with the lowest error against the truth on honest owners' edges."""
+    rules = [m for m in report if m in RULES and "attack_tasks_won_expected" in report[m]]
+    if not rules:
+        raise ValueError(f"report of {report['setup']['attack']}: no rule method (one of {sorted(RULES)})")
+    error = "rmse_truth_honest" if all("rmse_truth_honest" in report[m] for m in rules) else "rmse_truth"
+    return min(rules, key=lambda m: _mean(report, m, error))
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else math.nan
+
+
+def _met(value: float, ok: bool) -> str:
+    return "" if math.isnan(value) else "met" if ok else "not met"
+
+
+def target_row(report: dict[str, Any], method: str = "bm") -> dict[str, Any]:
+    """One report's row: the attack, the best rule, and each target's figures and verdict."""
+    setup, rule, theta = report["setup"], best_rule(report), THETAS.index(THETA)
+    ev, ev_rule = (_mean(report, m, "attack_tasks_won_expected") for m in (method, rule))
+    paper, paper_oracle = (_mean(report, m, "attack_tasks_won") for m in (method, "oracle"))
+    voc = [report.get(m, {}).get("voc", {}).get("mean", [math.nan] * len(THETAS))[theta] for m in (method, "oracle")]
+    row = {"attack": setup["attack"], "seeds": f"{setup['seed']}-{setup['seed'] + setup['runs_done'] - 1}",
+           "best rule": rule, "won (ev)": ev, "rule's (ev)": ev_rule, "÷ rule": _ratio(ev, ev_rule),
+           "won (paper)": paper, "÷ oracle": _ratio(paper, paper_oracle), "voc ÷ oracle": _ratio(*voc)}
+    row["ev target"] = _met(row["÷ rule"], row["÷ rule"] <= EV_VS_RULE)
+    row["paper target"] = _met(row["÷ oracle"], row["÷ oracle"] <= PAPER_VS_ORACLE)
+    row["voc target"] = _met(row["voc ÷ oracle"], row["voc ÷ oracle"] >= VOC_VS_ORACLE)
+    if "bayes" in report:  # what the outcomes allow: the filter against the rule, BM against the filter
+        bayes = _mean(report, "bayes", "attack_tasks_won_expected")
+        row["bayes ÷ rule (ev)"], row["÷ bayes (ev)"] = _ratio(bayes, ev_rule), _ratio(ev, bayes)
+    before, after = (_mean(report, method, f"whitewash_share_{when}") for when in ("before", "after"))
+    if not math.isnan(before):
+        row["new id ÷ before"] = _ratio(after, before)
+        row["whitewash target"] = _met(after, after <= before)
+    row["honest shift"] = _mean(report, method, "honest_trust_shift")
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("reports", nargs="+", type=Path, help="report.json files or the directories holding them")
+    parser.add_argument("--method", default="bm", help="the method judged (default bm)")
+    args = parser.parse_args()
+    rows = [target_row(read_report(path), args.method) for path in args.reports]
+    emit("attack_targets", rows, {"method": args.method, "reports": [str(p) for p in args.reports]})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""bench/attack_targets.py against hand-computed figures of small made-up reports."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.attack_targets import best_rule, read_report, target_row
+from model.voc import THETAS
+
+
+def _figure(mean: float) -> dict:
+    return {"mean": mean, "std": 0.0}
+
+
+def _voc(at_07: float) -> dict:
+    return {"mean": [at_07 if theta == 0.7 else 0.0 for theta in THETAS], "std": [0.0] * len(THETAS)}
+
+
+def _method(won_ev: float, won_paper: float, rmse: float, voc: float, **more: float) -> dict:
+    return {"attack_tasks_won_expected": _figure(won_ev), "attack_tasks_won": _figure(won_paper),
+            "rmse_truth_honest": _figure(rmse), "voc": _voc(voc), **{k: _figure(v) for k, v in more.items()}}
+
+
+def _report(attack: str | None, **methods: dict) -> dict:
+    return {"setup": {"attack": attack, "seed": 700, "runs_done": 2}, **methods}
+
+
+def test_bm_is_judged_against_the_rule_with_the_lowest_error_and_the_oracle() -> None:
+    report = _report("sybil=0.2",
+                     bm=_method(0.01, 0.15, 0.07, 0.68, honest_trust_shift=-0.02),
+                     channel_beta=_method(0.04, 0.16, 0.08, 0.66),  # the lower error: the best rule
+                     mean=_method(0.002, 0.10, 0.18, 0.30),  # hands attackers least, but forecasts worst
+                     oracle=_method(0.0, 0.12, 0.0, 0.80),
+                     bayes=_method(0.03, 0.13, 0.06, 0.72))
+    assert best_rule(report) == "channel_beta"
+    row = target_row(report)
+    assert row["attack"] == "sybil=0.2" and row["seeds"] == "700-701" and row["best rule"] == "channel_beta"
+    assert row["÷ rule"] == pytest.approx(0.25) and row["ev target"] == "met"  # 0.01 / 0.04 <= 0.5
+    assert row["÷ oracle"] == pytest.approx(1.25) and row["paper target"] == "met"  # 0.15 / 0.12 <= 1.5
+    assert row["voc ÷ oracle"] == pytest.approx(0.85) and row["voc target"] == "met"  # 0.68 / 0.80 >= 0.85
+    assert row["bayes ÷ rule (ev)"] == pytest.approx(0.75) and row["÷ bayes (ev)"] == pytest.approx(1 / 3)
+    assert row["honest shift"] == pytest.approx(-0.02) and "whitewash target" not in row
+
+
+def test_targets_missed_and_whitewashers_judged_by_their_share_before_leaving() -> None:
+    report = _report("whitewashing=0.2",
+                     bm=_method(0.03, 0.20, 0.07, 0.60, whitewash_share_before=0.0010, whitewash_share_after=0.0015),
+                     channel_beta=_method(0.05, 0.18, 0.08, 0.66),
+                     oracle=_method(0.0, 0.12, 0.0, 0.80))
+    row = target_row(report)
+    assert row["÷ rule"] == pytest.approx(0.6) and row["ev target"] == "not met"
+    assert row["÷ oracle"] == pytest.approx(5 / 3) and row["paper target"] == "not met"
+    assert row["voc ÷ oracle"] == pytest.approx(0.75) and row["voc target"] == "not met"
+    assert row["new id ÷ before"] == pytest.approx(1.5) and row["whitewash target"] == "not met"
+    assert "bayes ÷ rule (ev)" not in row
+
+
+def test_a_report_without_an_oracle_leaves_its_targets_blank() -> None:
+    row = target_row(_report("on-off=0.2", bm=_method(0.05, 0.06, 0.08, 0.7), beta=_method(0.05, 0.05, 0.09, 0.6)))
+    assert row["best rule"] == "beta" and row["ev target"] == "not met"
+    assert math.isnan(row["÷ oracle"]) and row["paper target"] == "" and row["voc target"] == ""
+
+
+def test_reports_without_attackers_or_rules_are_refused_by_name(tmp_path: Path) -> None:
+    (tmp_path / "report.json").write_text(json.dumps(_report(None, bm=_method(0.0, 0.0, 0.07, 0.7))))
+    with pytest.raises(ValueError, match="setup.attack=None"):
+        read_report(tmp_path)
+    with pytest.raises(ValueError, match="no rule method"):
+        best_rule(_report("sybil=0.2", bm=_method(0.0, 0.0, 0.07, 0.7)))
