@@ -66,17 +66,25 @@ class OwnerView:
     scores: dict[str, TrustScore] = field(default_factory=dict)
 
 
-def trust_for_size(trust: float, published_bits: float | None, slope: float | None, task_bits: float | None
-                   ) -> float:
-    """A published T read for a task of ``task_bits``: T + slope * log2(task_bits / published_bits), clipped to
-    [0, 1] (the record's ``size_slope`` per doubling of the size its trust is for); T itself where any is unknown.
-    Raises ValueError naming ``task_size_bits`` for a size that is not a positive number."""
+def trust_for_size(trust: float, published_bits: float | None, task_bits: float | None, split_bits: float | None,
+                   step: float | None, slope: float | None = None) -> float:
+    """A published T read for a task of ``task_bits``: T + ``step`` where the task and the size the trust is for
+    (``published_bits``) lie on different sides of ``split_bits`` (a version-3 record's ``size_split_bits`` and
+    ``size_step``), else T; from a version-2 record, T + slope * log2(task_bits / published_bits) (its
+    ``size_slope`` per doubling); clipped to [0, 1]; T itself where the record says nothing of sizes or a size is
+    unknown. Raises ValueError naming ``task_size_bits`` for a size that is not a positive number."""
     if task_bits is not None and not (isinstance(task_bits, Real) and not isinstance(task_bits, bool)
                                       and 0 < task_bits < np.inf):
         raise ValueError(f"task_size_bits: must be a finite number > 0 (got {task_bits!r})")
-    if task_bits is None or published_bits is None or slope is None:
+    if task_bits is None or published_bits is None:
         return trust
-    return float(np.clip(trust + slope * np.log2(task_bits / published_bits), 0.0, 1.0))
+    if split_bits is not None and step is not None:
+        moved = trust + step if (task_bits > split_bits) != (published_bits > split_bits) else trust
+    elif slope is not None:
+        moved = trust + slope * np.log2(task_bits / published_bits)
+    else:
+        return trust
+    return float(np.clip(moved, 0.0, 1.0))
 
 
 def revision(record: TrustScore | CollaboratorRanking) -> int:
@@ -217,12 +225,14 @@ class TrustClient:
         view = self.views.get(owner)
         if view is None:
             return {}
-        trust = {c: trust_for_size(s.trust, s.task_size_bits, s.size_slope, task_size_bits)
+        trust = {c: trust_for_size(s.trust, s.task_size_bits, task_size_bits, s.size_split_bits, s.size_step,
+                                   s.size_slope)
                  for c, s in view.scores.items()}
         ranking = view.ranking
         for candidate in ranking.candidates if ranking else ():
-            trust[candidate.collaborator] = trust_for_size(candidate.trust, ranking.task_size_bits,
-                                                           candidate.size_slope, task_size_bits)
+            trust[candidate.collaborator] = trust_for_size(candidate.trust, ranking.task_size_bits, task_size_bits,
+                                                           ranking.size_split_bits, candidate.size_step,
+                                                           candidate.size_slope)
         return trust
 
     def checkpoint(self) -> None:

@@ -24,9 +24,10 @@ successes and ``1 - T_col`` failures.
   to its mean; from the statuses' physics for the pair scored, and j's evidence counted against the
   factor of its tasks' reported times). lambda and the prior strength are chosen on the training
   period only. Graded logs: the beta estimate of j's T_col with forgetting.
-* Channel x beta by task size (``channel_beta_sized``): ``channel_beta`` with P(com | tr, j) a line in the log of the
-  task's size, fitted per collaborator and shrunk toward flat (:class:`SizedChannelBeta`): a defence against
-  opportunistic service; equal to ``channel_beta`` where every task has one size.
+* Channel x beta by task size (``channel_beta_sized``): ``channel_beta`` with P(com | tr, j) a line in the task's
+  size class (above the training period's typical size or not), fitted per collaborator and shrunk toward flat
+  (:class:`SizedChannelBeta`): a defence against opportunistic service; equal to ``channel_beta`` where every task
+  has one size.
 * Fairness and goodness (``fxg``, Kumar et al. 2016), on the weights ``2 * T_col - 1``: the goodness of
   j is the fairness-weighted mean of its incoming weights, the fairness of i one minus half its mean
   deviation from the goodness of those it rated, iterated to a fixed point over every edge read;
@@ -45,6 +46,7 @@ import numpy as np
 
 from model.channel import OnTimeCurve, OutageCurve
 from model.config import SystemParams, TrustWeights
+from model.evidence import size_x
 from model.graphs import SlotGraph
 from model.history import History
 from model.metrics import rmse
@@ -229,25 +231,26 @@ CHANNEL_BETA_GRID = tuple(ChannelBetaParams(lam, k) for lam in (0.9, 0.95, 0.98,
 
 @dataclass(frozen=True)
 class SizedParams(ChannelBetaParams):
-    ridge: float = 1.0  # the size's variance (log2 units) a collaborator's slope is shrunk by
+    ridge: float = 1.0  # the size class's variance (x = +-1) a collaborator's slope is shrunk by
 
 
 SIZED_GRID = tuple(SizedParams(p.lam, p.strength, ridge) for p in CHANNEL_BETA_GRID for ridge in (0.25, 1.0, 4.0))
 
 
 class SizedChannelBeta(ChannelBeta):
-    """``channel_beta`` whose P(com | tr, j) is a line in the task's size: per collaborator, the forgetting-weighted
-    least-squares line of its computation outcomes on x = log2(task size / the training period's median size), its
-    slope shrunk toward zero by ``ridge`` times its evidence, read at the size of the task scored (at j's mean size
-    where a size is unknown). A device that serves small tasks and fails large ones (opportunistic service) keeps
-    its trust for the former and loses it for the latter; where every task has one size it is ``channel_beta``.
+    """``channel_beta`` whose P(com | tr, j) is a line in the task's size class: per collaborator, the
+    forgetting-weighted least-squares line of its computation outcomes on x (+1 for a task larger than the training
+    period's typical size, -1 else: :func:`model.evidence.size_x`), its slope shrunk toward zero by ``ridge`` times
+    its evidence, read at the class of the task scored (at j's mean x where a size is unknown). A device that serves
+    small tasks and fails large ones (opportunistic service) keeps its trust for the former and loses it for the
+    latter; where every task has one size it is ``channel_beta``.
 
     Glossary: W, H j's weight and successes over tasks of known size; WX, HX, WXX their sums times x, x^2."""
 
-    def __init__(self, *args, reference_bits: float = 1.0, **kwargs) -> None:
+    def __init__(self, *args, split_bits: float | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         n = len(self.hits)
-        self.reference_bits = reference_bits
+        self.split_bits = split_bits  # None: no size split (then it is channel_beta)
         self.sized = np.zeros((5, n))  # W, H, WX, HX, WXX
 
     def advance(self, graph: SlotGraph | None) -> None:
@@ -282,9 +285,7 @@ class SizedChannelBeta(ChannelBeta):
         return np.where(np.isfinite(x) & (w > 0), slope * (np.nan_to_num(x) - mean_x), 0.0)
 
     def _x(self, size_bits: np.ndarray) -> np.ndarray:
-        """x = log2(size / the reference size) per task (NaN where the size is unknown)."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(size_bits > 0, np.log2(size_bits / self.reference_bits), np.nan)
+        return size_x(size_bits, self.split_bits)
 
 
 def channel_beta(history: History, train_slots: list[int], grid: Iterable[ChannelBetaParams] = CHANNEL_BETA_GRID,
@@ -303,14 +304,21 @@ def task_sizes(history: History, slots: Iterable[int]) -> np.ndarray:
     return sizes[np.isfinite(sizes) & (sizes > 0)]
 
 
+def size_split(history: History, slots: Iterable[int]) -> float | None:
+    """The typical known task size of the edges of ``slots``, which parts large tasks from small ones: their geometric
+    mean (the median of log-uniform sizes, and strictly between the smallest and the largest however few sizes there
+    are); None where they have fewer than two sizes (nothing to part)."""
+    sizes = task_sizes(history, slots)
+    return float(np.exp(np.log(sizes).mean())) if len(np.unique(sizes)) > 1 else None
+
+
 def channel_beta_sized(history: History, train_slots: list[int], grid: Iterable[SizedParams] = SIZED_GRID,
                        system: SystemParams = SystemParams()) -> SizedChannelBeta:
     """:class:`SizedChannelBeta` fitted as :func:`channel_beta` is, its ridge chosen with lambda and the prior strength;
-    sizes are measured from the training edges' median task size."""
-    sizes = task_sizes(history, train_slots)
-    reference = float(np.median(sizes)) if len(sizes) else 1.0
+    tasks are split at the training edges' typical task size (:func:`size_split`)."""
+    split = size_split(history, train_slots)
     return _fitted(history, train_slots, grid, lambda common, params: SizedChannelBeta(
-        **common, params=params, system=system, reference_bits=reference), system)
+        **common, params=params, system=system, split_bits=split), system)
 
 
 def size_matters(history: History, train_slots: list[int], z: float = 0.0,
@@ -347,7 +355,7 @@ def size_choice(history: History, train_slots: list[int], lams: tuple[float, ...
     """The size correction the training period supports: :func:`channel_beta_sized` fitted with lambda among the
     evidence's memories ``lams`` (what the head's sums are kept at), where the log has flags and more than one task
     size and :func:`size_matters` says it helps; else None."""
-    if not history.has_flags or len(np.unique(task_sizes(history, train_slots))) < 2:
+    if not history.has_flags or size_split(history, train_slots) is None:
         return None
     grid = [params for params in SIZED_GRID if params.lam in lams]
     sized = channel_beta_sized(history, train_slots, grid)

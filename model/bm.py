@@ -132,12 +132,12 @@ class BM(nn.Module):
 
     def pair_scores(self, sides: PairSides) -> torch.Tensor:
         """(P, 2) each pair's T_beh (:meth:`t_beh` of :meth:`head.read <model.head.ContextHead.read>`) and its
-        change were the pair's task twice its size (:meth:`model.head.ContextHead.size_slope`; 0 where T_beh does
-        not read the size): what the scorer publishes, one pass of the head for both."""
+        change were the pair's task of the other size class (:meth:`model.head.ContextHead.size_step`; 0 where T_beh
+        does not read the size): what the scorer publishes, one pass of the head for both."""
         raw = self.head.read(sides)
         t_beh = self.t_beh(raw)
-        slope = self.head.size_slope(sides, raw) if self.size_corrected else torch.zeros_like(t_beh)
-        return torch.stack([t_beh, slope], dim=-1)
+        step = self.head.size_step(sides, raw) if self.size_corrected else torch.zeros_like(t_beh)
+        return torch.stack([t_beh, step], dim=-1)
 
     @property
     def size_corrected(self) -> bool:

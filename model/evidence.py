@@ -8,9 +8,10 @@ P(com | tr) counted against ton measures j's behaviour rather than its CPU or it
 the collaborator reported its CPU load u by the slot's end (telemetry), ton and com again, times u and
 ton times u^2 (:data:`LOADED`, :func:`with_load`): the sums of a regression of its success rate on its
 load, which a device whose reliability follows its usage (or drifts with it) makes steep; and, where the task's size
-is known, ton and com again, times x = log2(size / :data:`REFERENCE_BITS`) and ton times x^2 (:data:`SIZED`): the
-same regression on the task's size, which a device that serves small tasks and fails large ones (opportunistic
-service) makes steep (the head's size correction, :class:`model.experts.SizeCorrection`). Evidence is
+is known, ton and com again, times x (+1 for a task larger than :attr:`EvidenceConfig.size_split_bits`, the training
+period's typical size, -1 for the rest: :func:`size_x`) and ton times x^2 (:data:`SIZED`): the same regression on
+the task's size class, which a device that serves small tasks and fails large ones (opportunistic service) makes
+steep (the head's size correction, :class:`model.experts.SizeCorrection`). Evidence is
 kept per *role*: a device as collaborator (every channel), a device as owner (n, w: what it
 reports of others, e.g. a rater's bias), a pair owner -> collaborator (n, w, f, tr, com) and the whole
 population (one key, :data:`POPULATION`: every task of the log, so that the level a log drifts to is
@@ -41,8 +42,7 @@ from model.graphs import SlotGraph
 CHANNELS = ("n", "w", "f", "tr", "com", "ton", "tk", "ck", "tu", "cu", "tuu", "ts", "cs", "tx", "cx", "txx")
 N, W, F, TR, COM, TON, TK, CK, TU, CU, TUU, TS, CS, TX, CX, TXX = range(len(CHANNELS))
 LOADED = (TK, CK, TU, CU, TUU)  # the collaborator's ton and com where its load u was reported, times u and u^2
-SIZED = (TS, CS, TX, CX, TXX)  # ton and com of tasks of known size, times x (the log2 size) and x^2
-REFERENCE_BITS = 1e6  # x = log2(task size / this); the size regression is centred, so any reference gives its slope
+SIZED = (TS, CS, TX, CX, TXX)  # ton and com of tasks of known size, times x (their size class, +-1) and x^2
 PAIR_CHANNELS = COM + 1  # a pair's features read only n, w, f, tr, com: all a pair's state keeps
 OWNER_CHANNELS = W + 1  # an owner's features read n and w (what it reports): all an owner's state keeps
 ROLES = ("collaborator", "owner", "pair", "population")
@@ -78,6 +78,9 @@ class EvidenceConfig:
     succession_slots: int = 10  # record, if that was at most this many slots before (model.identity); None: never
     discredited: bool = False  # the head reads what the credibility did not let in, of each collaborator and from it
     #                           (:func:`discredited_block`); training sets it where owners report their own tasks
+    size_split_bits: float | None = None  # the size that parts large tasks from small ones in the size evidence
+    #                                       (:func:`size_x`); training sets it to its period's typical task size
+    #                                       (model.baselines.size_split) where sizes vary; None: no size evidence
 
     def __post_init__(self) -> None:
         if not self.lams or any(not 0 < lam <= 1 for lam in self.lams):
@@ -91,6 +94,8 @@ class EvidenceConfig:
             raise ValueError(f"EvidenceConfig.succession_m: must be > 0 or None (got {self.succession_m!r})")
         if self.succession_slots < 1:
             raise ValueError(f"EvidenceConfig.succession_slots: must be >= 1 (got {self.succession_slots!r})")
+        if self.size_split_bits is not None and not self.size_split_bits > 0:
+            raise ValueError(f"EvidenceConfig.size_split_bits: must be > 0 or None (got {self.size_split_bits!r})")
 
     @property
     def identity_m(self) -> float:
@@ -266,10 +271,13 @@ class EvidenceState:
 MONITORED = ("collaborator", "population")  # the roles that hold what monitors saw (owners' reports: REPORTED)
 
 
-def size_x(size_bits: np.ndarray) -> np.ndarray:
-    """x = log2(size / :data:`REFERENCE_BITS`) per task (NaN where the size is unknown)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(size_bits > 0, np.log2(size_bits / REFERENCE_BITS), np.nan)
+def size_x(size_bits: np.ndarray, split_bits: float | None) -> np.ndarray:
+    """Each task's size class x: +1 larger than ``split_bits``, else -1 (NaN where the size or the split is unknown).
+    An opportunistic device fails large tasks and serves small ones: a step, which a line in the log of the size reads
+    badly near the step (stop 58, README: *Opportunistic service*)."""
+    if split_bits is None:
+        return np.full(np.shape(size_bits), np.nan)
+    return np.where(size_bits > 0, np.where(size_bits > split_bits, 1.0, -1.0), np.nan)
 
 
 def edge_increments(graph: SlotGraph, config: EvidenceConfig) -> np.ndarray:
@@ -279,7 +287,7 @@ def edge_increments(graph: SlotGraph, config: EvidenceConfig) -> np.ndarray:
     per_edge = np.zeros((len(graph.src), len(CHANNELS)))
     per_edge[:, [N, W, F, TR, COM, TON]] = np.stack([graph.tasks, graph.t_col * graph.tasks, graph.flagged, graph.tr,
                                                      graph.com, ton], axis=1)
-    x = size_x(graph.profile[:, 0])
+    x = size_x(graph.profile[:, 0], config.size_split_bits)
     known = np.isfinite(x)
     if known.any():
         u, ts, cs = np.where(known, x, 0.0), np.where(known, ton, 0.0), np.where(known, graph.com, 0.0)

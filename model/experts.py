@@ -28,7 +28,7 @@ from torch import nn
 
 from model.channel import ON_TIME_BINS, REFERENCE_M, OnTimeCurve, OutageCurve
 from model.config import TrustWeights
-from model.evidence import COM, REFERENCE_BITS, SIZED, STATS, TON, N, W
+from model.evidence import COM, SIZED, STATS, TON, N, W
 
 # where each rule reads its raw sums among STATS
 COLLABORATOR_RATE = {True: (STATS.index(("collaborator", COM)), STATS.index(("collaborator", TON))),
@@ -128,8 +128,9 @@ class SizeCorrection(nn.Module):
     """What the task's size moves a pair's forecast by, read from the same inputs as the rules: the size rule
     ``channel_beta_sized`` (:class:`model.baselines.SizedChannelBeta`) minus its flat twin, both read through the
     experts' physics (:meth:`RuleExperts.forecasts`). Per collaborator, at one memory lambda: its rate
-    P(com | tr) = (COM + k * prior) / (TON + k) and the line of its computation outcomes on the task's log size x
-    (the :data:`model.evidence.SIZED` sums), its slope shrunk toward flat by ``ridge`` times its evidence, read at the
+    P(com | tr) = (COM + k * prior) / (TON + k) and the line of its computation outcomes on the task's size class x
+    (+1 above the split, the training period's typical size, -1 else: :func:`model.evidence.size_x`; the
+    :data:`model.evidence.SIZED` sums), its slope shrunk toward flat by ``ridge`` times its evidence, read at the
     scored task's x. Zero until :meth:`adopt` is given the training period's choice
     (:func:`model.baselines.size_choice`): a fleet whose behaviour does not depend on size would pay for the slopes'
     noise.
@@ -137,9 +138,10 @@ class SizeCorrection(nn.Module):
     Glossary: TS, CS j's on-time-weighted transmissions and computations of tasks of known size; TX, CX, TXX those
     times x, x^2; k the prior strength."""
 
-    def __init__(self, lams: int) -> None:
+    def __init__(self, lams: int, split_bits: float | None) -> None:
         super().__init__()
         self.register_buffer("params", torch.tensor([0.0, 1.0, 0.5, 1.0]))  # adopted (0 or 1), k, prior mean, ridge
+        self.register_buffer("split", torch.tensor(split_bits or 0.0))  # bits; 0: none (no size evidence)
         self.register_buffer("memory", torch.eye(lams)[-1])  # (L,) one-hot: the lambda the sums are read at
 
     def adopt(self, lam_index: int, strength: float, prior_mean: float, ridge: float) -> None:
@@ -167,8 +169,8 @@ class SizeCorrection(nn.Module):
         mean_x = tx / ts.clamp(min=1e-12)
         slope = (cx - cs * mean_x) / (txx - tx * mean_x + ridge * ts + 1e-12)
         size = physics[:, 4]
-        known = ~torch.isnan(size) & (size > 0) & (ts > 0)
-        x = torch.log2(torch.where(known, size, torch.full_like(size, REFERENCE_BITS)) / REFERENCE_BITS)
+        known = ~torch.isnan(size) & (size > 0) & (ts > 0) & (self.split > 0)
+        x = torch.where(size > self.split, torch.ones_like(size), -torch.ones_like(size))  # (P,) its size class
         term = torch.where(known, slope * (x - mean_x), torch.zeros_like(x))
         return (experts.forecasts(physics, (rate + term)[:, None]) - experts.forecasts(physics, rate[:, None]))[:, 0]
 

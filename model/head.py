@@ -331,7 +331,8 @@ class ContextHead(nn.Module):
         stack = torch.zeros(1 + self.experts.count)
         stack[0] = 1.0  # the head's own forecast until fit_stack weighs the rules in
         self.register_buffer("stack", stack)
-        self.sizing = SizeCorrection(self.lams)  # added to the published forecast where training adopts it
+        self.sizing = SizeCorrection(self.lams, evidence.size_split_bits)  # added to the published forecast where
+        #                                                                   training adopts it
 
     def forward(self, y_i: torch.Tensor, y_j: torch.Tensor, physics: torch.Tensor, evidence: torch.Tensor,
                 member: int | None = None) -> torch.Tensor:
@@ -369,12 +370,14 @@ class ContextHead(nn.Module):
         """(n_c, STATS, L) the collaborators' raw sums per lambda, the tail of their rows (what the rules read)."""
         return sides.collaborator[:, self.known:].reshape(-1, len(STATS), self.lams)
 
-    def size_slope(self, sides: PairSides, raw: torch.Tensor) -> torch.Tensor:
-        """(P,) how far the published T_beh moves were each pair's task twice its size, from :meth:`read`'s outputs
-        ``raw``: only the size correction (their last column) reads the size, so the rest stands."""
-        stats = self.stats(sides)
-        doubled = torch.cat([sides.physics[:, :-1], 2 * sides.physics[:, -1:]], dim=-1)
-        moved = torch.cat([raw[:, :-1], self.sizing(self.experts, stats, sides.dst, doubled)[:, None]], dim=-1)
+    def size_step(self, sides: PairSides, raw: torch.Tensor) -> torch.Tensor:
+        """(P,) how far the published T_beh moves were each pair's task of the other size class (above the size
+        correction's split where it is at or below it, and the reverse), from :meth:`read`'s outputs ``raw``: only
+        the size correction (their last column) reads the size, so the rest stands."""
+        stats, size, split = self.stats(sides), sides.physics[:, -1:], self.sizing.split
+        other = torch.where(size > split, split / 2, split * 2)  # (P, 1) a size of the other class
+        flipped = torch.cat([sides.physics[:, :-1], other], dim=-1)
+        moved = torch.cat([raw[:, :-1], self.sizing(self.experts, stats, sides.dst, flipped)[:, None]], dim=-1)
         return self.t_beh(moved) - self.t_beh(raw)
 
     @property

@@ -563,7 +563,9 @@ class PairScores:
     voc: np.ndarray  # (P,)
     believed: np.ndarray | None = None  # (P,) each pair's owner's credibility as a reporter (None: 1, all believed)
     task_sizes: np.ndarray | None = None  # (n,) per frame row its latest task's size, bit (NaN: none; None: unknown)
-    size_slope: np.ndarray | None = None  # (P,) T_beh's change per doubling of that size (None: T_beh ignores it)
+    size_step: np.ndarray | None = None  # (P,) T_beh's change for a task of the other size class (None: T_beh
+    #                                      ignores the size)
+    size_split_bits: float | None = None  # the size that parts the classes (model.evidence.size_x)
 
     def forecasts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """((P,) pair keys, (P,) raw T_beh, (P,) how far the owner's report of the pair's outcome is believed)."""
@@ -575,8 +577,9 @@ class PairScores:
         """The piece's trust scores and rankings with T_beh moved by ``shift`` (clipped to [0, 1]): one ranking per
         recent owner, by the paper's rule, with no candidates where none is in range. ``revision`` numbers the
         piece's publications (0: the first; an update after late events has a higher one). Each record says the
-        owner's task size its trust is for, and, where the model's trust depends on it, the trust's change per
-        doubling of it (T_res times T_beh's), with which a scheduler reads the trust for a task of its own."""
+        owner's task size its trust is for, and, where the model's trust depends on it, the size that parts large
+        tasks from small ones and the trust's change for a task of the other class (T_res times T_beh's), with which
+        a scheduler reads the trust for a task of its own."""
         slot, ids, src, dst, thresholds = self.slot, self.ids, self.src, self.dst, self.thresholds
         t_beh = np.clip(self.t_beh + shift, 0.0, 1.0) if shift else self.t_beh
         trust = np.clip(t_beh * self.t_res, 0.0, 1.0)
@@ -598,15 +601,16 @@ class PairScores:
         window = {"slot": slot, "slot_start_ms": int(clock.start_ms(slot)), "slot_end_ms": int(clock.end_ms(slot)),
                   "model_version": model_version, "is_update": revision > 0, "revision": revision}
         sizes = np.full(len(ids), np.nan) if self.task_sizes is None else self.task_sizes
-        slope = {} if self.size_slope is None else {"size_slope": self.size_slope * self.t_res}
+        step = {} if self.size_step is None else {"size_step": self.size_step * self.t_res}
+        split = {} if self.size_step is None else {"size_split_bits": self.size_split_bits}
         scores = Columns.of(TrustScore, len(p), owner=ids[src[p]], collaborator=ids[dst[p]], t_beh=t_beh[p],
                             t_res=self.t_res[p], trust=trust[p], task_size_bits=nullable(sizes[src[p]]),
-                            **{name: values[p] for name, values in slope.items()}, **window)
+                            **{name: values[p] for name, values in step.items()}, **split, **window)
         entries = Columns.of(RankedCandidate, len(c), collaborator=ids[dst[c]], trust=trust[c], voc=self.voc[c],
-                             **{name: values[c] for name, values in slope.items()})
+                             **{name: values[c] for name, values in step.items()})
         rankings = Columns.of(CollaboratorRanking, len(self.owners), owner=ids[self.owners],
                               threshold=thresholds[self.owners], task_size_bits=nullable(sizes[self.owners]),
-                              candidates=Nested.of(entries, listed_counts), **window)
+                              candidates=Nested.of(entries, listed_counts), **split, **window)
         return SlotScores(slot, scores, rankings, self.piece)
 
 
@@ -640,7 +644,7 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
     if ranking.threshold_floor is not None:
         thresholds = np.minimum(thresholds, ranking.threshold_floor)
     t_beh, t_res, voc, believed = np.zeros(len(src)), np.zeros(len(src)), np.zeros(len(src)), np.ones(len(src))
-    slope = np.zeros(len(src))  # T_beh's change per doubling of the task's size
+    step = np.zeros(len(src))  # T_beh's change for a task of the other size class
     if len(src):
         physics = pair_physics(frame.status, frame.status, frame.profile[:, :2], params, src, dst)
         pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
@@ -654,12 +658,13 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
             collaborator, since = pooled(collaborator, since, group)
         blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, evidence, population,
                                    frame.status[:, LOAD], frame.reports, disbelieved)
-        t_beh, slope = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
+        t_beh, step = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
         status = frame.status
         t_res = resource_trust(status[:, WILLINGNESS], status[:, COMM_OK], status[:, COMP_OK])[dst]  # per device
         voc = physics.value(params)
     return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc,
-                      believed, frame.profile[:, 0], slope if stages.size_corrected else None)
+                      believed, frame.profile[:, 0], step if stages.size_corrected else None,
+                      evidence.size_split_bits)
 
 
 def credited_evidence(frame: DeviceFrame, with_discredited: bool = False

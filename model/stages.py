@@ -7,7 +7,7 @@ A scorer (:mod:`model.scoring`) needs only these stages of a trained BM:
 * ``t_beh``: the pair head on Y_i, Y_j, the pair's physics and evidence -> T_beh; ``t_beh_pairs`` the same for
   candidate pairs of a frame's devices, from per-device inputs (the scorer's call: on PyTorch, what depends on one
   device goes through the head's first layer once per device, not once per candidate), with how far each T_beh
-  moves when the task doubles in size (:meth:`model.bm.BM.pair_scores`)
+  moves for a task of the other size class (:meth:`model.bm.BM.pair_scores`)
 
 A model whose head does not read Y (``uses_encoder`` False: the warmed-up head that training keeps when no
 end-to-end epoch helps) needs ``t_beh`` only: scorers skip the other two, and its ONNX export holds
@@ -62,8 +62,8 @@ class Stages(Protocol):
         """The same T_beh (P,) of the pairs (``src``, ``dst``) (P,) of a frame's rows, from the frame's Y (n, d), the
         pairs' physics (P, 5) and the evidence blocks (rows per device, ``pair_at`` (P,) per pair): what
         ``t_beh(y[src], y[dst], physics, blocks.features(src, dst, pair_at))`` gives, without a row of inputs per
-        pair for what depends on one device; and (P,) T_beh's change were each pair's task twice its size (0 where
-        the model's T_beh does not read the size: ``size_corrected`` False)."""
+        pair for what depends on one device; and (P,) T_beh's change were each pair's task of the other size class
+        (0 where the model's T_beh does not read the size: ``size_corrected`` False)."""
 
 
 @dataclass(frozen=True)

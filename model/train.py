@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from model.baselines import SizeChoice, size_choice
+from model.baselines import SizeChoice, size_choice, size_split
 from model.bm import BM, BMConfig, PairQuery, Readout
 from model.channel import OnTimeCurve, OutageCurve
 from model.config import SystemParams
@@ -448,12 +448,14 @@ class Prepared:
     sizing: SizeChoice | None = None  # the head's size correction, where the training period says size matters
     discredited: bool = False  # whether owners reported tasks of the training period (the head then reads what
     #                            was reported and not believed: model.evidence.discredited_block)
+    size_split: float | None = None  # the training period's typical task size (None: one size), which parts the size
+    #                                  evidence's large tasks from small ones (model.baselines.size_split)
 
     def configure(self, config: BMConfig) -> BMConfig:
-        """The config whose evidence counts transmissions against this on-time factor (and reads what was
-        reported and not believed, where owners report)."""
+        """The config whose evidence counts transmissions against this on-time factor, reads what was reported and
+        not believed (where owners report) and parts tasks by size at the training period's typical size."""
         return replace(config, evidence=replace(config.evidence, on_time=self.on_time.factor,
-                                                discredited=self.discredited))
+                                                discredited=self.discredited, size_split_bits=self.size_split))
 
 
 def build(config: BMConfig, prepared: Prepared, train: TrainConfig) -> BM:
@@ -572,7 +574,8 @@ def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
                     OnTimeCurve.fit(physics_ratio, batch.tr, batch.com),
                     rate_prior(batch, len(history.index), history.has_flags, on_time),
                     float((batch.tr.sum() + 1) / (batch.flagged.sum() + 2)),
-                    size_choice(history, train_slots, config.evidence.lams), owners_report(history, train_slots))
+                    size_choice(history, train_slots, config.evidence.lams), owners_report(history, train_slots),
+                    size_split(history, train_slots))
 
 
 def owners_report(history: History, slots: Iterable[int]) -> bool:

@@ -26,9 +26,21 @@ def _task_size() -> Any:
 
 
 def _size_slope() -> Any:
-    """How a published trust moves with the task's size (the model's size correction, :mod:`model.experts`)."""
-    return number("change of the trust T per doubling of the task's size (null: the model's trust does not depend "
-                  "on it)", unit="1/doubling", nullable=True)
+    """How a version-2 producer's trust moved with the task's size; since version 3 it moves by size class."""
+    return number("change of the trust T per doubling of the task's size (version 2; null since version 3, whose "
+                  "trust moves by size class: size_step)", unit="1/doubling", nullable=True)
+
+
+def _size_split() -> Any:
+    """What parts large tasks from small ones in the model's trust (:func:`model.evidence.size_x`)."""
+    return number("task size above which a task is large to the model's trust, at or below which small (null: the "
+                  "model's trust does not depend on the size)", unit="bit", gt=0, nullable=True)
+
+
+def _size_step() -> Any:
+    """How a published trust moves for a task of the other size class (the model's size correction)."""
+    return number("change of the trust T for a task on the other side of size_split_bits than task_size_bits (null: "
+                  "the model's trust does not depend on the size)", nullable=True)
 
 
 def foreign_reporter(reporter: Any, owner: Any) -> Any:
@@ -116,11 +128,12 @@ class DeviceStatus(Record):
 @dataclass(frozen=True, kw_only=True)
 class TrustScore(Record):
     """The rolling trust of one (owner, collaborator) pair after a slot: T = T_beh * T_res, for a task of
-    ``task_size_bits``; a scheduler's task of another size s has T + ``size_slope`` * log2(s / task_size_bits)
-    (clipped to [0, 1]). Version 2 added those two fields."""
+    ``task_size_bits``; a scheduler's task of another size s has T + ``size_step`` where s and ``task_size_bits``
+    lie on different sides of ``size_split_bits``, else T (clipped to [0, 1]). Version 2 added the task's size and
+    ``size_slope`` (then T + ``size_slope`` * log2(s / task_size_bits)); version 3 the split and the step."""
 
     NAME = "trust_score"
-    SCHEMA_VERSION = 2
+    SCHEMA_VERSION = 3
 
     owner: str = ident("device that would offload (i)")
     collaborator: str = ident("candidate collaborator (j)")
@@ -136,6 +149,8 @@ class TrustScore(Record):
                             "producer that does not number them)", ge=0, nullable=True)
     task_size_bits: float = _task_size()
     size_slope: float = _size_slope()
+    size_split_bits: float = _size_split()
+    size_step: float = _size_step()
 
     RULES = (
         Rule("collaborator", "must differ from owner", lambda r: r.owner == r.collaborator),
@@ -153,16 +168,17 @@ class RankedCandidate(Record):
     trust: float = number("overall trust T", ge=0, le=1)
     voc: float = number("expected value of task completion V for the owner's task profile", ge=0, le=1)
     size_slope: float = _size_slope()
+    size_step: float = _size_step()
 
 
 @dataclass(frozen=True, kw_only=True)
 class CollaboratorRanking(Record):
     """An owner's top candidates after a slot: those with T >= threshold, best VoC first, for a task of
     ``task_size_bits`` (see :class:`TrustScore` for another size). Version 2 added it and the candidates'
-    ``size_slope``."""
+    ``size_slope``; version 3 ``size_split_bits`` and the candidates' ``size_step``."""
 
     NAME = "collaborator_ranking"
-    SCHEMA_VERSION = 2
+    SCHEMA_VERSION = 3
 
     owner: str = ident("device that would offload (i)")
     slot: int = integer("slot index k", ge=0)
@@ -174,6 +190,7 @@ class CollaboratorRanking(Record):
     revision: int = integer("which publication of the slot this is: 0 the first, n the n-th update (null: a "
                             "producer that does not number them)", ge=0, nullable=True)
     task_size_bits: float = _task_size()
+    size_split_bits: float = _size_split()
     candidates: tuple[RankedCandidate, ...] = records(
         RankedCandidate, "candidates in selection order (first is chosen)", max_len=MAX_RANKED
     )

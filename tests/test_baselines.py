@@ -110,20 +110,20 @@ def test_the_sized_rule_by_hand() -> None:
     from model.baselines import SizedChannelBeta, SizedParams
     from model.channel import OutageCurve
 
-    # c computes a's 1-Mbit task and fails b's 4-Mbit one (both transmitted); reference size 2 Mbit: x = -1, +1
+    # c computes a's 1-Mbit task and fails b's 4-Mbit one (both transmitted); split at 2 Mbit: x = -1, +1
     graphs = (sized(0, [0, 1], [2, 2], [1, 1], [1, 0], [1e6, 4e6]),)
     history = History(DeviceIndex(("a", "b", "c")), 0, graphs)
     outage = OutageCurve(log_c=np.log(0.5), alpha=2.0)
     rule = SizedChannelBeta(history, outage, None, None, prior_mean=0.5,
-                            params=SizedParams(lam=1.0, strength=2.0, ridge=1.0), reference_bits=2e6)
+                            params=SizedParams(lam=1.0, strength=2.0, ridge=1.0), split_bits=2e6)
     rule.advance(graphs[0])
     rate = (1 + 2 * 0.5) / (2 + 2)  # the beta estimate, as channel_beta's
     slope = (-1 - 1 * 0) / (2 - 0 + 1.0 * 2)  # (HX - H mean_x) / (WXX - WX mean_x + ridge W): x = -1 succeeded
     p_tr = rule.tr_rate  # no statuses: the distance is unknown, so P_tr is the transmission rate (1 here)
     profile = np.array([[8e6, 1000.0], [0.5e6, 1000.0], [np.nan, np.nan]])
     got = rule.score(np.array([0, 0, 0]), np.array([2, 2, 2]), profile)
-    assert got.tolist() == pytest.approx([p_tr * (0.6 + 0.4 * (rate + slope * 2)),  # an 8-Mbit task: x = 2
-                                          p_tr * (0.6 + 0.4 * (rate + slope * -2)),  # 0.5 Mbit: x = -2
+    assert got.tolist() == pytest.approx([p_tr * (0.6 + 0.4 * (rate + slope * 1)),  # an 8-Mbit task: large, x = 1
+                                          p_tr * (0.6 + 0.4 * (rate + slope * -1)),  # 0.5 Mbit: small, x = -1
                                           p_tr * (0.6 + 0.4 * rate)])  # size unknown: j's mean size
     assert got[1] > got[2] > got[0]
 
@@ -202,7 +202,7 @@ def test_bms_size_correction_is_the_sized_rules() -> None:
     history = History(DeviceIndex(tuple(f"d{k}" for k in range(9))), 0, tuple(graphs))
     params = SizedParams(lam=0.9, strength=2.0, ridge=1.0)
     rule = channel_beta_sized(history, list(range(20)), grid=(params,))
-    config = replace(SMALL, evidence=replace(SMALL.evidence, colocation_m=None))
+    config = replace(SMALL, evidence=replace(SMALL.evidence, colocation_m=None, size_split_bits=rule.split_bits))
     model = BM(config, np.zeros((9, 8), np.float32), outage=rule.outage, tr_rate=rule.tr_rate).eval()
     model.head.sizing.adopt(config.evidence.lams.index(0.9), params.strength, rule.prior_mean, params.ridge)
     slots = list(range(20, 30))

@@ -10,7 +10,7 @@ import pytest
 
 from exporters.kafka import KafkaSink, message
 from schemas import CollaboratorRanking, RankedCandidate, TrustScore, to_json
-from exporters.client import TrustClient
+from exporters.client import TrustClient, trust_for_size
 from exporters.kafka_client import Topics
 from tests.test_pipeline_kafka import fresh_topics
 
@@ -20,17 +20,19 @@ SLOT_MS = 60_000
 
 def slot_records(owner: str, slot: int, candidates: dict[str, tuple[float, float]], threshold: float = 0.4,
                  is_update: bool = False, revision: int | None = None, model: str = "bm-test",
-                 task_size_bits: float | None = None, slopes: dict[str, float] | None = None
-                 ) -> list[tuple[str, object]]:
-    """A ranking (candidates with T >= threshold, best VoC first) and a trust score per candidate; ``slopes``: each
-    candidate's change of T per doubling of the task's size (``task_size_bits``, what the trust is for)."""
+                 task_size_bits: float | None = None, split_bits: float | None = None,
+                 steps: dict[str, float] | None = None) -> list[tuple[str, object]]:
+    """A ranking (candidates with T >= threshold, best VoC first) and a trust score per candidate; ``steps``: each
+    candidate's change of T for a task on the other side of ``split_bits`` than ``task_size_bits`` (what the trust
+    is for)."""
     common = dict(owner=owner, slot=slot, slot_start_ms=slot * SLOT_MS, slot_end_ms=(slot + 1) * SLOT_MS,
-                  model_version=model, is_update=is_update, revision=revision, task_size_bits=task_size_bits)
-    slopes = slopes or {}
+                  model_version=model, is_update=is_update, revision=revision, task_size_bits=task_size_bits,
+                  size_split_bits=split_bits)
+    steps = steps or {}
     ranked = sorted(((c, t, v) for c, (t, v) in candidates.items() if t >= threshold), key=lambda x: -x[2])
     ranking = CollaboratorRanking(threshold=threshold, candidates=tuple(
-        RankedCandidate(collaborator=c, trust=t, voc=v, size_slope=slopes.get(c)) for c, t, v in ranked), **common)
-    scores = [TrustScore(collaborator=c, t_beh=t, t_res=1.0, trust=t, size_slope=slopes.get(c), **common)
+        RankedCandidate(collaborator=c, trust=t, voc=v, size_step=steps.get(c)) for c, t, v in ranked), **common)
+    scores = [TrustScore(collaborator=c, t_beh=t, t_res=1.0, trust=t, size_step=steps.get(c), **common)
               for c, (t, _) in candidates.items()]
     return [("rankings", ranking)] + [("scores", s) for s in scores]
 
@@ -97,8 +99,11 @@ def test_newer_schema_versions_are_read_and_garbage_is_counted(broker) -> None:
     newer.update(schema_version=CollaboratorRanking.SCHEMA_VERSION + 1, region="eu-west")
     newer["candidates"][0]["latency_ms"] = 12
     (_, ranking), *_ = slot_records("c", 4, {"d": (0.7, 0.5)})
-    older = json.loads(to_json(ranking))  # version 1: before the task's size and the slopes
-    del older["task_size_bits"], older["candidates"][0]["size_slope"]
+    older = json.loads(to_json(ranking))  # version 1: before the task's size and how trust moves with it
+    for key in ("task_size_bits", "size_split_bits"):
+        older.pop(key, None)
+    for key in ("size_slope", "size_step"):
+        older["candidates"][0].pop(key, None)
     older["schema_version"] = 1
     send(broker, topics, [], raw=[("rankings", json.dumps(newer).encode()), ("rankings", json.dumps(older).encode()),
                                    ("rankings", b"\xff garbage"), ("scores", b'{"schema_version": 1}')])
@@ -110,22 +115,34 @@ def test_newer_schema_versions_are_read_and_garbage_is_counted(broker) -> None:
 
 
 def test_a_schedulers_task_size_moves_the_trust_it_reads(broker) -> None:
-    """Records for a 1 Mbit task whose trust falls 0.1 per doubling at b and not at c: for a 4 Mbit task b's T is
-    0.9 - 0.2 = 0.7, below theta 0.75, so c answers; for a 0.5 Mbit one b's T is 1.0 (clipped), and b (VoC 0.6)
-    beats c (VoC 0.5). Without a size, the records' own task."""
+    """Records for a 1 Mbit task, small beside the 2-Mbit split, whose trust falls by 0.2 at b and not at c for a
+    large task: for a 4 Mbit task b's T is 0.9 - 0.2 = 0.7, below theta 0.75, so c answers; for a 0.5 Mbit one, small
+    too, b's T stays 0.9, and b (VoC 0.6) beats c (VoC 0.5). Without a size, the records' own task."""
     topics = fresh_topics(broker)
     send(broker, topics, slot_records("a", 3, {"b": (0.9, 0.6), "c": (0.8, 0.5)}, task_size_bits=1e6,
-                                      slopes={"b": -0.1, "c": 0.0}))
+                                      split_bits=2e6, steps={"b": -0.2, "c": 0.0}))
     client = TrustClient(broker.settings, topics, group=f"g-{uuid.uuid4().hex[:6]}")
     client.catch_up()
     large, small = (client.best("a", theta=0.75, task_size_bits=bits) for bits in (4e6, 5e5))
     assert (large.collaborator, large.trust, large.eligible) == ("c", pytest.approx(0.8), 1)
-    assert (small.collaborator, small.trust, small.eligible) == ("b", pytest.approx(1.0), 2)
+    assert (small.collaborator, small.trust, small.eligible) == ("b", pytest.approx(0.9), 2)
     assert client.best("a", theta=0.75).trust == pytest.approx(0.9)
     for bad in (0.0, -1e6, float("nan")):
         with pytest.raises(ValueError, match="task_size_bits: must be a finite number > 0"):
             client.best("a", theta=0.75, task_size_bits=bad)
     client.close()
+
+
+def test_trust_for_a_size_by_hand_from_version_3_and_version_2_records() -> None:
+    """Version 3: T moves by the step only across the split (either way); version 2: by the slope per doubling;
+    clipped to [0, 1]; T itself where the record or the scheduler names no size."""
+    assert trust_for_size(0.9, 1e6, 4e6, 2e6, -0.2) == pytest.approx(0.7)  # small -> large
+    assert trust_for_size(0.7, 4e6, 1e6, 2e6, 0.2) == pytest.approx(0.9)  # large -> small
+    assert trust_for_size(0.9, 1e6, 1.5e6, 2e6, -0.2) == 0.9  # the same class
+    assert trust_for_size(0.9, 1e6, 4e6, None, None, -0.1) == pytest.approx(0.7)  # two doublings of a v2 slope
+    assert trust_for_size(0.95, 4e6, 1e6, 2e6, 0.2) == 1.0  # clipped
+    assert trust_for_size(0.9, None, 4e6, 2e6, -0.2) == trust_for_size(0.9, 1e6, None, 2e6, -0.2) == 0.9
+    assert trust_for_size(0.9, 1e6, 4e6, None, None) == 0.9  # the model's trust ignores the size
 
 
 def test_a_restarted_client_resumes_from_its_snapshot_and_committed_offsets(broker, tmp_path) -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from model.channel import OnTimeCurve
 from model.evidence import (CHANNELS, DISCREDITED, DRIFT_SCALE, KEY_ORDER_MIN, LOADED, N, NEVER, POPULATION,
-                            REPORT_CHANNELS, RIDGE, W, EvidenceConfig, EvidenceState, EvidenceTrack, discredited_block,
-                            find, key_order, load_drift, load_memory, load_rate, pair_evidence_features, positions,
-                            report_increments, role_increments, with_load)
+                            REPORT_CHANNELS, RIDGE, SIZED, W, EvidenceConfig, EvidenceState, EvidenceTrack,
+                            discredited_block, find, key_order, load_drift, load_memory, load_rate,
+                            pair_evidence_features, positions, report_increments, role_increments, with_load)
 from model.graphs import SlotGraph
 
 LAMS = np.array([0.5, 1.0])
@@ -99,15 +101,19 @@ def test_role_increments_by_hand() -> None:
     graph = SlotGraph(0, np.array([0, 1]), np.array([2, 2]), np.array([0.8, 0.5]), np.zeros(2),
                       tasks=np.array([2, 1]), flagged=np.array([2, 0]), tr=np.array([2, 0]), com=np.array([1, 0]),
                       profile=np.array([[2e6, 1e3], [5e5, 1e3]]), time_ratio=np.array([np.exp(1.4), np.nan]))
-    config = EvidenceConfig(on_time=OnTimeCurve.fit(np.array([np.exp(1.4)]), np.array([4.0]), np.array([1.0])).factor)
+    config = EvidenceConfig(on_time=OnTimeCurve.fit(np.array([np.exp(1.4)]), np.array([4.0]), np.array([1.0])).factor,
+                            size_split_bits=1e6)
     factor = config.on_time_factor(np.array([np.exp(1.4)]))[0]
     assert factor < 1  # late tasks: fewer computations to expect
     roles = role_increments(graph, n=3, config=config)
     keys, sums = roles["collaborator"]
     assert keys.tolist() == [2]
-    # no loads yet; the sizes: x = log2(2 Mbit / 1 Mbit) = 1 for the flagged tasks (the graded one transmitted none)
+    # no loads yet; the sizes: x = +1 for the flagged tasks, larger than the 1-Mbit split (the graded one, smaller,
+    # transmitted none)
     ton = 2 * factor
     np.testing.assert_allclose(sums[0], [3, 2 * 0.8 + 0.5, 2, 2, 1, ton, 0, 0, 0, 0, 0, ton, 1, ton, 1, ton])
+    unsplit = role_increments(graph, n=3, config=replace(config, size_split_bits=None))["collaborator"][1]
+    assert not unsplit[:, list(SIZED)].any()  # no split known: no size evidence
     keys, sums = roles["owner"]
     assert keys.tolist() == [0, 1] and sums.shape == (2, 2)  # what owners report: n and w, all an owner keeps
     np.testing.assert_allclose(sums[:, [N, W]], [[2, 1.6], [1, 0.5]])

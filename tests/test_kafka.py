@@ -150,7 +150,7 @@ def test_the_sink_keys_by_owner_and_labels_the_schema(broker: LocalBroker) -> No
     sink.close()
     (record,) = read_to_end(broker.settings, topic)
     assert record.key == b"dev-000007" and from_json(TrustScore, record.value) == score
-    assert dict(record.headers) == {"schema_version": b"2", "record": b"trust_score"}
+    assert dict(record.headers) == {"schema_version": str(TrustScore.SCHEMA_VERSION).encode(), "record": b"trust_score"}
     assert sink.counts() == {"sent": 1, "delivered": 1, "failed": 0}
 
 

@@ -95,11 +95,11 @@ def test_head_stage_matches_pytorch(both, pairs: int) -> None:
 @pytest.mark.parametrize("devices, pairs, per_call", [(1, 1, 65536), (40, 900, 250), (500, 70_000, 65536)])
 def test_pairs_of_a_frame_score_as_their_gathered_rows(both, devices: int, pairs: int, per_call: int) -> None:
     """t_beh_pairs (PyTorch: each device's part of the head once; ONNX: every pair's inputs built) equals t_beh on
-    every pair's gathered inputs, however the pairs fall into calls; and its size slope equals t_beh for tasks of
-    twice the size minus t_beh (the model adopted its size correction)."""
+    every pair's gathered inputs, however the pairs fall into calls; and its size step equals t_beh for tasks of the
+    other size class minus t_beh (the model adopted its size correction)."""
     torch_stages, onnx_stages = both
     evidence, width = torch_stages.config.evidence, torch_stages.config.gnn.out_dim
-    lams = len(evidence.lams)
+    lams, split = len(evidence.lams), evidence.size_split_bits
     tail = evidence.collaborator_normalized - 9 * lams + len(STATS) * lams  # recency .. the load's memory, the STATS
     rng = np.random.default_rng(pairs)
     y = rng.normal(size=(devices, width)).astype(np.float32)
@@ -108,20 +108,22 @@ def test_pairs_of_a_frame_score_as_their_gathered_rows(both, devices: int, pairs
     src, dst = rng.integers(0, devices, pairs), rng.integers(0, devices, pairs)
     pair_at = rng.integers(0, pairs // 3 + 1, pairs)
     physics = np.stack([rng.uniform(1, 400, pairs), rng.uniform(2e9, 6e9, pairs), rng.uniform(2e9, 6e9, pairs),
-                        rng.uniform(0.2, 2.5, pairs), 2 ** rng.uniform(17, 23, pairs)], axis=1).astype(np.float32)
+                        rng.uniform(0.2, 2.5, pairs), split * 2 ** rng.uniform(-3, 3, pairs)],
+                       axis=1).astype(np.float32)
     physics[::7] = np.nan
     want = torch_stages.t_beh(y[src], y[dst], physics, blocks.features(src, dst, pair_at))
-    doubled = physics * np.array([1, 1, 1, 1, 2], np.float32)
-    moved = torch_stages.t_beh(y[src], y[dst], doubled, blocks.features(src, dst, pair_at)) - want
+    other = physics.copy()
+    other[:, 4] = np.where(physics[:, 4] > split, split / 5, split * 5)  # a task of the other class
+    moved = torch_stages.t_beh(y[src], y[dst], other, blocks.features(src, dst, pair_at)) - want
     assert torch_stages.size_corrected and (pairs < 100 or np.abs(moved).max() > 1e-3)
     for stages in both:
         stages.pairs_per_call = per_call
         try:
-            got, slope = stages.t_beh_pairs(y, physics, blocks, src, dst, pair_at)
+            got, step = stages.t_beh_pairs(y, physics, blocks, src, dst, pair_at)
         finally:
             stages.pairs_per_call = 65536
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
-        np.testing.assert_allclose(slope, moved, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(step, moved, atol=1e-5, rtol=0)
 
 
 def test_a_simulated_run_scores_the_same_on_both_backends(both) -> None:

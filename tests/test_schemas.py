@@ -101,17 +101,22 @@ def test_missing_field_and_missing_version() -> None:
 
 
 def test_an_older_version_is_read_without_the_fields_added_since() -> None:
-    """Trust scores gained the task's size and the size slope in version 2 (nullable, as every field a version adds):
-    a version-1 record still decodes strictly, and still matches its version's JSON Schema; versions outside 1 to
-    the current one do not decode."""
+    """Trust scores gained the task's size and the size slope in version 2, the size split and step in version 3
+    (nullable, as every field a version adds): version-1 and version-2 records still decode strictly, and still
+    match their versions' JSON Schemas; versions outside 1 to the current one do not decode."""
     body = json.loads(to_json(VALID[TrustScore]()))
-    assert body["schema_version"] == TrustScore.SCHEMA_VERSION == 2
+    assert body["schema_version"] == TrustScore.SCHEMA_VERSION == 3
+    del body["size_split_bits"], body["size_step"]
+    body.update(schema_version=2, size_slope=-0.03)
+    second = from_json(TrustScore, json.dumps(body))
+    assert second.size_slope == -0.03 and second.size_step is None and second.size_split_bits is None
+    jsonschema.validate(body, json.loads((schema_path(TrustScore).parent / "trust_score.v2.schema.json").read_text()))
     del body["task_size_bits"], body["size_slope"]
     body["schema_version"] = 1
     older = from_json(TrustScore, json.dumps(body))
     assert older.size_slope is None and older.task_size_bits is None and older.trust == VALID[TrustScore]().trust
     jsonschema.validate(body, json.loads((schema_path(TrustScore).parent / "trust_score.v1.schema.json").read_text()))
-    for version in (0, 3):
+    for version in (0, 4):
         assert rejected(json.dumps({**body, "schema_version": version}), TrustScore).rule.startswith("unknown version")
 
 
@@ -186,8 +191,9 @@ def test_arrow_schema_carries_nullability_units_and_version() -> None:
         pa.struct([pa.field("collaborator", pa.string(), nullable=False),
                    pa.field("trust", pa.float64(), nullable=False),
                    pa.field("voc", pa.float64(), nullable=False),
-                   pa.field("size_slope", pa.float64(), nullable=True)]))
-    assert arrow_schema(CollaboratorRanking).metadata[b"schema_version"] == b"2"
+                   pa.field("size_slope", pa.float64(), nullable=True),
+                   pa.field("size_step", pa.float64(), nullable=True)]))
+    assert arrow_schema(CollaboratorRanking).metadata[b"schema_version"] == b"3"
 
 
 def test_from_arrow_names_bad_rows_and_columns() -> None:

@@ -49,10 +49,14 @@ def sybil_log():
 
 
 def scored_log(config: SimConfig):
+    """A run's events, statuses, history and an untrained model; where its tasks' sizes vary, the model's size
+    evidence parts them at the nominal (median) size, as training would."""
     events, _, status = simulated_run(config)
     history = History.from_events(events, SIM.clock, SMALL.weights, status=status)
     torch.manual_seed(0)
-    model = BM(SMALL, np.random.default_rng(0).normal(size=(len(history.index), 8)).astype(np.float32)).eval()
+    split = config.task_size_bits if config.task_size_spread > 1 else None
+    model = BM(replace(SMALL, evidence=replace(SMALL.evidence, size_split_bits=split)),
+               np.random.default_rng(0).normal(size=(len(history.index), 8)).astype(np.float32)).eval()
     with torch.no_grad():  # Y (and so the sequences and their telemetry) counts: its weights start at zero
         for net in model.head.members:
             net.behaviour[0].weight.add_(0.3 * torch.randn_like(net.behaviour[0].weight))
@@ -91,7 +95,8 @@ def test_the_task_sizes_correction_alike_offline_and_in_the_scorer() -> None:
     model.head.sizing.adopt(lam_index=2, strength=2.0, prior_mean=0.8, ridge=1.0)
     assert_scores_equal_prediction((events, status, history, model))
     graph = history.graphs[9]
-    small, large = (np.tile([size, SIM.density_cycles_per_bit], (len(graph.src), 1)) for size in (2e5, 4e6))
+    small, large = (np.tile([size, SIM.density_cycles_per_bit], (len(graph.src), 1))
+                    for size in (OPPORTUNISTS.task_size_bits / 4, OPPORTUNISTS.task_size_bits * 4))
     with torch.no_grad():
         moved = [model.t_beh(model.pair_outputs(history, PairQuery(graph.src, graph.dst, 9, p))).numpy()
                  for p in (small, large)]
@@ -99,32 +104,36 @@ def test_the_task_sizes_correction_alike_offline_and_in_the_scorer() -> None:
 
 
 def test_published_trust_says_its_task_size_and_how_it_moves_with_the_size() -> None:
-    """Each record names the owner's task size its trust is for and, where the correction is adopted, the trust's
-    change per doubling of it: T_res times T_beh's at twice the size minus T_beh's (the training path's, offline);
-    a scheduler reads the trust for a task of its own from them. Without the correction the slope is null."""
+    """Each record names the owner's task size its trust is for and, where the correction is adopted, the size that
+    parts large tasks from small ones and the trust's change for a task of the other class: T_res times T_beh's for
+    such a task minus T_beh's (the training path's, offline); a scheduler reads the trust for a task of its own from
+    them. Without the correction both are null."""
     events, status, history, model = scored_log(OPPORTUNISTS)
     ranking = RankingConfig(range_m=None, scores_per_owner=1000)
     rows = {name: i for i, name in enumerate(history.index.ids)}
     unadopted = next(r for r in score_log(TorchStages(model, history.index), events, status, ranking, SystemParams(),
                                           "v1") if r.slot == 9)
-    assert all(s.size_slope is None for s in unadopted.scores) and unadopted.scores
+    assert all(s.size_step is None and s.size_split_bits is None for s in unadopted.scores) and unadopted.scores
     model.head.sizing.adopt(lam_index=2, strength=2.0, prior_mean=0.8, ridge=1.0)
     result = next(r for r in score_log(TorchStages(model, history.index), events, status, ranking, SystemParams(),
                                        "v1") if r.slot == 9)
     src = np.array([rows[s.owner] for s in result.scores])
     dst = np.array([rows[s.collaborator] for s in result.scores])
     profile = latest_profiles(events, np.array([s.owner for s in result.scores], object), 9)
-    doubled = profile * [2.0, 1.0]
+    split = OPPORTUNISTS.task_size_bits
+    assert {s.size_split_bits for s in result.scores} == {r.size_split_bits for r in result.rankings} == {split}
+    other = profile.copy()
+    other[:, 0] = np.where(profile[:, 0] > split, split / 3, split * 3)  # a task of the other class, wherever in it
     with torch.no_grad():
-        at, twice = (model.t_beh(model.pair_outputs(history, PairQuery(src, dst, 9, p))).numpy()
-                     for p in (profile, doubled))
+        at, across = (model.t_beh(model.pair_outputs(history, PairQuery(src, dst, 9, p))).numpy()
+                      for p in (profile, other))
     t_res = np.array([s.t_res for s in result.scores])
-    slope = np.array([s.size_slope for s in result.scores])
-    np.testing.assert_allclose(slope, (twice - at) * t_res, atol=1e-5)
-    assert np.abs(slope).max() > 0.01
+    step = np.array([s.size_step for s in result.scores])
+    np.testing.assert_allclose(step, (across - at) * t_res, atol=1e-5)
+    assert np.abs(step).max() > 0.01 and all(s.size_slope is None for s in result.scores)
     np.testing.assert_array_equal([s.task_size_bits for s in result.scores], profile[:, 0])
-    listed = {(r.owner, c.collaborator): c.size_slope for r in result.rankings for c in r.candidates}
-    by_pair = {(s.owner, s.collaborator): s.size_slope for s in result.scores}
+    listed = {(r.owner, c.collaborator): c.size_step for r in result.rankings for c in r.candidates}
+    by_pair = {(s.owner, s.collaborator): s.size_step for s in result.scores}
     assert listed and all(by_pair[pair] == value for pair, value in listed.items())
     size_of = {s.owner: s.task_size_bits for s in result.scores}
     assert all(r.task_size_bits == size_of[r.owner] for r in result.rankings)
@@ -264,7 +273,9 @@ def test_an_updated_slot_replaces_its_evidence_instead_of_adding_it(log) -> None
 
 def test_evidence_snapshots_round_trip_and_reshard(log, tmp_path) -> None:
     events, status, history, model = log
-    stages = TorchStages(model, history.index)
+    stages = TorchStages(model, history.index)  # its size evidence parts tasks below their one size: every one large
+    split = SIM.task_size_bits / 2
+    stages.config = replace(stages.config, evidence=replace(stages.config.evidence, size_split_bits=split))
     slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
     whole = DeviceHistory(SMALL.evidence)
     whole.add_status(*status_arrays(status))  # every device's reported loads count too

@@ -53,8 +53,8 @@ from model.head import PairSides
 from model.stages import SIDES
 
 # 3: sequence.onnx reads each slot's telemetry; 4: uses_encoder; 5: pairs.onnx; 6: the load's drift; 7: its memory;
-# 8: pairs.onnx gives T_beh's size slope beside it, and size_corrected
-FORMAT = "trustbeam-onnx/8"
+# 8: pairs.onnx gives T_beh's size slope beside it, and size_corrected; 9: its size step (a task of the other class)
+FORMAT = "trustbeam-onnx/9"
 OPSET = 18
 STAGE_FILES = ("gnn.onnx", "sequence.onnx", "head.onnx", "pairs.onnx")
 HEAD_FILES = ("head.onnx", "pairs.onnx")  # what a model that reads no Y needs
@@ -106,7 +106,7 @@ class PairsStage(nn.Module):
                 collaborator: torch.Tensor, pair: torch.Tensor, physics: torch.Tensor, src: torch.Tensor,
                 dst: torch.Tensor) -> torch.Tensor:
         sides = PairSides(y_owner, owner, y_collaborator, collaborator, pair, physics, src, dst)
-        return self.model.pair_scores(sides)  # (P, 2): T_beh, its change per doubling of the task's size
+        return self.model.pair_scores(sides)  # (P, 2): T_beh, its change for a task of the other size class
 
 
 def _examples(model: BM, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
