@@ -88,7 +88,7 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         misbehaving = world.misbehaving(cols, owners[rows], pool.slot, pool.sizes) & mine[rows]
         won_at, lost_at = pool.dense(misbehaving, False), pool.dense(pool.value * (1.0 - expected.p_tr *
                                                                                    expected.p_com_given_tr), 0.0)
-        voc = pool.dense(pool.value, -np.inf)
+        voc = pool.dense(pool.claimed_value, -np.inf)
         honest = ~world.attacker[cols] & ~world.attacker[owners[rows]]  # as honest owners see honest devices
         newcomer = honest & world.late_joiners[cols] & (pool.slot - world.joined[cols] < WHITEWASH_WINDOW)
         new_at = pool.dense(newcomer, False)

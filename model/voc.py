@@ -3,7 +3,7 @@
 For each test task, the owner's candidates are the devices within range. Each
 method gives T = T_beh * T_res per candidate (T_res from the slot's status:
 willingness, radio, load); among candidates with T >= theta the one with the
-highest expected VoC (physics of the owner's task at that candidate) is chosen.
+highest expected VoC (physics of the owner's task at that candidate, at the CPU its statuses claim) is chosen.
 The achieved VoC is drawn from the hidden success probabilities with the same
 random numbers for every method: a failed task yields 0, and a task with no
 qualifying candidate yields 0. ``oracle`` uses the hidden reliability as
@@ -43,7 +43,7 @@ def voc_curves(world, scored: list[ScoredTasks], thetas: tuple[float, ...] = THE
         draws = rng.random((2, len(owners)))
         success = (draws[0][rows] < expected.p_tr) & (draws[1][rows] < expected.p_com_given_tr)
         achieved = pool.dense(pool.value * success, 0.0)
-        voc = pool.dense(pool.value, -np.inf)
+        voc = pool.dense(pool.claimed_value, -np.inf)
         for name, t_beh in {**beliefs, "oracle": expected.reliability(config.weights)}.items():
             trust = pool.dense(t_beh * pool.t_res, 0.0)
             for k, theta in enumerate(thetas):
@@ -110,6 +110,13 @@ class InRange:
     value: np.ndarray  # (P,) VoC of the task at the candidate if it succeeds
     t_res: np.ndarray  # (P,) T_res of the candidate in the slot
     sizes: np.ndarray | None = None  # (P,) the size of each pair's task (None: every task the nominal size)
+    claims: np.ndarray | None = None  # (P,) the VoC a scheduler expects from the candidate's statuses (None: value)
+
+    @property
+    def claimed_value(self) -> np.ndarray:
+        """(P,) the VoC the selection goes by: what the candidates' statuses claim (an overclaimer's CPU), achieved
+        or not by ``value``."""
+        return self.value if self.claims is None else self.claims
 
     def dense(self, values: np.ndarray, fill: float) -> np.ndarray:
         """(P,) pair values -> (tasks, devices), ``fill`` off the valid pairs."""
@@ -131,6 +138,10 @@ def in_range(world, owners: np.ndarray, slot: int, sizes: np.ndarray | None = No
     pair_sizes = None if sizes is None else sizes[rows]
     expected = world.expected(owners[rows], cols, slot, size_bits=pair_sizes)
     value = physics.value_of_completion(expected.offload, expected.local, config.system)
+    claims = None
+    if world.overclaimed:
+        claimed = world.expected(owners[rows], cols, slot, size_bits=pair_sizes, claimed=True)
+        claims = physics.value_of_completion(claimed.offload, claimed.local, config.system)
     t_res = resource_trust(world.willingness[cols], world.radio_up(cols, slot),
                            world.load(cols, slot) < config.overload)
-    return InRange(slot, valid, rows, cols, expected, value, t_res, pair_sizes)
+    return InRange(slot, valid, rows, cols, expected, value, t_res, pair_sizes, claims)

@@ -45,6 +45,7 @@ class AttackKind(str, enum.Enum):
     SYBIL = "sybil"  # one unreliable device behind several ids
     BALLOT_STUFFING = "ballot-stuffing"  # unreliable colluders that offload to each other and report success
     BAD_MOUTHING = "bad-mouthing"  # unreliable colluders that report failure for the honest devices they offload to
+    OVERCLAIMING = "overclaiming"  # slow devices whose statuses claim the fastest CPU, so their tasks run late
 
     @property
     def false_reports(self) -> bool:
@@ -68,7 +69,10 @@ class Attack:
     device's further ids (a Sybil's, a whitewasher's) stand and report up to this many metres from it in x and y
     (uniform), as an attacker that spreads its ids' positions to look like several devices would.
     ``whitewash_from``: the slot from which whitewashers leave their ids (before it, poor devices that keep theirs:
-    a wave of whitewashing that starts after a model was trained)."""
+    a wave of whitewashing that starts after a model was trained). An overclaimer runs on the slowest of
+    ``SimConfig.cpu_choices_hz`` and reports the fastest in every status (a claim inside the range a validator
+    accepts): it computes honestly, but a task sized for the CPU it claims runs late, and a scheduler that believes
+    the claim expects it to finish in a fraction of the time."""
 
     kind: AttackKind
     share: float
@@ -99,9 +103,11 @@ class Attack:
 
     @property
     def behaviour(self) -> Behaviour:
-        """The hidden behaviour the attackers follow (an opportunistic device's is reliable but for large tasks)."""
+        """The hidden behaviour the attackers follow (an opportunistic device's is reliable but for large tasks, an
+        overclaimer's reliable but slow)."""
         return {AttackKind.ON_OFF: Behaviour.INTERMITTENT, AttackKind.SELECTIVE: Behaviour.SELECTIVE,
-                AttackKind.OPPORTUNISTIC: Behaviour.STABLE_RELIABLE}.get(self.kind, Behaviour.STABLE_UNRELIABLE)
+                AttackKind.OPPORTUNISTIC: Behaviour.STABLE_RELIABLE,
+                AttackKind.OVERCLAIMING: Behaviour.STABLE_RELIABLE}.get(self.kind, Behaviour.STABLE_UNRELIABLE)
 
 
 def parse_attack(text: str) -> Attack:

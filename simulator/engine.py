@@ -191,7 +191,7 @@ class Simulator:
         columns = {
             "device": w.ids.take(devices),
             "time_ms": np.full(n, int(self.config.clock.start_ms(slot)), dtype=np.int64),
-            "cpu_hz": w.cpu_hz[devices], "tx_w": w.tx_w[devices], "rx_w": w.rx_w[devices], "x_m": w.x_m[devices],
+            "cpu_hz": w.claimed_cpu_hz[devices], "tx_w": w.tx_w[devices], "rx_w": w.rx_w[devices], "x_m": w.x_m[devices],
             "y_m": w.y_m[devices], "willingness": w.willingness[devices],
             "comm_ok": w.radio_up(devices, slot),
             "comp_ok": load < self.config.overload,

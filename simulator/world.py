@@ -98,10 +98,14 @@ class World:
         attackers = attacking_devices(config)
         if attack is not None:
             behaviour[attackers] = attack.behaviour
+        claimed = cpu_hz.copy()  # the CPU each device reports
+        if attack is not None and attack.kind is AttackKind.OVERCLAIMING:
+            cpu_hz[attackers], claimed[attackers] = min(config.cpu_choices_hz), max(config.cpu_choices_hz)
         params = BehaviourParams.draw(rng, behaviour, config.slots)  # draws the same whatever the kinds
         self.physical = np.concatenate([np.arange(n), np.repeat(attackers, attack.ids - 1 if attack else 0)])
         self.ids = device_ids(len(self.physical))
         self.cpu_hz, self.x_m, self.y_m = cpu_hz[self.physical], x_m[self.physical], y_m[self.physical]
+        self.claimed_cpu_hz = claimed[self.physical]
         if attack is not None and attack.id_spread_m > 0:  # further ids stand apart, drawn from a stream of their
             further = slice(n, None)  # own: everything else is drawn as without the spread
             spread = np.random.default_rng([config.seed, 7]).uniform(-1.0, 1.0, size=(2, self.size - n))
@@ -221,23 +225,31 @@ class World:
         """Whether each collaborator is an attacker misbehaving toward the owner in ``slot`` (on a task of
         ``size_bits``): its reliability is below its reliable level (an on-off attacker's off stretch, a selective
         one's targets, an opportunistic one's large tasks, always for an unreliable Sybil, whitewasher or
-        colluder)."""
+        colluder, and always for an overclaimer, whose every status lies)."""
+        if self.config.attack is not None and self.config.attack.kind is AttackKind.OVERCLAIMING:
+            return self.attacker[collabs]
         reliability = self.behaviour_reliability(collabs, owners, slot, size_bits)
         return self.attacker[collabs] & (reliability < self.params.high[collabs])
 
     def distance(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.hypot(self.x_m[a] - self.x_m[b], self.y_m[a] - self.y_m[b])
 
+    @property
+    def overclaimed(self) -> bool:
+        """Whether any id's statuses claim another CPU than it has (overclaimers)."""
+        return bool((self.claimed_cpu_hz != self.cpu_hz).any())
+
     def expected(self, owners: np.ndarray, collabs: np.ndarray, slot: int, load: np.ndarray | None = None,
-                 size_bits: np.ndarray | None = None) -> Expected:
+                 size_bits: np.ndarray | None = None, claimed: bool = False) -> Expected:
         """Outcome probabilities and costs of offloading a task, pairwise; ``load``: the collaborators' background
         load to assume (default: their hidden load in the slot); ``size_bits``: each task's size (default: the
-        configured size)."""
+        configured size); ``claimed``: at the CPU each collaborator's statuses claim (what a scheduler that believes
+        them expects) rather than the one it has."""
         c, params = self.config, self.config.system
         distance = self.distance(owners, collabs)
         p_tr = self.channel.p_tr(distance, self.tx_w[owners])
         load = self.load(collabs, slot) if load is None else load
-        effective_hz = self.cpu_hz[collabs] * (1.0 - load)
+        effective_hz = (self.claimed_cpu_hz if claimed else self.cpu_hz)[collabs] * (1.0 - load)
         size, density = c.task_size_bits if size_bits is None else size_bits, c.density_cycles_per_bit
         offload = physics.offload(size, density, distance, self.tx_w[owners], self.rx_w[collabs],
                                   effective_hz, params)

@@ -15,7 +15,7 @@ import pytest
 from model.config import TrustWeights
 from model.manipulation import attack_measures, stretch_delays, whitewash_shares
 from model.voc import InRange
-from simulator.config import Attack, AttackKind, SimConfig, parse_attack
+from simulator.config import Attack, AttackKind, Behaviour, SimConfig, parse_attack
 from simulator.experiment import simulated_run, simulated_world
 from simulator.world import NEVER, Expected
 from trustbeam.cli import main
@@ -204,6 +204,29 @@ def test_an_opportunistic_attacker_fails_large_tasks_and_serves_small_ones() -> 
     assert np.allclose(mean, rows["reliability"].to_numpy())
 
 
+def test_an_overclaimer_reports_the_fastest_cpu_and_runs_on_the_slowest() -> None:
+    config = replace(SMALL, attack=Attack(AttackKind.OVERCLAIMING, 0.25))
+    events, truth, status, world = simulated_world(config)
+    attackers, honest = np.flatnonzero(world.attacker), np.flatnonzero(~world.attacker)
+    assert len(attackers) == 20 and world.overclaimed
+    assert (world.cpu_hz[attackers] == min(config.cpu_choices_hz)).all()
+    assert (world.claimed_cpu_hz[attackers] == max(config.cpu_choices_hz)).all()
+    assert (world.claimed_cpu_hz[honest] == world.cpu_hz[honest]).all()
+    reported = dict(zip(status["device"].to_pylist(), status["cpu_hz"].to_pylist()))
+    assert {reported[name] for name in world.ids.take(attackers).to_pylist()} == {max(config.cpu_choices_hz)}
+    # it computes honestly (the reliable behaviour) but late: the truth is at its own CPU, the claim far faster
+    assert (world.behaviour[attackers] == int(Behaviour.STABLE_RELIABLE)).all()
+    owners = np.full(len(attackers), honest[0])
+    true, claimed = world.expected(owners, attackers, 3), world.expected(owners, attackers, 3, claimed=True)
+    cycles = config.task_size_bits * config.density_cycles_per_bit
+    computing = cycles / (min(config.cpu_choices_hz) * (1 - world.load(attackers, 3)))  # at the CPU it has
+    assert np.allclose(true.offload.time_s - claimed.offload.time_s, computing * (1 - 1 / 3))  # claims 3 x
+    assert (claimed.offload.time_s < true.offload.time_s).all() and (claimed.p_com_given_tr >= true.p_com_given_tr).all()
+    assert world.misbehaving(attackers, owners, 3).all() and not world.misbehaving(honest, np.roll(honest, 1), 3).any()
+    # the same world without the attack: nobody overclaims
+    assert not simulated_world(replace(SMALL, attack=Attack(AttackKind.OVERCLAIMING, 0.0)))[3].overclaimed
+
+
 @pytest.mark.parametrize("change, message", [
     ({"attack": Attack(AttackKind.OPPORTUNISTIC, 0.2)}, "needs tasks of differing sizes"),
     ({"owner_reports": 1.5}, "owner_reports: must be in [0, 1]"), ({"task_size_spread": 0.5}, "must be >= 1")])
@@ -285,6 +308,12 @@ def test_attack_measures_by_hand() -> None:
     out = attack_measures(world, events, [(np.array([0, 1]), pool, beliefs)])
     assert out["m"]["attack_tasks_won"] == 1.0 and out["m"]["tasks_assigned"] == 1.0
     assert out["m"]["honest_trust_shift"] == pytest.approx(0.9 - truth)  # owner 0's view of device 2 alone
+    world.attacker = np.array([False, False, False, True])
+    # the selection goes by the VoC the statuses claim: claimed 0.5 at the attacker, m's task 0 goes to device 2,
+    # while what is lost is still counted at the value achieved
+    claims = replace(pool, claims=np.array([1.0, 0.5, 1.0, 0.5]))
+    out = attack_measures(world, events, [(np.array([0, 1]), claims, beliefs)])
+    assert out["m"]["attack_tasks_won"] == 0.0 and out["m"]["attack_voc_lost"] == 0.0
 
 
 def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
