@@ -192,7 +192,8 @@ class BM(nn.Module):
         if not self.config.uses_context:
             empty = torch.zeros(len(query.src), 0, device=self.device)
             return empty, empty
-        physics = history.pair_physics(query.src, query.dst, query.end, query.profile, self.config.system)
+        physics = history.pair_physics(query.src, query.dst, query.end, query.profile, self.config.system,
+                                       self.config.evidence)
         evidence = history.pair_evidence(query.src, query.dst, query.end, self.config.evidence)
         return self.tensor(physics), self.tensor(evidence)
 

@@ -6,12 +6,15 @@ transmission again weighted by the on-time factor of the task's reported times (
 computation could be expected to achieve given how late the offload left it, so that
 P(com | tr) counted against ton measures j's behaviour rather than its CPU or its owners'), and, where
 the collaborator reported its CPU load u by the slot's end (telemetry), ton and com again, times u and
-ton times u^2 (:data:`LOADED`, :func:`with_load`): the sums of a regression of its success rate on its
+ton times u^2 (:data:`LOADED`, :func:`with_status`): the sums of a regression of its success rate on its
 load, which a device whose reliability follows its usage (or drifts with it) makes steep; and, where the task's size
 is known, ton and com again, times x (+1 for a task larger than :attr:`EvidenceConfig.size_split_bits`, the training
 period's typical size, -1 for the rest: :func:`size_x`) and ton times x^2 (:data:`SIZED`): the same regression on
 the task's size class, which a device that serves small tasks and fails large ones (opportunistic service) makes
-steep (the head's size correction, :class:`model.experts.SizeCorrection`). Evidence is
+steep (the head's size correction, :class:`model.experts.SizeCorrection`); and, where a task's offload time is
+reported, its count and the log of the speed it showed (its cycles over that time) against the CPU the collaborator
+claimed in its status then (:data:`CLAIMS`, :func:`with_status`): a device whose claim its tasks' times contradict
+has its CPU read as they show (:func:`verified_cpu`). Evidence is
 kept per *role*: a device as collaborator (every channel), a device as owner (n, w: what it
 reports of others, e.g. a rater's bias), a pair owner -> collaborator (n, w, f, tr, com) and the whole
 population (one key, :data:`POPULATION`: every task of the log, so that the level a log drifts to is
@@ -39,10 +42,15 @@ import numpy as np
 from model.channel import OnTimeCurve
 from model.graphs import SlotGraph
 
-CHANNELS = ("n", "w", "f", "tr", "com", "ton", "tk", "ck", "tu", "cu", "tuu", "ts", "cs", "tx", "cx", "txx")
-N, W, F, TR, COM, TON, TK, CK, TU, CU, TUU, TS, CS, TX, CX, TXX = range(len(CHANNELS))
+CHANNELS = ("n", "w", "f", "tr", "com", "ton", "tk", "ck", "tu", "cu", "tuu", "ts", "cs", "tx", "cx", "txx", "sk",
+            "sv")
+N, W, F, TR, COM, TON, TK, CK, TU, CU, TUU, TS, CS, TX, CX, TXX, SK, SV = range(len(CHANNELS))
 LOADED = (TK, CK, TU, CU, TUU)  # the collaborator's ton and com where its load u was reported, times u and u^2
 SIZED = (TS, CS, TX, CX, TXX)  # ton and com of tasks of known size, times x (their size class, +-1) and x^2
+CLAIMS = (SK, SV)  # the collaborator's tasks with a reported offload time and a claimed CPU, and their summed log of
+#                    the speed shown over the CPU claimed (the collaborator's roles only: with_status)
+CLAIM_TOLERANCE = 1.5  # how far below the typical share of its claim a device's shown speed may lie and be believed
+CLAIM_MIN_TASKS = 2.0  # timed tasks (at the longest memory) before a claim is judged
 PAIR_CHANNELS = COM + 1  # a pair's features read only n, w, f, tr, com: all a pair's state keeps
 OWNER_CHANNELS = W + 1  # an owner's features read n and w (what it reports): all an owner's state keeps
 ROLES = ("collaborator", "owner", "pair", "population")
@@ -81,6 +89,8 @@ class EvidenceConfig:
     size_split_bits: float | None = None  # the size that parts large tasks from small ones in the size evidence
     #                                       (:func:`size_x`); training sets it to its period's typical task size
     #                                       (model.baselines.size_split) where sizes vary; None: no size evidence
+    speed_gap: float | None = None  # the typical log of a device's shown speed over its claimed CPU (training sets it:
+    #                                 :func:`typical_speed_gap`); None: claims believed (a log without times)
 
     def __post_init__(self) -> None:
         if not self.lams or any(not 0 < lam <= 1 for lam in self.lams):
@@ -96,6 +106,8 @@ class EvidenceConfig:
             raise ValueError(f"EvidenceConfig.succession_slots: must be >= 1 (got {self.succession_slots!r})")
         if self.size_split_bits is not None and not self.size_split_bits > 0:
             raise ValueError(f"EvidenceConfig.size_split_bits: must be > 0 or None (got {self.size_split_bits!r})")
+        if self.speed_gap is not None and not np.isfinite(self.speed_gap):
+            raise ValueError(f"EvidenceConfig.speed_gap: must be finite or None (got {self.speed_gap!r})")
 
     @property
     def identity_m(self) -> float:
@@ -281,8 +293,9 @@ def size_x(size_bits: np.ndarray, split_bits: float | None) -> np.ndarray:
 
 
 def edge_increments(graph: SlotGraph, config: EvidenceConfig) -> np.ndarray:
-    """(E, C) each edge's evidence; the load channels stay zero (:func:`with_load`), the size channels hold the
-    edges whose mean task size is known."""
+    """(E, C) each edge's evidence; the load channels stay zero (:func:`with_status`), the size channels hold the
+    edges whose mean task size is known, :data:`CLAIMS` the timed tasks and their summed log speed (their claim
+    taken off where the collaborator's status is known: :func:`with_status`)."""
     ton = graph.tr * config.on_time_factor(graph.time_ratio)
     per_edge = np.zeros((len(graph.src), len(CHANNELS)))
     per_edge[:, [N, W, F, TR, COM, TON]] = np.stack([graph.tasks, graph.t_col * graph.tasks, graph.flagged, graph.tr,
@@ -292,6 +305,9 @@ def edge_increments(graph: SlotGraph, config: EvidenceConfig) -> np.ndarray:
     if known.any():
         u, ts, cs = np.where(known, x, 0.0), np.where(known, ton, 0.0), np.where(known, graph.com, 0.0)
         per_edge[:, list(SIZED)] = np.stack([ts, cs, ts * u, cs * u, ts * u * u], axis=1)
+    timed = np.isfinite(graph.log_speed) & (graph.timed > 0)
+    per_edge[:, SK] = np.where(timed, graph.timed, 0.0)
+    per_edge[:, SV] = np.where(timed, graph.timed * np.nan_to_num(graph.log_speed), 0.0)  # the claim: with_status
     return per_edge
 
 
@@ -320,6 +336,8 @@ def role_increments(graph: SlotGraph, n: int, config: EvidenceConfig) -> dict[st
     for role in ROLES:
         unique, sums = sum_by(role_keys(graph, n, role), monitored if role in MONITORED else per_edge)
         sums = sums[:, :channels_of(role)]  # what the role's features read (an owner's: what it reports, n and w)
+        if role == "population":  # no one status to set the speeds against
+            sums[:, list(CLAIMS)] = 0.0
         if role == "collaborator" and share.any():  # a collaborator only owners reported of: in REPORTED alone
             unique, sums = unique[sums[:, N] > 0], sums[sums[:, N] > 0]
         out[role] = (unique, sums)
@@ -328,17 +346,42 @@ def role_increments(graph: SlotGraph, n: int, config: EvidenceConfig) -> dict[st
     return out
 
 
-def with_load(increments: np.ndarray, load: np.ndarray) -> np.ndarray:
+def with_status(increments: np.ndarray, load: np.ndarray, cpu_hz: np.ndarray) -> np.ndarray:
     """A collaborator role's increments (k, C) with the :data:`LOADED` channels filled from its ton and com and
-    its reported load (k,) (NaN: none reported, and those channels stay zero). The load is known where the
-    collaborator's statuses are (its shard, online), not where the slot's events are gathered, so the role's
-    holder calls this on the increments :func:`role_increments` made."""
+    its reported load (k,) (NaN: none reported, and those channels stay zero), and the :data:`CLAIMS` speeds set
+    against the CPU it claimed (k,) (NaN: none known, and those channels are zeroed). The statuses are known where
+    the collaborator's are kept (its shard, online), not where the slot's events are gathered, so the role's holder
+    calls this on the increments :func:`role_increments` made."""
     out = increments.copy()
     known = np.isfinite(load)
     u = np.where(known, load, 0.0)
     ton, com = np.where(known, increments[:, TON], 0.0), np.where(known, increments[:, COM], 0.0)
     out[:, TK], out[:, CK], out[:, TU], out[:, CU], out[:, TUU] = ton, com, ton * u, com * u, ton * u * u
+    claimed = np.isfinite(cpu_hz) & (np.nan_to_num(cpu_hz) > 0)
+    out[:, SK] = np.where(claimed, increments[:, SK], 0.0)
+    out[:, SV] = np.where(claimed, increments[:, SV] - increments[:, SK] * np.log(np.where(claimed, cpu_hz, 1.0)), 0.0)
     return out
+
+
+def typical_speed_gap(sums: np.ndarray) -> float | None:
+    """The median over collaborators of the mean log of their shown speed over their claimed CPU, from their sums
+    (n, L, C) at the longest memory, among those with :data:`CLAIM_MIN_TASKS` timed tasks; None where none has."""
+    timed, total = sums[:, -1, SK], sums[:, -1, SV]
+    judged = timed >= CLAIM_MIN_TASKS
+    return float(np.median(total[judged] / timed[judged])) if judged.any() else None
+
+
+def verified_cpu(cpu_hz: np.ndarray, sums: np.ndarray, config: EvidenceConfig) -> np.ndarray:
+    """(n,) each device's claimed CPU (n,), or where its tasks' times contradict the claim the CPU they show: a device
+    with :data:`CLAIM_MIN_TASKS` timed tasks (at the longest memory) whose mean log of shown speed over claim lies
+    more than log :data:`CLAIM_TOLERANCE` below ``config.speed_gap`` is read at its claim times exp(its gap - the
+    typical one). Its sums (n, L, C) as a collaborator; nothing changes without ``config.speed_gap``."""
+    if config.speed_gap is None:
+        return cpu_hz
+    timed = sums[:, -1, SK]
+    gap = sums[:, -1, SV] / np.maximum(timed, 1e-12) - config.speed_gap
+    caught = (timed >= CLAIM_MIN_TASKS) & (gap < -np.log(CLAIM_TOLERANCE))
+    return np.where(caught, cpu_hz * np.exp(np.minimum(gap, 0.0)), cpu_hz)
 
 
 RIDGE = 0.01  # the load's variance a regression is shrunk by (a load swings by about +-0.1 around its mean)

@@ -36,6 +36,8 @@ EDGES_SCHEMA = pa.schema([
     pa.field("density", pa.float64(), nullable=False),  # mean cycles per bit (NaN where none is known)
     pa.field("time_ratio", pa.float64(), nullable=False),  # mean reported offload time / local time (NaN: none)
     pa.field("reported", pa.int64(), nullable=False),  # of the tasks, those whose outcome the owner reported itself
+    pa.field("log_speed", pa.float64(), nullable=False),  # mean log(cycles / reported offload time) (NaN: none)
+    pa.field("timed", pa.int64(), nullable=False),  # of the tasks, those log_speed is the mean of
 ])
 
 
@@ -55,6 +57,15 @@ def reported_time_ratio(events: pa.Table) -> np.ndarray:
     offload, local = _floats(events, "t_total_s"), _floats(events, "t_local_s")
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where((local > 0) & (offload > 0), offload / local, np.nan)
+
+
+def reported_log_speed(events: pa.Table) -> np.ndarray:
+    """Each task's log of its cycles (size x density) over its reported offload time: the speed the collaborator
+    showed, transmission included (NaN where a figure is missing or not positive)."""
+    cycles = _floats(events, "task_size_bits") * _floats(events, "density_cycles_per_bit")
+    offload = _floats(events, "t_total_s")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((cycles > 0) & (offload > 0), np.log(cycles / offload), np.nan)
 
 
 def reported_by_owner(events: pa.Table) -> np.ndarray:
@@ -77,10 +88,12 @@ def slot_edges(events: pa.Table, clock: SlotClock, weights: TrustWeights) -> pa.
                       "w": task_weight(events, weights), "offset": offsets, "flagged": flagged.astype(np.int64),
                       "tr": np.nan_to_num(tr).astype(np.int64), "com": np.nan_to_num(com).astype(np.int64),
                       "size": _floats(events, "task_size_bits"), "density": _floats(events, "density_cycles_per_bit"),
-                      "ratio": reported_time_ratio(events), "by_owner": reported_by_owner(events).astype(np.int64)})
+                      "ratio": reported_time_ratio(events), "by_owner": reported_by_owner(events).astype(np.int64),
+                      "speed": pa.array(reported_log_speed(events), from_pandas=True)})  # NaN: null, not counted
     grouped = table.group_by(["slot", "owner", "collaborator"]).aggregate(
         [("w", "mean"), ("w", "count"), ("offset", "mean"), ("flagged", "sum"), ("tr", "sum"), ("com", "sum"),
-         ("size", "mean"), ("density", "mean"), ("ratio", "mean"), ("by_owner", "sum")])
+         ("size", "mean"), ("density", "mean"), ("ratio", "mean"), ("by_owner", "sum"), ("speed", "mean"),
+         ("speed", "count")])
 
     def profile(name: str) -> pa.Array:  # the mean of the known values; NaN where the edge's tasks have none
         return pc.fill_null(pc.cast(grouped[f"{name}_mean"], pa.float64()), float("nan"))
@@ -89,7 +102,8 @@ def slot_edges(events: pa.Table, clock: SlotClock, weights: TrustWeights) -> pa.
                     "t_col": grouped["w_mean"], "tasks": grouped["w_count"], "offset": grouped["offset_mean"],
                     "flagged": grouped["flagged_sum"], "tr": grouped["tr_sum"], "com": grouped["com_sum"],
                     "size_bits": profile("size"), "density": profile("density"), "time_ratio": profile("ratio"),
-                    "reported": grouped["by_owner_sum"]},
+                    "reported": grouped["by_owner_sum"], "log_speed": profile("speed"),
+                    "timed": grouped["speed_count"]},
                    schema=EDGES_SCHEMA)
     return out.sort_by([("slot", "ascending"), ("owner", "ascending"), ("collaborator", "ascending")])
 
@@ -156,12 +170,14 @@ class SlotGraph:
     profile: np.ndarray | None = None  # (E, 2) mean task size (bit) and density (cycle/bit), NaN unknown
     time_ratio: np.ndarray | None = None  # (E,) mean reported offload time / local time, NaN unknown
     reported: np.ndarray | None = None  # (E,) of those, tasks whose outcome the owner reported itself
+    log_speed: np.ndarray | None = None  # (E,) mean log(cycles / reported offload time), NaN unknown
+    timed: np.ndarray | None = None  # (E,) of the tasks, those with a log_speed
 
     def __post_init__(self) -> None:
         e = len(self.src)
         defaults = {"tasks": np.ones(e), "flagged": np.zeros(e), "tr": np.zeros(e), "com": np.zeros(e),
                     "profile": np.full((e, 2), np.nan), "time_ratio": np.full(e, np.nan),
-                    "reported": np.zeros(e)}
+                    "reported": np.zeros(e), "log_speed": np.full(e, np.nan), "timed": np.zeros(e)}
         for name, value in defaults.items():
             object.__setattr__(self, name, value if getattr(self, name) is None
                                else np.asarray(getattr(self, name), dtype=np.float64))
@@ -185,7 +201,7 @@ def slot_graphs(edges: pa.Table, index: DeviceIndex) -> dict[int, SlotGraph]:
     src, dst = src[known], dst[known]
     column = {name: edges[name].to_numpy()[known].astype(np.float64)
               for name in ("t_col", "offset", "tasks", "flagged", "tr", "com", "size_bits", "density", "time_ratio",
-                           "reported")}
+                           "reported", "log_speed", "timed")}
     profile = np.stack([column["size_bits"], column["density"]], axis=1)
     graphs = {}
     bounds = np.flatnonzero(np.diff(slots)) + 1  # edges are sorted by slot
@@ -195,5 +211,5 @@ def slot_graphs(edges: pa.Table, index: DeviceIndex) -> dict[int, SlotGraph]:
             graphs[s] = SlotGraph(s, src[part], dst[part], column["t_col"][part], column["offset"][part],
                                   column["tasks"][part], column["flagged"][part], column["tr"][part],
                                   column["com"][part], profile[part], column["time_ratio"][part],
-                                  column["reported"][part])
+                                  column["reported"][part], column["log_speed"][part], column["timed"][part])
     return graphs

@@ -14,7 +14,7 @@ the evidence of j, i and the pair up to and including slot ``e`` (:mod:`model.ev
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -24,10 +24,10 @@ from model.context import PHYSICS_COLUMNS, pair_physics
 from model.credibility import credibility, discredited
 from model.evidence import (DISCREDITED, NEVER, POPULATION, REPORTED, REPORTS, STATE_ROLES, EvidenceConfig,
                             EvidenceTrack, channels_of, pair_evidence_features, report_increments, role_increments,
-                            role_lams, with_load)
+                            role_lams, verified_cpu, with_status)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
-from model.status import TELEMETRY, X, Y, StatusLog, status_values, telemetry_of
+from model.status import CPU, TELEMETRY, X, Y, StatusLog, status_values, telemetry_of
 
 
 @dataclass(frozen=True)
@@ -114,29 +114,32 @@ class History:
     def tracks(self, config: EvidenceConfig) -> dict[str, EvidenceTrack]:
         """The evidence of every role after each slot with tasks, and every device's :data:`REPORTS` at the same
         slots (computed once per config)."""
-        if config not in self._tracks:
+        key = replace(config, speed_gap=None)  # how claims are judged changes no sum
+        if key not in self._tracks:
             n = len(self.index)
             updates: dict[str, list] = {role: [] for role in STATE_ROLES}
             devices = np.arange(n)
             for t, graph in enumerate(self.graphs):
                 if graph is not None and len(graph.src):
                     load = self.load(devices, np.full(n, t))  # every device's latest reported load by the slot's end
+                    cpu = self.claimed_cpu(devices, np.full(n, t))
                     for role, (keys, increments) in role_increments(graph, n, config).items():
-                        if role in ("collaborator", REPORTED):  # the loads its collaborators had reported
-                            increments = with_load(increments, load[keys % n if role == REPORTED else keys])
+                        if role in ("collaborator", REPORTED):  # the loads and CPUs its collaborators had reported
+                            at = keys % n if role == REPORTED else keys
+                            increments = with_status(increments, load[at], cpu[at])
                         updates[role].append((t, keys, increments))
                     if self.status is not None:
                         updates[REPORTS].append((t, *report_increments(devices, load)))
-            self._tracks[config] = {role: EvidenceTrack.record(role_lams(role, config.lams), updates[role],
-                                                               channels_of(role))
-                                    for role in STATE_ROLES}
-        return self._tracks[config]
+            self._tracks[key] = {role: EvidenceTrack.record(role_lams(role, config.lams), updates[role],
+                                                            channels_of(role))
+                                 for role in STATE_ROLES}
+        return self._tracks[key]
 
     def pair_evidence(self, src: np.ndarray, dst: np.ndarray, end: np.ndarray, config: EvidenceConfig
                       ) -> np.ndarray:
         """(P, F) evidence features of owner ``src`` about collaborator ``dst`` as of the end of slot ``end``."""
         tracks = self.tracks(config)
-        collaborator, since = tracks["collaborator"].query(dst, end)
+        collaborator, since = self.collaborator_sums(dst, end, config)
         owner, _ = tracks["owner"].query(src, end)
         pair, _ = tracks["pair"].query(src * len(self.index) + dst, end)
         population, _ = tracks["population"].query(np.full(len(src), POPULATION), end)
@@ -147,16 +150,29 @@ class History:
             rows = end == slot
             if len(tracks[REPORTED].keys):  # what owners reported themselves, weighed by their credibility then
                 credited = self.credited(config, int(slot))
-                collaborator[rows] += credited.collaborator[dst[rows]]
                 population[rows] += credited.population
-                since[rows] = np.minimum(since[rows], credited.served[dst[rows]])
                 if discredited is not None:
                     discredited[rows] = self.together(config, int(slot), credited.discredited)[dst[rows]]
+        return pair_evidence_features(collaborator, owner, pair, since, config, population,
+                                      self.load(dst, end), reports=reports, discredited=discredited)
+
+    def collaborator_sums(self, dst: np.ndarray, end: np.ndarray, config: EvidenceConfig
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """((P, L, C) sums of each ``dst`` as collaborator as of the end of slot ``end``, slots since it last served):
+        what monitors saw, what owners reported weighed by their credibility then, and its ids judged as one."""
+        tracks = self.tracks(config)
+        collaborator, since = tracks["collaborator"].query(dst, end)
+        end = np.broadcast_to(end, np.shape(dst))
+        for slot in np.unique(end):
+            rows = end == slot
+            if len(tracks[REPORTED].keys):
+                credited = self.credited(config, int(slot))
+                collaborator[rows] += credited.collaborator[dst[rows]]
+                since[rows] = np.minimum(since[rows], credited.served[dst[rows]])
             together = self.judged_together(config, int(slot))
             if together is not None:
                 collaborator[rows], since[rows] = together[0][dst[rows]], together[1][dst[rows]]
-        return pair_evidence_features(collaborator, owner, pair, since, config, population,
-                                      self.load(dst, end), reports=reports, discredited=discredited)
+        return collaborator, since
 
     def identity_group(self, config: EvidenceConfig, slot: int) -> np.ndarray | None:
         """(n,) the group of each id judged as one device through relative slot ``slot`` (at one place, or one after
@@ -197,7 +213,7 @@ class History:
     def credited(self, config: EvidenceConfig, slot: int) -> Credited:
         """What owners reported themselves through relative slot ``slot``, weighed by their credibility as of then
         (:mod:`model.credibility`; cached)."""
-        key = (config, slot)
+        key = (replace(config, speed_gap=None), slot)
         if key not in self._credited:
             n = len(self.index)
             tracks = self.tracks(config)
@@ -221,14 +237,25 @@ class History:
             return np.full(len(devices), np.nan)
         return self.status.latest_load(devices, self.clock.end_ms(self.first_slot + np.asarray(slots)))
 
+    def claimed_cpu(self, devices: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """(P,) each device's latest claimed CPU by the end of its relative slot (NaN: none)."""
+        if self.status is None:
+            return np.full(len(devices), np.nan)
+        return self.status.latest_value(devices, self.clock.end_ms(self.first_slot + np.asarray(slots)), CPU)
+
     def pair_physics(self, src: np.ndarray, dst: np.ndarray, end: np.ndarray, profile: np.ndarray,
-                     params: SystemParams) -> np.ndarray:
+                     params: SystemParams, claims: EvidenceConfig | None = None) -> np.ndarray:
         """(P, 5) raw physics of each pair from the statuses before the end of slot ``end`` (NaN without them, but
-        for the task's size, which the profile gives)."""
+        for the task's size, which the profile gives); with ``claims``, each device's CPU as far as its tasks' times
+        by then bear its claim out (:func:`model.evidence.verified_cpu`)."""
         if self.status is None:
             physics = np.full((len(src), len(PHYSICS_COLUMNS)), np.nan, np.float32)
             physics[:, PHYSICS_COLUMNS.index("task_size_bits")] = profile[:, 0]
             return physics
-        before = self.clock.end_ms(self.first_slot + np.asarray(end))
-        return pair_physics(self.status.latest(src, before), self.status.latest(dst, before), profile,
-                            params).features()
+        end = np.broadcast_to(np.asarray(end), np.shape(src))
+        before = self.clock.end_ms(self.first_slot + end)
+        owner, candidate = self.status.latest(src, before), self.status.latest(dst, before)
+        if claims is not None and claims.speed_gap is not None:
+            for status, devices in ((owner, src), (candidate, dst)):
+                status[:, CPU] = verified_cpu(status[:, CPU], self.collaborator_sums(devices, end, claims)[0], claims)
+        return pair_physics(owner, candidate, profile, params).features()

@@ -46,13 +46,14 @@ from model.context import pair_physics
 from model.credibility import credibility, discredited
 from model.evidence import (DISCREDITED, N, POPULATION, REPORTED, REPORTS, ROLES, STATE_ROLES, W,
                             EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay, empty_state, find,
-                            key_order, positions, report_increments, role_increments, with_load)
+                            key_order, positions, report_increments, role_increments, verified_cpu,
+                            with_status)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
 from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift
 from model.stages import Stages, Windows
-from model.status import COMM_OK, COMP_OK, LOAD, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
+from model.status import COMM_OK, COMP_OK, CPU, LOAD, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
 from model.timing import timed
 from model.trust import resource_trust
 from schemas import CollaboratorRanking, Columns, Nested, RankedCandidate, TrustScore
@@ -334,7 +335,8 @@ class DeviceHistory:
 
     def increments(self, role: str, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """(keys, increments) of a role in a held slot: its part's, the collaborators' with their load channels
-        filled from the loads they reported by the slot's end (:func:`model.evidence.with_load`; the shard holds
+        filled from the loads they reported by the slot's end and their speeds set against the CPUs they claimed
+        (:func:`model.evidence.with_status`; the shard holds
         their statuses); for :data:`REPORTS`, every device's latest reported load by then, where the slot had tasks
         (as offline: :meth:`model.history.History.tracks`)."""
         part, end = self.parts[slot], int(self.clock.end_ms(slot))
@@ -345,7 +347,8 @@ class DeviceHistory:
         if role not in ("collaborator", REPORTED) or not len(keys):
             return keys, increments
         collaborators = part.reported_pairs[:, 0] if role == REPORTED else keys
-        return keys, with_load(increments, self.status.latest_load(collaborators, end))
+        return keys, with_status(increments, self.status.latest_load(collaborators, end),
+                                 self.status.latest_value(collaborators, end, CPU))
 
     def prune(self, before_slot: int, status_before_ms: int) -> None:
         """Forget slot parts before ``before_slot`` (folded first), statuses superseded before
@@ -492,7 +495,8 @@ class EvidenceSnapshot:
     @classmethod
     def load(cls, path: str | Path) -> "EvidenceSnapshot":
         """A saved snapshot; a role it does not hold (saved before the role existed) starts empty, and channels it
-        does not hold (saved before they existed: the size channels, :data:`model.evidence.SIZED`) start at zero."""
+        does not hold (saved before they existed: the size channels, :data:`model.evidence.SIZED`, the claims'
+        :data:`model.evidence.CLAIMS`) start at zero."""
         with np.load(path, allow_pickle=False) as data:
             states = {role: EvidenceState(data.get(f"{role}.lams", data["lams"]), data[f"{role}.keys"],
                                           data[f"{role}.slots"], with_channels(data[f"{role}.values"], role),
@@ -646,7 +650,6 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
     t_beh, t_res, voc, believed = np.zeros(len(src)), np.zeros(len(src)), np.zeros(len(src)), np.ones(len(src))
     step = np.zeros(len(src))  # T_beh's change for a task of the other size class
     if len(src):
-        physics = pair_physics(frame.status, frame.status, frame.profile[:, :2], params, src, dst)
         pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
         collaborator, population, reporters, disbelieved = credited_evidence(frame, evidence.discredited)
         at, known = find(reporters[0], frame.keys[src])
@@ -656,10 +659,14 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
             if disbelieved is not None:
                 disbelieved = pooled(disbelieved, since, group)[0]
             collaborator, since = pooled(collaborator, since, group)
+        status = frame.status
+        if evidence.speed_gap is not None:  # each CPU as far as its tasks' times bear the claim out
+            status = status.copy()
+            status[:, CPU] = verified_cpu(status[:, CPU], collaborator, evidence)
+        physics = pair_physics(status, status, frame.profile[:, :2], params, src, dst)
         blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, evidence, population,
                                    frame.status[:, LOAD], frame.reports, disbelieved)
         t_beh, step = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
-        status = frame.status
         t_res = resource_trust(status[:, WILLINGNESS], status[:, COMM_OK], status[:, COMP_OK])[dst]  # per device
         voc = physics.value(params)
     return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc,

@@ -83,11 +83,15 @@ class StatusLog:
         return values, times
 
     def latest_load(self, keys: np.ndarray, before_ms: int | np.ndarray) -> np.ndarray:
-        """(len(keys),) the load of :meth:`latest`'s statuses alone (NaN where none is known): the one column the
+        """(len(keys),) the load of :meth:`latest`'s statuses alone (NaN where none is known): the column the
         sequence encoder and the evidence read, without gathering the other eight."""
+        return self.latest_value(keys, before_ms, LOAD)
+
+    def latest_value(self, keys: np.ndarray, before_ms: int | np.ndarray, column: int) -> np.ndarray:
+        """(len(keys),) one of :data:`STATUS_COLUMNS` of :meth:`latest`'s statuses (NaN where none is known)."""
         out = np.full(len(keys), np.nan)
         found, rows = self._latest(keys, before_ms)
-        out[found] = self.values[rows, LOAD]
+        out[found] = self.values[rows, column]
         return out
 
     def first_ms(self, keys: np.ndarray, before_ms: int) -> np.ndarray:

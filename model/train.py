@@ -38,7 +38,7 @@ from model.bm import BM, BMConfig, PairQuery, Readout
 from model.channel import OnTimeCurve, OutageCurve
 from model.config import SystemParams
 from model.credibility import believed_share
-from model.evidence import EvidenceConfig
+from model.evidence import EvidenceConfig, typical_speed_gap
 from model.experts import fit_rate_prior, fit_stack
 from model.head import PairSides, PairTargets
 from model.history import History
@@ -450,12 +450,16 @@ class Prepared:
     #                            was reported and not believed: model.evidence.discredited_block)
     size_split: float | None = None  # the training period's typical task size (None: one size), which parts the size
     #                                  evidence's large tasks from small ones (model.baselines.size_split)
+    speed_gap: float | None = None  # the training period's typical log of shown speed over claimed CPU (None: no
+    #                                 times; model.evidence.typical_speed_gap)
 
     def configure(self, config: BMConfig) -> BMConfig:
         """The config whose evidence counts transmissions against this on-time factor, reads what was reported and
-        not believed (where owners report) and parts tasks by size at the training period's typical size."""
+        not believed (where owners report), parts tasks by size at the training period's typical size and judges
+        claimed CPUs against the typical gap to the speeds shown."""
         return replace(config, evidence=replace(config.evidence, on_time=self.on_time.factor,
-                                                discredited=self.discredited, size_split_bits=self.size_split))
+                                                discredited=self.discredited, size_split_bits=self.size_split,
+                                                speed_gap=self.speed_gap))
 
 
 def build(config: BMConfig, prepared: Prepared, train: TrainConfig) -> BM:
@@ -568,14 +572,19 @@ def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
     batch = targets(history, train_slots, config.evidence, train_slots[-1])
     on_time = OnTimeCurve.fit(batch.time_ratio, batch.tr, batch.com)
     q = batch.query
-    physics_ratio = history.pair_physics(q.src, q.dst, q.end + 1, q.profile, config.system)[:, 3].astype(np.float64)
+    devices = np.arange(len(history.index))
+    gap = typical_speed_gap(history.collaborator_sums(devices, np.full(len(devices), train_slots[-1]),
+                                                      config.evidence)[0])
+    claims = replace(config.evidence, speed_gap=gap)
+    physics_ratio = history.pair_physics(q.src, q.dst, q.end + 1, q.profile, config.system,
+                                         claims)[:, 3].astype(np.float64)
     return Prepared(features, known_devices(history, seen), fit_outage(history, train_slots, config.system,
                                                                        config.evidence), on_time,
                     OnTimeCurve.fit(physics_ratio, batch.tr, batch.com),
                     rate_prior(batch, len(history.index), history.has_flags, on_time),
                     float((batch.tr.sum() + 1) / (batch.flagged.sum() + 2)),
                     size_choice(history, train_slots, config.evidence.lams), owners_report(history, train_slots),
-                    size_split(history, train_slots))
+                    size_split(history, train_slots), gap)
 
 
 def owners_report(history: History, slots: Iterable[int]) -> bool:

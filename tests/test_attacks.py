@@ -13,6 +13,10 @@ import pyarrow.compute as pc
 import pytest
 
 from model.config import TrustWeights
+from model.context import PHYSICS_COLUMNS
+from model.evidence import EvidenceConfig, typical_speed_gap, verified_cpu
+from model.graphs import DeviceIndex
+from model.history import History
 from model.manipulation import attack_measures, stretch_delays, whitewash_shares
 from model.voc import InRange
 from simulator.config import Attack, AttackKind, Behaviour, SimConfig, parse_attack
@@ -225,6 +229,26 @@ def test_an_overclaimer_reports_the_fastest_cpu_and_runs_on_the_slowest() -> Non
     assert world.misbehaving(attackers, owners, 3).all() and not world.misbehaving(honest, np.roll(honest, 1), 3).any()
     # the same world without the attack: nobody overclaims
     assert not simulated_world(replace(SMALL, attack=Attack(AttackKind.OVERCLAIMING, 0.0)))[3].overclaimed
+
+
+def test_an_overclaimers_cpu_is_read_as_its_tasks_times_show() -> None:
+    config = replace(SMALL, attack=Attack(AttackKind.OVERCLAIMING, 0.25))
+    events, _, status, world = simulated_world(config)
+    history = History.from_events(events, config.clock, config.weights, DeviceIndex(tuple(world.ids.to_pylist())),
+                                  status=status)
+    devices, end = np.arange(world.size), config.slots - 1
+    sums = history.collaborator_sums(devices, np.full(world.size, end), EvidenceConfig())[0]
+    claims = EvidenceConfig(speed_gap=typical_speed_gap(sums))
+    verified = verified_cpu(world.claimed_cpu_hz, sums, claims)
+    attackers = world.attacker
+    assert np.allclose(verified[attackers], world.cpu_hz[attackers], rtol=0.35)  # claimed 3 x, read near the truth
+    assert (verified[~attackers] == world.cpu_hz[~attackers]).mean() > 0.95  # honest claims believed
+    # the pairs' physics read it: the candidate's CPU column, and nothing without a gap to judge by
+    src, dst = np.zeros(world.size - 1, np.int64), devices[1:]
+    physics = history.pair_physics(src, dst, np.full(len(dst), end), np.full((len(dst), 2), 1e6), config.system, claims)
+    np.testing.assert_allclose(physics[:, PHYSICS_COLUMNS.index("cpu_collaborator_hz")], verified[dst], rtol=1e-6)
+    believed = history.pair_physics(src, dst, np.full(len(dst), end), np.full((len(dst), 2), 1e6), config.system)
+    np.testing.assert_allclose(believed[:, PHYSICS_COLUMNS.index("cpu_collaborator_hz")], world.claimed_cpu_hz[dst])
 
 
 @pytest.mark.parametrize("change, message", [

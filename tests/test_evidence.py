@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from model.channel import OnTimeCurve
-from model.evidence import (CHANNELS, DISCREDITED, DRIFT_SCALE, KEY_ORDER_MIN, LOADED, N, NEVER, POPULATION,
-                            REPORT_CHANNELS, RIDGE, SIZED, W, EvidenceConfig, EvidenceState, EvidenceTrack,
+from model.evidence import (CHANNELS, CLAIMS, DISCREDITED, DRIFT_SCALE, KEY_ORDER_MIN, LOADED, N, NEVER, POPULATION,
+                            REPORT_CHANNELS, RIDGE, SIZED, SK, SV, W, EvidenceConfig, EvidenceState, EvidenceTrack,
                             discredited_block, find, key_order, load_drift, load_memory, load_rate,
-                            pair_evidence_features, positions, report_increments, role_increments, with_load)
+                            pair_evidence_features, positions, report_increments, role_increments, typical_speed_gap,
+                            verified_cpu, with_status)
 from model.graphs import SlotGraph
 
 LAMS = np.array([0.5, 1.0])
@@ -100,7 +101,8 @@ def test_role_increments_by_hand() -> None:
     # 0.5 Mbit)
     graph = SlotGraph(0, np.array([0, 1]), np.array([2, 2]), np.array([0.8, 0.5]), np.zeros(2),
                       tasks=np.array([2, 1]), flagged=np.array([2, 0]), tr=np.array([2, 0]), com=np.array([1, 0]),
-                      profile=np.array([[2e6, 1e3], [5e5, 1e3]]), time_ratio=np.array([np.exp(1.4), np.nan]))
+                      profile=np.array([[2e6, 1e3], [5e5, 1e3]]), time_ratio=np.array([np.exp(1.4), np.nan]),
+                      log_speed=np.array([np.log(2e9), np.nan]), timed=np.array([2, 0]))
     config = EvidenceConfig(on_time=OnTimeCurve.fit(np.array([np.exp(1.4)]), np.array([4.0]), np.array([1.0])).factor,
                             size_split_bits=1e6)
     factor = config.on_time_factor(np.array([np.exp(1.4)]))[0]
@@ -111,7 +113,9 @@ def test_role_increments_by_hand() -> None:
     # no loads yet; the sizes: x = +1 for the flagged tasks, larger than the 1-Mbit split (the graded one, smaller,
     # transmitted none)
     ton = 2 * factor
-    np.testing.assert_allclose(sums[0], [3, 2 * 0.8 + 0.5, 2, 2, 1, ton, 0, 0, 0, 0, 0, ton, 1, ton, 1, ton])
+    # and the timed tasks with their summed log speed (the claim taken off by the holder: with_status)
+    np.testing.assert_allclose(sums[0], [3, 2 * 0.8 + 0.5, 2, 2, 1, ton, 0, 0, 0, 0, 0, ton, 1, ton, 1, ton, 2,
+                                         2 * np.log(2e9)])
     unsplit = role_increments(graph, n=3, config=replace(config, size_split_bits=None))["collaborator"][1]
     assert not unsplit[:, list(SIZED)].any()  # no split known: no size evidence
     keys, sums = roles["owner"]
@@ -120,9 +124,11 @@ def test_role_increments_by_hand() -> None:
     keys, sums = roles["pair"]  # n, w, f, tr, com: all a pair keeps
     assert keys.tolist() == [0 * 3 + 2, 1 * 3 + 2]
     np.testing.assert_allclose(sums, [[2, 1.6, 2, 2, 1], [1, 0.5, 0, 0, 0]])
-    keys, sums = roles["population"]  # the whole slot under one key
+    keys, sums = roles["population"]  # the whole slot under one key, no speeds (no one claim to set them against)
     assert keys.tolist() == [POPULATION]
-    np.testing.assert_allclose(sums[0], roles["collaborator"][1].sum(axis=0))
+    want = roles["collaborator"][1].sum(axis=0)
+    want[list(CLAIMS)] = 0
+    np.testing.assert_allclose(sums[0], want)
 
 
 def test_an_old_success_does_not_look_like_a_new_one() -> None:
@@ -160,9 +166,27 @@ def test_features_read_by_index_equal_the_per_pair_ones() -> None:
     assert indexed.shape == (pairs, config.features) and np.array_equal(indexed, per_pair)
 
 
+def test_claimed_cpus_are_judged_against_the_speeds_shown_by_hand() -> None:
+    sums = np.zeros((4, len(CHANNELS)))
+    sums[:, SK], sums[:, SV] = [2, 3, 1, 4], np.array([2, 3, 1, 4]) * np.log([1e9, 2e9, 1e9, 1e9])
+    claimed = with_status(sums, np.full(4, np.nan), np.array([2e9, 2e9, 2e9, np.nan]))
+    # the log of speed shown over claim, summed over the timed tasks; nothing where no claim is known
+    np.testing.assert_allclose(claimed[:, list(CLAIMS)], [[2, 2 * np.log(0.5)], [3, 0], [1, np.log(0.5)], [0, 0]])
+    track = claimed[:, None, :]  # (n, L=1, C) as of now
+    config = EvidenceConfig(lams=(0.9,), level_memory=0.9, speed_gap=np.log(0.9))
+    assert typical_speed_gap(track) == pytest.approx(np.median([np.log(0.5), 0.0]))  # those with >= 2 timed tasks
+    assert typical_speed_gap(np.zeros((2, 1, len(CHANNELS)))) is None
+    # device 0 shows 0.5 of its claim where 0.9 is typical: more than 1.5 x short, read at 2 GHz x 0.5 / 0.9;
+    # device 1 shows more than typical (believed), device 2 one task (not judged), device 3 no claim
+    cpu = verified_cpu(np.array([2e9, 2e9, 2e9, 2e9]), track, config)
+    np.testing.assert_allclose(cpu, [2e9 * 0.5 / 0.9, 2e9, 2e9, 2e9])
+    slight = verified_cpu(np.array([2e9]), track[:1], replace(config, speed_gap=np.log(0.7)))  # 0.5 / 0.7 > 1 / 1.5
+    assert slight[0] == 2e9 and verified_cpu(np.array([2e9]), track[:1], replace(config, speed_gap=None))[0] == 2e9
+
+
 def test_load_channels_and_the_rate_at_a_load_by_hand() -> None:
     sums = increments((2, 0, 2, 2, 1, 2), (1, 0, 1, 1, 1, 1), (3, 0, 3, 3, 3, 3))
-    loaded = with_load(sums, np.array([0.8, np.nan, 0.2]))
+    loaded = with_status(sums, np.array([0.8, np.nan, 0.2]), np.full(3, np.nan))
     np.testing.assert_allclose(loaded[:, :6], sums[:, :6])  # the first channels as they were
     # ton, com where a load was reported, then ton*u, com*u, ton*u^2; nothing for the device that reported none
     np.testing.assert_allclose(loaded[:, list(LOADED)], [[2, 1, 1.6, 0.8, 1.28], [0, 0, 0, 0, 0], [3, 3, 0.6, 0.6, 0.12]])
