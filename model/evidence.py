@@ -51,6 +51,7 @@ CLAIMS = (SK, SV)  # the collaborator's tasks with a reported offload time and a
 #                    the speed shown over the CPU claimed (the collaborator's roles only: with_status)
 CLAIM_TOLERANCE = 1.5  # how far below the typical share of its claim a device's shown speed may lie and be believed
 CLAIM_MIN_TASKS = 2.0  # timed tasks (at the longest memory) before a claim is judged
+FREE_MIN = 0.05  # the least share of a CPU a reported load is read to leave free
 PAIR_CHANNELS = COM + 1  # a pair's features read only n, w, f, tr, com: all a pair's state keeps
 OWNER_CHANNELS = W + 1  # an owner's features read n and w (what it reports): all an owner's state keeps
 ROLES = ("collaborator", "owner", "pair", "population")
@@ -349,17 +350,20 @@ def role_increments(graph: SlotGraph, n: int, config: EvidenceConfig) -> dict[st
 def with_status(increments: np.ndarray, load: np.ndarray, cpu_hz: np.ndarray) -> np.ndarray:
     """A collaborator role's increments (k, C) with the :data:`LOADED` channels filled from its ton and com and
     its reported load (k,) (NaN: none reported, and those channels stay zero), and the :data:`CLAIMS` speeds set
-    against the CPU it claimed (k,) (NaN: none known, and those channels are zeroed). The statuses are known where
-    the collaborator's are kept (its shard, online), not where the slot's events are gathered, so the role's holder
-    calls this on the increments :func:`role_increments` made."""
+    against the CPU it claimed (k,) (NaN: none known, and those channels are zeroed), times the share its reported
+    load leaves free where it reported one (a busy device is slower, and says so). The statuses are known where the
+    collaborator's are kept (its shard, online), not where the slot's events are gathered, so the role's holder calls
+    this on the increments :func:`role_increments` made."""
     out = increments.copy()
     known = np.isfinite(load)
     u = np.where(known, load, 0.0)
     ton, com = np.where(known, increments[:, TON], 0.0), np.where(known, increments[:, COM], 0.0)
     out[:, TK], out[:, CK], out[:, TU], out[:, CU], out[:, TUU] = ton, com, ton * u, com * u, ton * u * u
     claimed = np.isfinite(cpu_hz) & (np.nan_to_num(cpu_hz) > 0)
+    free = np.clip(1.0 - u, FREE_MIN, 1.0)
+    log_claim = np.log(np.where(claimed, cpu_hz, 1.0) * free)
     out[:, SK] = np.where(claimed, increments[:, SK], 0.0)
-    out[:, SV] = np.where(claimed, increments[:, SV] - increments[:, SK] * np.log(np.where(claimed, cpu_hz, 1.0)), 0.0)
+    out[:, SV] = np.where(claimed, increments[:, SV] - increments[:, SK] * log_claim, 0.0)
     return out
 
 

@@ -182,6 +182,9 @@ def test_claimed_cpus_are_judged_against_the_speeds_shown_by_hand() -> None:
     np.testing.assert_allclose(cpu, [2e9 * 0.5 / 0.9, 2e9, 2e9, 2e9])
     slight = verified_cpu(np.array([2e9]), track[:1], replace(config, speed_gap=np.log(0.7)))  # 0.5 / 0.7 > 1 / 1.5
     assert slight[0] == 2e9 and verified_cpu(np.array([2e9]), track[:1], replace(config, speed_gap=None))[0] == 2e9
+    # a reported load: the claim is the share of the CPU it leaves free (a busy device is slower and says so)
+    busy = with_status(sums[:1], np.array([0.5]), np.array([2e9]))
+    assert busy[0, SV] == pytest.approx(2 * np.log(1e9 / (2e9 * 0.5)))
 
 
 def test_load_channels_and_the_rate_at_a_load_by_hand() -> None:
