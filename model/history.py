@@ -255,7 +255,8 @@ class History:
         end = np.broadcast_to(np.asarray(end), np.shape(src))
         before = self.clock.end_ms(self.first_slot + end)
         owner, candidate = self.status.latest(src, before), self.status.latest(dst, before)
-        if claims is not None and claims.speed_gap is not None:
-            for status, devices in ((owner, src), (candidate, dst)):
-                status[:, CPU] = verified_cpu(status[:, CPU], self.collaborator_sums(devices, end, claims)[0], claims)
+        if claims is not None and claims.speed_gap is not None:  # both sides' sums in one read
+            sums = self.collaborator_sums(np.concatenate([src, dst]), np.concatenate([end, end]), claims)[0]
+            owner[:, CPU] = verified_cpu(owner[:, CPU], sums[:len(src)], claims)
+            candidate[:, CPU] = verified_cpu(candidate[:, CPU], sums[len(src):], claims)
         return pair_physics(owner, candidate, profile, params).features()
