@@ -11,6 +11,8 @@ collaborator for owner X with this task and threshold theta" from the latest slo
   computed for the owner's latest task profile; a scheduler with a different task passes ``value`` to rate the
   candidates for it, and its task's size to read each T for that size (:func:`trust_for_size`: where the
   model's trust depends on the size, the records say how). ``age_s`` is how long ago the scored slot ended.
+  Such a scheduler computes its task's VoC at each collaborator's CPU as the job read it (:meth:`TrustClient.cpu_hz`:
+  a device's statuses may claim a faster CPU than the times its tasks took show).
 * **Restarts**: :meth:`TrustClient.checkpoint` writes the state and its topic positions to a snapshot
   file (atomically), then commits those positions to the consumer group. A restarted client loads the
   snapshot and resumes from its positions, which are the group's committed offsets unless it died
@@ -234,6 +236,19 @@ class TrustClient:
                                                            ranking.size_split_bits, candidate.size_step,
                                                            candidate.size_slope)
         return trust
+
+    def cpu_hz(self, owner: str | None = None) -> dict[str, float]:
+        """Each candidate's CPU frequency (Hz) as the job read it in ``owner``'s newest view, where its records say
+        (version 4 on); without an owner, each collaborator's from the newest view that lists it."""
+        views = [self.views[owner]] if owner in self.views else [] if owner is not None else \
+            sorted(self.views.values(), key=lambda v: (v.slot, v.revision))
+        out: dict[str, float] = {}
+        for view in views:  # newer views last: theirs stand
+            for candidate in view.ranking.candidates if view.ranking else ():
+                if candidate.cpu_hz is not None:
+                    out[candidate.collaborator] = candidate.cpu_hz
+            out.update({c: s.cpu_hz for c, s in view.scores.items() if s.cpu_hz is not None})
+        return out
 
     def checkpoint(self) -> None:
         """Snapshot the state with its positions (atomically), then commit the positions to the group."""

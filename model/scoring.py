@@ -570,6 +570,8 @@ class PairScores:
     size_step: np.ndarray | None = None  # (P,) T_beh's change for a task of the other size class (None: T_beh
     #                                      ignores the size)
     size_split_bits: float | None = None  # the size that parts the classes (model.evidence.size_x)
+    cpu_hz: np.ndarray | None = None  # (n,) per frame row the CPU the physics read it at (its claim, or as far as its
+    #                                   tasks' times bear that out: model.evidence.verified_cpu; None: not published)
 
     def forecasts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """((P,) pair keys, (P,) raw T_beh, (P,) how far the owner's report of the pair's outcome is believed)."""
@@ -583,7 +585,8 @@ class PairScores:
         piece's publications (0: the first; an update after late events has a higher one). Each record says the
         owner's task size its trust is for, and, where the model's trust depends on it, the size that parts large
         tasks from small ones and the trust's change for a task of the other class (T_res times T_beh's), with which
-        a scheduler reads the trust for a task of its own."""
+        a scheduler reads the trust for a task of its own, and the CPU the collaborator's trust and VoC were computed
+        at, with which it computes its own task's VoC."""
         slot, ids, src, dst, thresholds = self.slot, self.ids, self.src, self.dst, self.thresholds
         t_beh = np.clip(self.t_beh + shift, 0.0, 1.0) if shift else self.t_beh
         trust = np.clip(t_beh * self.t_res, 0.0, 1.0)
@@ -605,13 +608,15 @@ class PairScores:
         window = {"slot": slot, "slot_start_ms": int(clock.start_ms(slot)), "slot_end_ms": int(clock.end_ms(slot)),
                   "model_version": model_version, "is_update": revision > 0, "revision": revision}
         sizes = np.full(len(ids), np.nan) if self.task_sizes is None else self.task_sizes
-        step = {} if self.size_step is None else {"size_step": self.size_step * self.t_res}
+        per_pair = {} if self.size_step is None else {"size_step": self.size_step * self.t_res}
         split = {} if self.size_step is None else {"size_split_bits": self.size_split_bits}
+        if self.cpu_hz is not None:
+            per_pair["cpu_hz"] = nullable(self.cpu_hz[dst])
         scores = Columns.of(TrustScore, len(p), owner=ids[src[p]], collaborator=ids[dst[p]], t_beh=t_beh[p],
                             t_res=self.t_res[p], trust=trust[p], task_size_bits=nullable(sizes[src[p]]),
-                            **{name: values[p] for name, values in step.items()}, **split, **window)
+                            **{name: values[p] for name, values in per_pair.items()}, **split, **window)
         entries = Columns.of(RankedCandidate, len(c), collaborator=ids[dst[c]], trust=trust[c], voc=self.voc[c],
-                             **{name: values[c] for name, values in step.items()})
+                             **{name: values[c] for name, values in per_pair.items()})
         rankings = Columns.of(CollaboratorRanking, len(self.owners), owner=ids[self.owners],
                               threshold=thresholds[self.owners], task_size_bits=nullable(sizes[self.owners]),
                               candidates=Nested.of(entries, listed_counts), **split, **window)
@@ -649,6 +654,7 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
         thresholds = np.minimum(thresholds, ranking.threshold_floor)
     t_beh, t_res, voc, believed = np.zeros(len(src)), np.zeros(len(src)), np.zeros(len(src)), np.ones(len(src))
     step = np.zeros(len(src))  # T_beh's change for a task of the other size class
+    status = frame.status
     if len(src):
         pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
         collaborator, population, reporters, disbelieved = credited_evidence(frame, evidence.discredited)
@@ -659,7 +665,6 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
             if disbelieved is not None:
                 disbelieved = pooled(disbelieved, since, group)[0]
             collaborator, since = pooled(collaborator, since, group)
-        status = frame.status
         if evidence.speed_gap is not None:  # each CPU as far as its tasks' times bear the claim out
             status = status.copy()
             status[:, CPU] = verified_cpu(status[:, CPU], collaborator, evidence)
@@ -671,7 +676,7 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
         voc = physics.value(params)
     return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc,
                       believed, frame.profile[:, 0], step if stages.size_corrected else None,
-                      evidence.size_split_bits)
+                      evidence.size_split_bits, status[:, CPU])
 
 
 def credited_evidence(frame: DeviceFrame, with_discredited: bool = False

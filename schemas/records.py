@@ -43,6 +43,14 @@ def _size_step() -> Any:
                   "the model's trust does not depend on the size)", nullable=True)
 
 
+def _cpu() -> Any:
+    """The CPU a published trust and VoC were computed at (:func:`model.evidence.verified_cpu`)."""
+    return number("the collaborator's CPU frequency f the trust and VoC were computed at: the cpu_hz its statuses "
+                  "claim, or less where the times its tasks took do not bear the claim out; a scheduler computing "
+                  "a task's VoC itself reads the collaborator at this (null: the statuses' claim)", unit="Hz", gt=0,
+                  nullable=True)
+
+
 def foreign_reporter(reporter: Any, owner: Any) -> Any:
     """True where a reporter names neither the task's owner nor a monitor (null: the neutral monitor of a log that
     does not say), for one record or for object columns of a batch."""
@@ -130,10 +138,11 @@ class TrustScore(Record):
     """The rolling trust of one (owner, collaborator) pair after a slot: T = T_beh * T_res, for a task of
     ``task_size_bits``; a scheduler's task of another size s has T + ``size_step`` where s and ``task_size_bits``
     lie on different sides of ``size_split_bits``, else T (clipped to [0, 1]). Version 2 added the task's size and
-    ``size_slope`` (then T + ``size_slope`` * log2(s / task_size_bits)); version 3 the split and the step."""
+    ``size_slope`` (then T + ``size_slope`` * log2(s / task_size_bits)); version 3 the split and the step; version 4
+    the collaborator's CPU as the job reads it (``cpu_hz``)."""
 
     NAME = "trust_score"
-    SCHEMA_VERSION = 3
+    SCHEMA_VERSION = 4
 
     owner: str = ident("device that would offload (i)")
     collaborator: str = ident("candidate collaborator (j)")
@@ -151,6 +160,7 @@ class TrustScore(Record):
     size_slope: float = _size_slope()
     size_split_bits: float = _size_split()
     size_step: float = _size_step()
+    cpu_hz: float = _cpu()
 
     RULES = (
         Rule("collaborator", "must differ from owner", lambda r: r.owner == r.collaborator),
@@ -169,16 +179,18 @@ class RankedCandidate(Record):
     voc: float = number("expected value of task completion V for the owner's task profile", ge=0, le=1)
     size_slope: float = _size_slope()
     size_step: float = _size_step()
+    cpu_hz: float = _cpu()
 
 
 @dataclass(frozen=True, kw_only=True)
 class CollaboratorRanking(Record):
     """An owner's top candidates after a slot: those with T >= threshold, best VoC first, for a task of
     ``task_size_bits`` (see :class:`TrustScore` for another size). Version 2 added it and the candidates'
-    ``size_slope``; version 3 ``size_split_bits`` and the candidates' ``size_step``."""
+    ``size_slope``; version 3 ``size_split_bits`` and the candidates' ``size_step``; version 4 the candidates'
+    ``cpu_hz``."""
 
     NAME = "collaborator_ranking"
-    SCHEMA_VERSION = 3
+    SCHEMA_VERSION = 4
 
     owner: str = ident("device that would offload (i)")
     slot: int = integer("slot index k", ge=0)

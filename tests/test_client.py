@@ -21,19 +21,21 @@ SLOT_MS = 60_000
 def slot_records(owner: str, slot: int, candidates: dict[str, tuple[float, float]], threshold: float = 0.4,
                  is_update: bool = False, revision: int | None = None, model: str = "bm-test",
                  task_size_bits: float | None = None, split_bits: float | None = None,
-                 steps: dict[str, float] | None = None) -> list[tuple[str, object]]:
+                 steps: dict[str, float] | None = None, cpu: dict[str, float] | None = None
+                 ) -> list[tuple[str, object]]:
     """A ranking (candidates with T >= threshold, best VoC first) and a trust score per candidate; ``steps``: each
     candidate's change of T for a task on the other side of ``split_bits`` than ``task_size_bits`` (what the trust
-    is for)."""
+    is for); ``cpu``: the CPU the job read each candidate at."""
     common = dict(owner=owner, slot=slot, slot_start_ms=slot * SLOT_MS, slot_end_ms=(slot + 1) * SLOT_MS,
                   model_version=model, is_update=is_update, revision=revision, task_size_bits=task_size_bits,
                   size_split_bits=split_bits)
-    steps = steps or {}
+    steps, cpu = steps or {}, cpu or {}
     ranked = sorted(((c, t, v) for c, (t, v) in candidates.items() if t >= threshold), key=lambda x: -x[2])
     ranking = CollaboratorRanking(threshold=threshold, candidates=tuple(
-        RankedCandidate(collaborator=c, trust=t, voc=v, size_step=steps.get(c)) for c, t, v in ranked), **common)
-    scores = [TrustScore(collaborator=c, t_beh=t, t_res=1.0, trust=t, size_step=steps.get(c), **common)
-              for c, (t, _) in candidates.items()]
+        RankedCandidate(collaborator=c, trust=t, voc=v, size_step=steps.get(c), cpu_hz=cpu.get(c))
+        for c, t, v in ranked), **common)
+    scores = [TrustScore(collaborator=c, t_beh=t, t_res=1.0, trust=t, size_step=steps.get(c), cpu_hz=cpu.get(c),
+                         **common) for c, (t, _) in candidates.items()]
     return [("rankings", ranking)] + [("scores", s) for s in scores]
 
 
@@ -130,6 +132,21 @@ def test_a_schedulers_task_size_moves_the_trust_it_reads(broker) -> None:
     for bad in (0.0, -1e6, float("nan")):
         with pytest.raises(ValueError, match="task_size_bits: must be a finite number > 0"):
             client.best("a", theta=0.75, task_size_bits=bad)
+    client.close()
+
+
+def test_a_scheduler_reads_the_cpus_the_job_read(broker) -> None:
+    """Each candidate's CPU as the records give it, in an owner's newest view (b of the ranking and its score, d of a
+    score alone; c's records say none); across owners, the newest view that lists a collaborator wins."""
+    topics = fresh_topics(broker)
+    send(broker, topics, slot_records("a", 3, {"b": (0.9, 0.6), "c": (0.8, 0.5), "d": (0.2, 0.9)},
+                                      cpu={"b": 2.1e9, "d": 6e9}))
+    send(broker, topics, slot_records("z", 4, {"b": (0.7, 0.6)}, cpu={"b": 1.9e9}))
+    send(broker, topics, slot_records("y", 2, {"d": (0.7, 0.6)}, cpu={"d": 4e9}))
+    client = TrustClient(broker.settings, topics, group=f"g-{uuid.uuid4().hex[:6]}")
+    client.catch_up()
+    assert client.cpu_hz("a") == {"b": 2.1e9, "d": 6e9} and client.cpu_hz("z") == {"b": 1.9e9}
+    assert client.cpu_hz() == {"b": 1.9e9, "d": 6e9} and client.cpu_hz("nobody") == {}
     client.close()
 
 

@@ -101,11 +101,17 @@ def test_missing_field_and_missing_version() -> None:
 
 
 def test_an_older_version_is_read_without_the_fields_added_since() -> None:
-    """Trust scores gained the task's size and the size slope in version 2, the size split and step in version 3
-    (nullable, as every field a version adds): version-1 and version-2 records still decode strictly, and still
-    match their versions' JSON Schemas; versions outside 1 to the current one do not decode."""
+    """Trust scores gained the task's size and the size slope in version 2, the size split and step in version 3, the
+    CPU the collaborator was read at in version 4 (nullable, as every field a version adds): version-1 to version-3
+    records still decode strictly, and still match their versions' JSON Schemas; versions outside 1 to the current
+    one do not decode."""
     body = json.loads(to_json(VALID[TrustScore]()))
-    assert body["schema_version"] == TrustScore.SCHEMA_VERSION == 3
+    assert body["schema_version"] == TrustScore.SCHEMA_VERSION == 4 and body["cpu_hz"] == 2.1e9
+    del body["cpu_hz"]
+    body["schema_version"] = 3
+    third = from_json(TrustScore, json.dumps(body))
+    assert third.cpu_hz is None and third.size_step == VALID[TrustScore]().size_step
+    jsonschema.validate(body, json.loads((schema_path(TrustScore).parent / "trust_score.v3.schema.json").read_text()))
     del body["size_split_bits"], body["size_step"]
     body.update(schema_version=2, size_slope=-0.03)
     second = from_json(TrustScore, json.dumps(body))
@@ -116,7 +122,7 @@ def test_an_older_version_is_read_without_the_fields_added_since() -> None:
     older = from_json(TrustScore, json.dumps(body))
     assert older.size_slope is None and older.task_size_bits is None and older.trust == VALID[TrustScore]().trust
     jsonschema.validate(body, json.loads((schema_path(TrustScore).parent / "trust_score.v1.schema.json").read_text()))
-    for version in (0, 4):
+    for version in (0, 5):
         assert rejected(json.dumps({**body, "schema_version": version}), TrustScore).rule.startswith("unknown version")
 
 
@@ -192,8 +198,9 @@ def test_arrow_schema_carries_nullability_units_and_version() -> None:
                    pa.field("trust", pa.float64(), nullable=False),
                    pa.field("voc", pa.float64(), nullable=False),
                    pa.field("size_slope", pa.float64(), nullable=True),
-                   pa.field("size_step", pa.float64(), nullable=True)]))
-    assert arrow_schema(CollaboratorRanking).metadata[b"schema_version"] == b"3"
+                   pa.field("size_step", pa.float64(), nullable=True),
+                   pa.field("cpu_hz", pa.float64(), nullable=True)]))
+    assert arrow_schema(CollaboratorRanking).metadata[b"schema_version"] == b"4"
 
 
 def test_from_arrow_names_bad_rows_and_columns() -> None:

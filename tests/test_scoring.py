@@ -14,8 +14,9 @@ import torch
 from model.bm import BM, PairQuery
 from model.config import RankingConfig, SlotClock, SystemParams
 from simulator.experiment import simulated_run, simulated_world
+from model.context import PHYSICS_COLUMNS
 from model.credibility import credibility
-from model.evidence import CHANNELS, REPORTS, EvidenceState
+from model.evidence import CHANNELS, REPORTS, EvidenceState, typical_speed_gap
 from model.graphs import DeviceIndex, device_keys
 from model.history import History
 from model import scoring
@@ -36,6 +37,9 @@ REPORTED = replace(SIM, attack=Attack(AttackKind.BAD_MOUTHING, 0.2), owner_repor
 SYBILS = replace(SIM, attack=Attack(AttackKind.SYBIL, 0.25, sybil_ids=3))
 # a fifth of the devices serve small tasks and fail large ones, tasks 1/4 to 4 times the nominal size
 OPPORTUNISTS = replace(SIM, attack=Attack(AttackKind.OPPORTUNISTIC, 0.2), task_size_spread=4.0)
+
+# a quarter of the devices run on the slowest CPU and claim the fastest in their statuses
+OVERCLAIMERS = replace(SIM, attack=Attack(AttackKind.OVERCLAIMING, 0.25))
 
 
 @pytest.fixture(scope="module", params=[SIM, REPORTED], ids=["monitored", "owner-reported"])
@@ -137,6 +141,43 @@ def test_published_trust_says_its_task_size_and_how_it_moves_with_the_size() -> 
     assert listed and all(by_pair[pair] == value for pair, value in listed.items())
     size_of = {s.owner: s.task_size_bits for s in result.scores}
     assert all(r.task_size_bits == size_of[r.owner] for r in result.rankings)
+
+
+def test_the_scorer_reads_each_cpu_as_its_tasks_times_show_and_publishes_it() -> None:
+    """A model that judges the statuses' CPU claims (training's typical speed gap): the scorer's T_beh is the training
+    path's, which reads the verified CPU (:meth:`model.history.History.pair_physics`); every record says the CPU its
+    collaborator was read at: that one, about a third of the claim for the overclaimers and the claim for nearly every
+    honest device. The rankings' VoC is computed at it: it moves, against the same model believing the claims, for
+    exactly the pairs with a side read slower than it claims (a slower CPU takes longer but spends less energy)."""
+    events, status, history, model = scored_log(OVERCLAIMERS)
+    world = simulated_world(OVERCLAIMERS)[3]
+    devices = np.arange(len(history.index))
+    gap = typical_speed_gap(history.collaborator_sums(devices, np.full(len(devices), 9), model.config.evidence)[0])
+    believing = copy.deepcopy(model)
+    model.config = replace(model.config, evidence=replace(model.config.evidence, speed_gap=gap))
+    assert_scores_equal_prediction((events, status, history, model))
+    ranking = RankingConfig(range_m=None, scores_per_owner=1000)
+    judged, believed = (next(r for r in score_log(TorchStages(m, history.index), events, status, ranking,
+                                                  SystemParams(), "v1") if r.slot == 9) for m in (model, believing))
+    rows = {name: i for i, name in enumerate(history.index.ids)}
+    src = np.array([rows[s.owner] for s in judged.scores])
+    dst = np.array([rows[s.collaborator] for s in judged.scores])
+    physics = history.pair_physics(src, dst, np.full(len(src), 9), np.full((len(src), 2), 1.0), SystemParams(),
+                                   model.config.evidence)
+    cpu = np.array([s.cpu_hz for s in judged.scores])
+    np.testing.assert_allclose(cpu, physics[:, PHYSICS_COLUMNS.index("cpu_collaborator_hz")], rtol=1e-6)  # float32
+    at = [world.ids.to_pylist().index(s.collaborator) for s in judged.scores]
+    attacker, claimed = world.attacker[at], world.claimed_cpu_hz[at]
+    assert attacker.any() and np.allclose(cpu[attacker], claimed[attacker] / 3, rtol=0.35)
+    assert (cpu[~attacker] == claimed[~attacker]).mean() > 0.95
+    assert {s.cpu_hz for s in believed.scores} <= set(world.claimed_cpu_hz)
+    voc = ({(r.owner, c.collaborator): c.voc for r in result.rankings for c in r.candidates}
+           for result in (judged, believed))
+    read, claim = next(voc), next(voc)
+    slowed_down = {s.collaborator for s, k in zip(judged.scores, claimed) if s.cpu_hz < k}
+    touched = {pair for pair in read.keys() & claim.keys() if slowed_down & set(pair)}
+    assert touched and all(read[pair] != claim[pair] for pair in touched)
+    assert all(read[pair] == claim[pair] for pair in read.keys() & claim.keys() - touched)
 
 
 def latest_profiles(events: pa.Table, owners: np.ndarray, slot: int) -> np.ndarray:
