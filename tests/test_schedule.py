@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from model.config import RankingConfig
@@ -12,15 +13,26 @@ from simulator.config import Attack, AttackKind
 from simulator.engine import Simulator
 from tests.pipeline_fixtures import SIM, job, write_checkpoint
 from exporters.kafka_client import read_to_end
-from trustbeam.schedule import schedule_loop, tagged_topics
+from model.status import CPU, STATUS_COLUMNS
+from trustbeam.schedule import published_cpu, schedule_loop, tagged_topics
 
-pytestmark = pytest.mark.kafka
 
 
 # opportunistic attackers fail large tasks: the loop's tasks have sizes (1/4 to 4 times the nominal), as the warm-up's
 OPPORTUNISTS = dict(attack=Attack(AttackKind.OPPORTUNISTIC, 0.2), task_size_spread=4.0)
 
 
+def test_trustbeams_arms_read_the_cpus_the_records_give() -> None:
+    """A scheduler's statuses with each CPU the records give in place of the claim, the rest as they were."""
+    status = np.arange(3 * len(STATUS_COLUMNS), dtype=float).reshape(3, -1)
+    status[:, CPU] = [6e9, 6e9, 2e9]
+    read = published_cpu(status, {"b": 2e9}, {"a": 0, "b": 1, "c": 2})
+    assert read[:, CPU].tolist() == [6e9, 2e9, 2e9] and status[1, CPU] == 6e9
+    np.testing.assert_array_equal(np.delete(read, CPU, axis=1), np.delete(status, CPU, axis=1))
+    np.testing.assert_array_equal(published_cpu(status, {}, {"a": 0}), status)
+
+
+@pytest.mark.kafka
 @pytest.mark.parametrize("world", [{}, OPPORTUNISTS], ids=["paper", "opportunistic"])
 def test_the_loop_schedules_from_the_live_topics_and_its_outcomes_flow_back(broker, tmp_path, monkeypatch,
                                                                              world) -> None:
@@ -53,9 +65,13 @@ def test_the_loop_schedules_from_the_live_topics_and_its_outcomes_flow_back(brok
     sizes = {e.task_size_bits for e in events if e.event_time_ms >= loop_start}
     if sim.attack is None:
         assert summary["attacker_share"] == dict.fromkeys(report.arms, 0.0) and sizes == {sim.task_size_bits}
+        assert summary["attacker_expected_voc"] == dict.fromkeys(report.arms)  # no such task: no mean
     else:  # the loop's tasks vary in size as the warm-up's; attackers are counted where they misbehave
         assert len(sizes) > 10 and all(sim.task_size_bits / 4 <= s <= 4 * sim.task_size_bits for s in sizes)
         assert all(0 <= share <= 1 for share in summary["attacker_share"].values())
         assert summary["attacker_share"]["oracle_ev"] <= summary["attacker_share"]["random"]
+        theirs = summary["attacker_expected_voc"]  # the mean expected VoC of those tasks, where an arm handed any
+        assert summary["attacker_share"]["random"] > 0 and 0 <= theirs["random"] <= 1
+        assert all((theirs[arm] is None) == (summary["attacker_share"][arm] == 0) for arm in report.arms)
     assert min(report.ages_s) >= 0 and sorted(report.ages_s)[len(report.ages_s) // 2] == 0  # the previous slot's
     assert len(report.cycle_s) == loop + 1 and (tmp_path / "client.json").exists()

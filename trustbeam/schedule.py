@@ -14,16 +14,19 @@
    outcomes that really ran, slot by slot) and the oracle (the hidden reliability as T_beh). Every
    arm decides with what a scheduler knows when the slot's tasks arrive: its tasks (their sizes too, where
    ``--task-size-spread`` varies them), T_res and each task's VoC from the statuses the pipeline last scored
-   (the slot before; statuses carry no CPU load), its own T_beh (trustbeam's read for the task's size from
-   the records, :meth:`exporters.client.TrustClient.trust`). Every arm but random applies the paper's rule
-   (T = T_beh * T_res >= theta, then the highest VoC) and, like a scheduler must, falls back to random-in-range
-   for a task none of whose candidates reaches theta (counted per arm). A failed task achieves 0. Beside what each
-   arm achieved, the VoC its choices were expected to achieve (each chosen task's VoC if it succeeds times its hidden
-   P(success): the same mean without the success draws' noise, which over a few hundred tasks where two arms choose
-   apart is as large as the arms' difference). With
-   ``--attack``, each arm's share of honest owners' tasks handed to an attacker misbehaving toward the owner
-   then (an on-off attacker's bad stretch, a selective one's targets, an opportunistic one's large tasks,
-   always for the other kinds; :meth:`simulator.world.World.misbehaving`) is counted too.
+   (the slot before; statuses carry no CPU load; trustbeam's arms read each device at the CPU the records say the
+   job read it at, :meth:`exporters.client.TrustClient.cpu_hz`, where the others believe the claim), its own T_beh
+   (trustbeam's read for the task's size from the records, :meth:`exporters.client.TrustClient.trust`). Every arm
+   but random applies the paper's rule (T = T_beh * T_res >= theta, then the highest VoC) and, like a scheduler
+   must, falls back to random-in-range for a task none of whose candidates reaches theta (counted per arm). A
+   failed task achieves 0. Beside what each arm achieved, the VoC its choices were expected to achieve (each chosen
+   task's VoC if it succeeds times its hidden P(success): the same mean without the success draws' noise, which over
+   a few hundred tasks where two arms choose apart is as large as the arms' difference). With ``--attack``, each
+   arm's share of honest owners' tasks handed to an attacker misbehaving toward the owner then (an on-off
+   attacker's bad stretch, a selective one's targets, an opportunistic one's large tasks, always for the other
+   kinds; :meth:`simulator.world.World.misbehaving`) is counted too, with the VoC those tasks were expected to
+   achieve (what the attackers' wins cost: an overclaimer read at the CPU it has is a reliable slow device, which
+   an arm may choose knowingly).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from model.baselines import RULES, OnlineScorer
 from model.graphs import DeviceIndex, slot_edges, slot_graphs
 from model.history import History
 from model.context import pair_physics
-from model.status import COMM_OK, COMP_OK, WILLINGNESS, status_values
+from model.status import COMM_OK, COMP_OK, CPU, WILLINGNESS, status_values
 from model.trust import resource_trust, select
 from model.voc import in_range
 from simulator.config import SimConfig
@@ -77,6 +80,7 @@ class ScheduleReport:
     answered: int = 0  # trustbeam tasks answered by the client (the rest fell back to random)
     honest_tasks: int = 0  # tasks of owners that are no attacker's id
     to_attackers: dict[str, int] = field(init=False)  # of those, per arm, handed to an attacker misbehaving then
+    attackers_expected: dict[str, float] = field(init=False)  # per arm, those tasks' summed expected VoC
     without_candidate: dict[str, int] = field(init=False)  # per arm that selects, tasks it fell back on
     ages_s: list[float] = field(default_factory=list)
     slots: list[int] = field(default_factory=list)
@@ -86,7 +90,7 @@ class ScheduleReport:
 
     def __post_init__(self) -> None:
         self.achieved, self.expected = dict.fromkeys(self.arms, 0.0), dict.fromkeys(self.arms, 0.0)
-        self.to_attackers = dict.fromkeys(self.arms, 0)
+        self.to_attackers, self.attackers_expected = dict.fromkeys(self.arms, 0), dict.fromkeys(self.arms, 0.0)
         self.without_candidate = dict.fromkeys([a for a in self.arms if a not in LIVE_ARMS], 0)
 
     def summary(self) -> dict:
@@ -96,6 +100,8 @@ class ScheduleReport:
                 "expected_voc": {arm: round(v / n, 4) for arm, v in self.expected.items()},
                 "answered_share": round(self.answered / n, 4),
                 "attacker_share": {arm: round(v / max(self.honest_tasks, 1), 4) for arm, v in self.to_attackers.items()},
+                "attacker_expected_voc": {arm: round(v / self.to_attackers[arm], 4) if self.to_attackers[arm] else None
+                                          for arm, v in self.attackers_expected.items()},
                 "fallback_share": {arm: round(v / n, 4) for arm, v in self.without_candidate.items()},
                 "score_age_s": {"median": round(float(np.median(self.ages_s)), 1) if self.ages_s else None,
                                 "max": round(max(self.ages_s), 1) if self.ages_s else None},
@@ -208,13 +214,19 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
     # slot before), from which each task's VoC and T_res are computed as the pipeline does (no hidden CPU load, no
     # current radio)
     seen = status_values(simulator.status_table(slot - 1))  # (devices, 8), rows in device order
-    voc = pool.dense(pair_physics(seen[owners[pool.rows]], seen[pool.cols], profile, config.system).value(config.system),
-                     -np.inf)
+
+    def task_vocs(status: np.ndarray) -> np.ndarray:
+        """(tasks, devices) each task's VoC at each device in its range (-inf out of it), from statuses (devices, 8)."""
+        physics = pair_physics(status[owners[pool.rows]], status[pool.cols], profile, config.system)
+        return pool.dense(physics.value(config.system), -np.inf)
+
+    voc = task_vocs(seen)  # as the statuses claim
+    voc_read = task_vocs(published_cpu(seen, client.cpu_hz(), row_of))  # at the CPUs trustbeam read them at
     chosen = np.full(len(tasks), -1, dtype=np.int64)
     chosen_ev = np.full(len(tasks), -1, dtype=np.int64)
     for k, (owner, theta) in enumerate(zip(world.ids.take(owners).to_pylist(), thetas)):
         size = float(task_bits[k])
-        task_voc = task_value(voc[k], row_of)
+        task_voc = task_value(voc_read[k], row_of)
         choice = client.best(owner, theta=float(theta), value=task_voc, task_size_bits=size)
         if choice.collaborator is not None:
             chosen[k] = row_of[choice.collaborator]
@@ -237,18 +249,28 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
 
     honest = ~world.attacker[owners]  # what attackers hand one another wins them nothing
     report.honest_tasks += int(honest.sum())
-    for arm, picked in picks.items():
-        report.to_attackers[arm] += int((world.misbehaving(picked, owners, slot, sizes) & honest).sum())
     ran = simulator.outcome(slot, index, tasks, owners, picks["trustbeam"], thetas, draws, sizes)
     for arm in report.arms:  # the counterfactual arms on the same tasks and random numbers as the one that ran
         outcome = ran if arm == "trustbeam" else simulator.outcome(slot, index, tasks, owners, picks[arm], thetas,
                                                                    draws, sizes)
         report.achieved[arm] += float(outcome.voc.sum())
         report.expected[arm] += float(outcome.expected_voc.sum())
+        won = world.misbehaving(picks[arm], owners, slot, sizes) & honest
+        report.to_attackers[arm] += int(won.sum())
+        report.attackers_expected[arm] += float(outcome.expected_voc[won].sum())
     report.tasks += len(tasks)
     report.answered += int(answered.sum())
     report.slots.append(slot)
     return ran.events
+
+
+def published_cpu(status: np.ndarray, cpu_hz: dict[str, float], row_of: dict[str, int]) -> np.ndarray:
+    """Statuses (devices, 8) with each CPU the records give (:meth:`exporters.client.TrustClient.cpu_hz`) in place of
+    the claimed one."""
+    out = status.copy()
+    rows = np.array([row_of[device] for device in cpu_hz], dtype=np.int64)
+    out[rows, CPU] = np.fromiter(cpu_hz.values(), float, len(cpu_hz))
+    return out
 
 
 def task_value(voc: np.ndarray, row_of: dict[str, int]) -> Callable[[list[str]], np.ndarray]:
@@ -307,11 +329,13 @@ def run_schedule_demo(sim: SimConfig, bootstrap: str | None, epochs: int, warmup
     print(f"\nAchieved VoC per task over {report.tasks} tasks in {len(report.slots)} slots "
           f"(a failed task, or an oracle task with no candidate reaching theta, achieves 0):")
     print("| selection | mean VoC | expected VoC | fell back to random-in-range | honest owners' tasks handed to "
-          "misbehaving attackers |\n|---|---|---|---|---|")
+          "misbehaving attackers | their expected VoC |\n|---|---|---|---|---|---|")
     for arm in report.arms:
         fell = (1 - summary["answered_share"]) if arm == "trustbeam" else summary["fallback_share"].get(arm)
+        theirs = summary["attacker_expected_voc"][arm]
         print(f"| {arm} | {summary['mean_voc'][arm]:.4f} | {summary['expected_voc'][arm]:.4f} | "
-              f"{'' if fell is None else f'{100 * fell:.1f} %'} | {100 * summary['attacker_share'][arm]:.1f} % |")
+              f"{'' if fell is None else f'{100 * fell:.1f} %'} | {100 * summary['attacker_share'][arm]:.1f} % | "
+              f"{'' if theirs is None else f'{theirs:.4f}'} |")
     print(json.dumps({**summary, "topics": {"rankings": topics.rankings, "scores": topics.scores},
                       "checkpoint": str(checkpoint), "seconds": round(time.perf_counter() - started, 1)}, indent=2))
     return 0 if report.answered else 1
