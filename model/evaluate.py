@@ -38,13 +38,14 @@ import torch
 
 from model.baselines import RULES, OnlineScorer, predict_edges
 from model.bm import BMConfig, PairQuery, Readout
+from model.context import PHYSICS_COLUMNS
 from model.history import History
 from model.manipulation import DETECT_BELOW, attack_measures
 from model.metrics import expected_calibration_error, mae, rmse
 from model.plots import plot_curves, plot_reliability
 from model.recalibration import RecalibrationConfig, replayed_shifts
 from model.train import TrainConfig, WarmUps, predict, prepare, targets, time_split, train_bm
-from model.voc import THETAS, Scorer, candidate_rmse, scored_tasks, voc_curves
+from model.voc import THETAS, CpuReader, Scorer, candidate_rmse, scored_tasks, voc_curves
 
 # method -> (sequence encoder, head); bm_paper also reports its literal "max" readout as bm_paper_max
 LEARNED = {"bm": ("bimamba", "context"), "bm_paper": ("bimamba", "paper"), "lstm": ("lstm", "context"),
@@ -130,6 +131,22 @@ def learned_scorer(model, history: History, readout: Readout | None = None) -> S
             return model.t_beh(model.pair_outputs(history, PairQuery(src, dst, end, profile)), readout).cpu().numpy()
 
     return score
+
+
+def learned_cpu_reader(model, history: History) -> CpuReader | None:
+    """Each candidate's CPU as ``model``'s physics read it: the claim, or as fast as its tasks' times show
+    (:func:`model.evidence.verified_cpu`), as the job publishes it and ranks by; None for a model that judges no
+    claim (its physics believe the statuses, or it reads none)."""
+    config = model.config
+    if not config.uses_context or config.evidence.speed_gap is None:
+        return None
+    column = PHYSICS_COLUMNS.index("cpu_collaborator_hz")
+
+    def read(src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray) -> np.ndarray:
+        physics = history.pair_physics(src, dst, np.full(len(src), end), profile, config.system, config.evidence)
+        return physics[:, column].astype(np.float64)
+
+    return read
 
 
 def shifted_scorer(scorer: Scorer, slots: np.ndarray, shifts: np.ndarray) -> Scorer:
@@ -225,6 +242,7 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
     out: dict[str, dict] = {}
     forecasts: dict[str, np.ndarray] = {}
     scorers: dict[str, Scorer] = {}
+    readers: dict[str, CpuReader] = {}  # the methods whose physics read each CPU as the tasks' times show
     prepared = prepare(history, config, train) if set(methods) & set(LEARNED) else None
     warm_ups = WarmUps()  # the context heads' one warm-up: the first learned method fits it, the others take it
     for method in methods:
@@ -244,6 +262,9 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             if head == "paper" or not history.has_flags:  # else the median readout is T_beh itself
                 medians[method] = predict(model, history, test_slots, readout="median")[0]
             scorers[method] = learned_scorer(model, history)
+            reader = learned_cpu_reader(model, history)
+            if reader is not None:
+                readers[method] = reader
             if head == "paper":  # the paper's literal readout of the same model: the most probable level
                 predicted[f"{method}_max"] = predict(model, history, test_slots, readout="max")[0]
                 scorers[f"{method}_max"] = learned_scorer(model, history, readout="max")
@@ -253,6 +274,8 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
                 predicted[ONLINE] = np.clip(predicted[method] + shift, 0.0, 1.0)
                 slots, first = np.unique(edge_slot, return_index=True)  # an edge's shift is its slot's
                 scorers[ONLINE] = shifted_scorer(scorers[method], slots, shift[first])  # selects as published
+                if method in readers:
+                    readers[ONLINE] = readers[method]
                 if method in medians:  # the median readout stays: a skewed target's mean moves, its mode need not
                     medians[ONLINE] = medians[method]
         elif method in RULES:
@@ -272,7 +295,8 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
         out[name] = accuracy(prediction, observed, hidden, edge_slot, test_slots, None, behaviour, honest)
     if simulated is not None and voc:
         scorers.update(reference_scorers or {})
-        scored = list(scored_tasks(simulated.world, simulated.events, history.first_slot, test_slots, scorers))
+        scored = list(scored_tasks(simulated.world, simulated.events, history.first_slot, test_slots, scorers,
+                                   readers))
         for method, rmse in candidate_rmse(simulated.world, scored).items():
             out.setdefault(method, {})["rmse_truth_candidates"] = rmse
         for rule, metric in (("paper", "voc"), ("expected", "voc_expected")):

@@ -88,7 +88,6 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         misbehaving = world.misbehaving(cols, owners[rows], pool.slot, pool.sizes) & mine[rows]
         won_at, lost_at = pool.dense(misbehaving, False), pool.dense(pool.value * (1.0 - expected.p_tr *
                                                                                    expected.p_com_given_tr), 0.0)
-        voc = pool.dense(pool.claimed_value, -np.inf)
         honest = ~world.attacker[cols] & ~world.attacker[owners[rows]]  # as honest owners see honest devices
         newcomer = honest & world.late_joiners[cols] & (pool.slot - world.joined[cols] < WHITEWASH_WINDOW)
         new_at = pool.dense(newcomer, False)
@@ -100,8 +99,8 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         thresholds = event_threshold[event_slot == pool.slot][:, None]  # (tasks, 1)
         random_choice = uniform_choice(rng, pool.valid)
         for rule in SELECTION_RULES:
-            choices = {name: select(pool.dense(t_beh * pool.t_res, 0.0), voc, pool.valid, thresholds, rule)
-                       for name, t_beh in beliefs.items()}
+            choices = {name: select(pool.dense(t_beh * pool.t_res, 0.0), pool.dense(pool.value_for(name), -np.inf),
+                                    pool.valid, thresholds, rule) for name, t_beh in beliefs.items()}
             for name, choice in {**choices, "random": random_choice}.items():
                 tally = selections.setdefault((name, rule), _Selections())
                 picked = (choice >= 0) & mine

@@ -3,7 +3,8 @@
 For each test task, the owner's candidates are the devices within range. Each
 method gives T = T_beh * T_res per candidate (T_res from the slot's status:
 willingness, radio, load); among candidates with T >= theta the one with the
-highest expected VoC (physics of the owner's task at that candidate, at the CPU its statuses claim) is chosen.
+highest expected VoC (physics of the owner's task at that candidate, at the CPU its statuses claim, or where a
+method reads CPUs its own way, as the job's model does, at the one it reads) is chosen.
 The achieved VoC is drawn from the hidden success probabilities with the same
 random numbers for every method: a failed task yields 0, and a task with no
 qualifying candidate yields 0. ``oracle`` uses the hidden reliability as
@@ -12,7 +13,7 @@ T_beh; ``random`` picks a uniformly random candidate whatever theta (bounds).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -24,6 +25,8 @@ from model.trust import SelectionRule, resource_trust, select
 
 THETAS = tuple(round(0.1 * k, 1) for k in range(1, 10))
 Scorer = Callable[[np.ndarray, np.ndarray, int, np.ndarray], np.ndarray]  # (owners, candidates, end, profile) -> T_beh
+CpuReader = Callable[[np.ndarray, np.ndarray, int, np.ndarray], np.ndarray]  # the same -> each candidate's CPU as
+#                                                                              a method reads it (Hz)
 ScoredTasks = tuple[np.ndarray, "InRange", dict[str, np.ndarray]]  # a slot: owners, candidates, each T_beh
 
 
@@ -43,9 +46,8 @@ def voc_curves(world, scored: list[ScoredTasks], thetas: tuple[float, ...] = THE
         draws = rng.random((2, len(owners)))
         success = (draws[0][rows] < expected.p_tr) & (draws[1][rows] < expected.p_com_given_tr)
         achieved = pool.dense(pool.value * success, 0.0)
-        voc = pool.dense(pool.claimed_value, -np.inf)
         for name, t_beh in {**beliefs, "oracle": expected.reliability(config.weights)}.items():
-            trust = pool.dense(t_beh * pool.t_res, 0.0)
+            trust, voc = pool.dense(t_beh * pool.t_res, 0.0), pool.dense(pool.value_for(name), -np.inf)
             for k, theta in enumerate(thetas):
                 choice = select(trust, voc, pool.valid, theta, rule)
                 picked = np.where(choice >= 0, achieved[np.arange(len(owners)), np.maximum(choice, 0)], 0.0)
@@ -75,11 +77,12 @@ def candidate_rmse(world, scored: list[ScoredTasks]) -> dict[str, float]:
     return {name: float(np.sqrt(total / max(pairs, 1))) for name, total in squares.items()}
 
 
-def scored_tasks(world, events: pa.Table, first_slot: int, test_slots: list[int], scorers: dict[str, Scorer]
-               ) -> Iterator[ScoredTasks]:
+def scored_tasks(world, events: pa.Table, first_slot: int, test_slots: list[int], scorers: dict[str, Scorer],
+                 readers: dict[str, CpuReader] | None = None) -> Iterator[ScoredTasks]:
     """Per test slot with tasks: (the tasks' owners (tasks,) as world rows, their candidates, each scorer's T_beh (P,)
     of the candidates from the slots before), each scorer called once per slot. Device rows of the scorers' history
-    are the world's device indices; ``test_slots`` are relative to ``first_slot``."""
+    are the world's device indices; ``test_slots`` are relative to ``first_slot``. ``readers``: the methods that read
+    each candidate's CPU their own way (their VoC at it, :attr:`InRange.read`; the others believe the statuses)."""
     config = world.config
     owner_of_event = pc.index_in(events["owner"], value_set=world.ids).to_numpy()  # world rows, once
     slot_of_event = events["slot"].to_numpy()
@@ -93,8 +96,10 @@ def scored_tasks(world, events: pa.Table, first_slot: int, test_slots: list[int]
         pool = in_range(world, owners, absolute, size_of_event[here] if config.task_size_spread != 1 else None)
         sizes = np.full(len(pool.rows), config.task_size_bits) if pool.sizes is None else pool.sizes
         profile = np.stack([sizes, np.full(len(pool.rows), config.density_cycles_per_bit)], axis=1)
-        yield owners, pool, {name: scorer(owners[pool.rows], pool.cols, t - 1, profile)
-                             for name, scorer in scorers.items()}
+        read = {name: pool.value_at(world, owners, reader(owners[pool.rows], pool.cols, t - 1, profile))
+                for name, reader in (readers or {}).items()}
+        yield owners, replace(pool, read=read), {name: scorer(owners[pool.rows], pool.cols, t - 1, profile)
+                                                 for name, scorer in scorers.items()}
 
 
 @dataclass(frozen=True)
@@ -111,12 +116,26 @@ class InRange:
     t_res: np.ndarray  # (P,) T_res of the candidate in the slot
     sizes: np.ndarray | None = None  # (P,) the size of each pair's task (None: every task the nominal size)
     claims: np.ndarray | None = None  # (P,) the VoC a scheduler expects from the candidate's statuses (None: value)
+    read: dict[str, np.ndarray] = field(default_factory=dict)  # per method that reads CPUs its own way, (P,) the VoC
+    #                                                            at the CPU it reads each candidate at
 
     @property
     def claimed_value(self) -> np.ndarray:
-        """(P,) the VoC the selection goes by: what the candidates' statuses claim (an overclaimer's CPU), achieved
-        or not by ``value``."""
+        """(P,) the VoC a selection that believes the statuses goes by: what the candidates' statuses claim (an
+        overclaimer's CPU), achieved or not by ``value``."""
         return self.value if self.claims is None else self.claims
+
+    def value_for(self, method: str) -> np.ndarray:
+        """(P,) the VoC ``method``'s selection goes by: at the CPUs it reads, else as the statuses claim."""
+        return self.read.get(method, self.claimed_value)
+
+    def value_at(self, world, owners: np.ndarray, cpu_hz: np.ndarray) -> np.ndarray:
+        """(P,) the VoC of each pair's task were its candidate's CPU ``cpu_hz`` (P,) (the claimed VoC where it is the
+        claimed CPU everywhere); ``owners`` (tasks,) world rows."""
+        if np.array_equal(cpu_hz, world.claimed_cpu_hz[self.cols]):
+            return self.claimed_value
+        at = world.expected(owners[self.rows], self.cols, self.slot, size_bits=self.sizes, cpu_hz=cpu_hz)
+        return physics.value_of_completion(at.offload, at.local, world.config.system)
 
     def dense(self, values: np.ndarray, fill: float) -> np.ndarray:
         """(P,) pair values -> (tasks, devices), ``fill`` off the valid pairs."""
@@ -140,7 +159,7 @@ def in_range(world, owners: np.ndarray, slot: int, sizes: np.ndarray | None = No
     value = physics.value_of_completion(expected.offload, expected.local, config.system)
     claims = None
     if world.overclaimed:
-        claimed = world.expected(owners[rows], cols, slot, size_bits=pair_sizes, claimed=True)
+        claimed = world.expected(owners[rows], cols, slot, size_bits=pair_sizes, cpu_hz=world.claimed_cpu_hz[cols])
         claims = physics.value_of_completion(claimed.offload, claimed.local, config.system)
     t_res = resource_trust(world.willingness[cols], world.radio_up(cols, slot),
                            world.load(cols, slot) < config.overload)

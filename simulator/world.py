@@ -240,16 +240,16 @@ class World:
         return bool((self.claimed_cpu_hz != self.cpu_hz).any())
 
     def expected(self, owners: np.ndarray, collabs: np.ndarray, slot: int, load: np.ndarray | None = None,
-                 size_bits: np.ndarray | None = None, claimed: bool = False) -> Expected:
+                 size_bits: np.ndarray | None = None, cpu_hz: np.ndarray | None = None) -> Expected:
         """Outcome probabilities and costs of offloading a task, pairwise; ``load``: the collaborators' background
         load to assume (default: their hidden load in the slot); ``size_bits``: each task's size (default: the
-        configured size); ``claimed``: at the CPU each collaborator's statuses claim (what a scheduler that believes
-        them expects) rather than the one it has."""
+        configured size); ``cpu_hz``: each collaborator's CPU to assume (default: the one it has; its statuses'
+        claims, :attr:`claimed_cpu_hz`, give what a scheduler that believes them expects)."""
         c, params = self.config, self.config.system
         distance = self.distance(owners, collabs)
         p_tr = self.channel.p_tr(distance, self.tx_w[owners])
         load = self.load(collabs, slot) if load is None else load
-        effective_hz = (self.claimed_cpu_hz if claimed else self.cpu_hz)[collabs] * (1.0 - load)
+        effective_hz = (self.cpu_hz[collabs] if cpu_hz is None else cpu_hz) * (1.0 - load)
         size, density = c.task_size_bits if size_bits is None else size_bits, c.density_cycles_per_bit
         offload = physics.offload(size, density, distance, self.tx_w[owners], self.rx_w[collabs],
                                   effective_hz, params)

@@ -17,8 +17,9 @@ from model.context import PHYSICS_COLUMNS
 from model.evidence import EvidenceConfig, typical_speed_gap, verified_cpu
 from model.graphs import DeviceIndex
 from model.history import History
+from model.evaluate import learned_cpu_reader
 from model.manipulation import attack_measures, stretch_delays, whitewash_shares
-from model.voc import InRange
+from model.voc import InRange, in_range, scored_tasks
 from simulator.config import Attack, AttackKind, Behaviour, SimConfig, parse_attack
 from simulator.experiment import simulated_run, simulated_world
 from simulator.world import NEVER, Expected
@@ -221,7 +222,8 @@ def test_an_overclaimer_reports_the_fastest_cpu_and_runs_on_the_slowest() -> Non
     # it computes honestly (the reliable behaviour) but late: the truth is at its own CPU, the claim far faster
     assert (world.behaviour[attackers] == int(Behaviour.STABLE_RELIABLE)).all()
     owners = np.full(len(attackers), honest[0])
-    true, claimed = world.expected(owners, attackers, 3), world.expected(owners, attackers, 3, claimed=True)
+    true, claimed = world.expected(owners, attackers, 3), world.expected(owners, attackers, 3,
+                                                                   cpu_hz=world.claimed_cpu_hz[attackers])
     cycles = config.task_size_bits * config.density_cycles_per_bit
     computing = cycles / (min(config.cpu_choices_hz) * (1 - world.load(attackers, 3)))  # at the CPU it has
     assert np.allclose(true.offload.time_s - claimed.offload.time_s, computing * (1 - 1 / 3))  # claims 3 x
@@ -249,6 +251,33 @@ def test_an_overclaimers_cpu_is_read_as_its_tasks_times_show() -> None:
     np.testing.assert_allclose(physics[:, PHYSICS_COLUMNS.index("cpu_collaborator_hz")], verified[dst], rtol=1e-6)
     believed = history.pair_physics(src, dst, np.full(len(dst), end), np.full((len(dst), 2), 1e6), config.system)
     np.testing.assert_allclose(believed[:, PHYSICS_COLUMNS.index("cpu_collaborator_hz")], world.claimed_cpu_hz[dst])
+    # the evaluation's selection reads it as the job ranks by it: for a model whose physics judge the claims
+    def model(uses_context: bool = True, evidence: EvidenceConfig = claims) -> SimpleNamespace:
+        return SimpleNamespace(config=SimpleNamespace(uses_context=uses_context, evidence=evidence,
+                                                      system=config.system))
+
+    read = learned_cpu_reader(model(), history)(src, dst, end, np.full((len(dst), 2), 1e6))
+    np.testing.assert_allclose(read, verified[dst], rtol=1e-6)
+    assert learned_cpu_reader(model(evidence=EvidenceConfig()), history) is None  # believes the claims
+    assert learned_cpu_reader(model(uses_context=False), history) is None  # the paper's head reads no physics
+
+
+def test_a_method_that_reads_cpus_selects_by_the_voc_at_them() -> None:
+    """The VoC at the CPUs a method reads: the claimed one where it reads the claims, the true one at the true CPUs;
+    scored tasks carry it for the methods with a reader, the others select by the claims."""
+    config = replace(SMALL, attack=Attack(AttackKind.OVERCLAIMING, 0.25))
+    events, _, _, world = simulated_world(config)
+    slot = 10
+    owners = pc.index_in(events.filter(pc.equal(events["slot"], slot))["owner"], value_set=world.ids).to_numpy()
+    pool = in_range(world, owners.astype(np.int64), slot)
+    assert world.attacker[pool.cols].any() and not np.allclose(pool.claimed_value, pool.value)
+    assert pool.value_at(world, owners, world.claimed_cpu_hz[pool.cols]) is pool.claimed_value
+    np.testing.assert_allclose(pool.value_at(world, owners, world.cpu_hz[pool.cols]), pool.value)
+    (_, scored, _), = scored_tasks(world, events, 0, [slot], {"m": lambda *_: np.zeros(len(pool.rows)),
+                                                              "n": lambda *_: np.zeros(len(pool.rows))},
+                                   {"m": lambda owners_, cols, *_: world.cpu_hz[cols]})
+    np.testing.assert_allclose(scored.value_for("m"), pool.value)
+    assert scored.value_for("n") is scored.claimed_value and scored.value_for("oracle") is scored.claimed_value
 
 
 @pytest.mark.parametrize("change, message", [
@@ -338,6 +367,11 @@ def test_attack_measures_by_hand() -> None:
     claims = replace(pool, claims=np.array([1.0, 0.5, 1.0, 0.5]))
     out = attack_measures(world, events, [(np.array([0, 1]), claims, beliefs)])
     assert out["m"]["attack_tasks_won"] == 0.0 and out["m"]["attack_voc_lost"] == 0.0
+    # a method that reads the CPUs its own way goes by the VoC at them (m reads 2.0 at the attacker: task 0 is its
+    # again), the others by the claims
+    read = replace(claims, read={"m": np.array([1.0, 2.0, 1.0, 2.0])})
+    out = attack_measures(world, events, [(np.array([0, 1]), read, {**beliefs, "n": beliefs["m"]})])
+    assert out["m"]["attack_tasks_won"] == 0.5 and out["n"]["attack_tasks_won"] == 0.0
 
 
 def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
