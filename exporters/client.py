@@ -240,8 +240,10 @@ class TrustClient:
     def cpu_hz(self, owner: str | None = None) -> dict[str, float]:
         """Each candidate's CPU frequency (Hz) as the job read it in ``owner``'s newest view, where its records say
         (version 4 on); without an owner, each collaborator's from the newest view that lists it."""
-        views = [self.views[owner]] if owner in self.views else [] if owner is not None else \
-            sorted(self.views.values(), key=lambda v: (v.slot, v.revision))
+        if owner is None:
+            views = sorted(self.views.values(), key=lambda v: (v.slot, v.revision))
+        else:
+            views = [self.views[owner]] if owner in self.views else []
         out: dict[str, float] = {}
         for view in views:  # newer views last: theirs stand
             for candidate in view.ranking.candidates if view.ranking else ():

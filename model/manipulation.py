@@ -98,9 +98,10 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         tasks += int(mine.sum())
         thresholds = event_threshold[event_slot == pool.slot][:, None]  # (tasks, 1)
         random_choice = uniform_choice(rng, pool.valid)
+        judged = {name: (pool.dense(t_beh * pool.t_res, 0.0), pool.dense(pool.value_for(name), -np.inf))
+                  for name, t_beh in beliefs.items()}  # (T, the VoC it selects by) per method, for either rule
         for rule in SELECTION_RULES:
-            choices = {name: select(pool.dense(t_beh * pool.t_res, 0.0), pool.dense(pool.value_for(name), -np.inf),
-                                    pool.valid, thresholds, rule) for name, t_beh in beliefs.items()}
+            choices = {name: select(trust, voc, pool.valid, thresholds, rule) for name, (trust, voc) in judged.items()}
             for name, choice in {**choices, "random": random_choice}.items():
                 tally = selections.setdefault((name, rule), _Selections())
                 picked = (choice >= 0) & mine
