@@ -112,6 +112,22 @@ def test_scanning_on_cuda_outside_autograd_loads_neither_mamba_ssms_package_nor_
     assert done.stdout.strip() == "[]"
 
 
+def test_a_lock_file_left_by_a_killed_build_is_removed_under_the_flock(tmp_path, caplog) -> None:
+    """torch alone would wait forever on the lock file a killed build leaves; whoever holds the flock removes it."""
+    from model.scan import build_lock
+
+    stale = tmp_path / "ext" / "lock"
+    stale.parent.mkdir()
+    stale.touch()
+    with build_lock(stale.parent) as build_dir:
+        assert build_dir == stale.parent and not stale.exists()
+    assert "left by a build that was killed" in caplog.text
+    with build_lock(stale.parent):  # released: a second holder gets it, and nothing is left to remove
+        pass
+    assert caplog.text.count("left by a build that was killed") == 1
+
+
+@pytest.mark.slow  # a second full build of the extension (about 70 s on 2 cores); `make test-slow`
 def test_a_portable_build_of_the_scan_matches_the_reference(tmp_path, monkeypatch) -> None:
     """The worker images build for x86-64-v2 (never -march=native): that build must load and agree, even where
     a killed build left torch's lock file behind (torch alone would wait on it forever)."""

@@ -112,7 +112,7 @@ def final(messages: list, cls) -> dict:
     return {(r.slot, r.owner, getattr(r, "collaborator", "")): r for _, records in newest.values() for r in records}
 
 
-@pytest.mark.parametrize("lateness", [1, 2, 3])
+@pytest.mark.parametrize("lateness", [1, 3])  # 2: every stream test below
 def test_the_streaming_job_equals_its_offline_twin_whatever_the_lateness(tmp_path, lateness: int) -> None:
     equals_its_twin(run_stream(tmp_path, lateness))
 
