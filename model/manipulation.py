@@ -9,7 +9,10 @@ this module counts what the attackers got:
 
 - ``tasks_assigned``: the share of test tasks with a qualifying candidate (a method that trusts no one hands
   attackers nothing, and no one anything);
-- ``attack_tasks_won``: the share of test tasks handed to an attacker misbehaving toward the task's owner;
+- ``attack_tasks_won``: the share of test tasks handed to an attacker misbehaving toward the task's owner; an
+  overclaimer misbehaves in its statuses, not its work, so a task counts as won by it where its lie won it: the
+  method would have chosen another candidate had the overclaimer's statuses claimed the CPU it has (the same T, the
+  VoC at its true CPU; :func:`truthful_choices`);
 - ``attack_voc_lost``: VoC per test task those tasks are expected to lose (the task's value at the attacker
   times its chance of failing there);
 - ``attack_slots_to_detect``: per misbehaving stretch of an attacker (consecutive test slots in which it is a
@@ -102,11 +105,14 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
                   for name, t_beh in beliefs.items()}  # (T, the VoC it selects by) per method, for either rule
         for rule in SELECTION_RULES:
             choices = {name: select(trust, voc, pool.valid, thresholds, rule) for name, (trust, voc) in judged.items()}
+            truthful = truthful_choices(world, pool, judged, thresholds, rule) if world.overclaimed else {}
             for name, choice in {**choices, "random": random_choice}.items():
                 tally = selections.setdefault((name, rule), _Selections())
                 picked = (choice >= 0) & mine
                 task, column = np.flatnonzero(picked), choice[picked]
                 won = won_at[task, column]
+                if world.overclaimed:  # an overclaimer's task is won where the lie changed the choice
+                    won &= truthful.get(name, choice)[task] != column
                 tally.assigned += float(picked.sum())
                 tally.won += float(won.sum())
                 tally.lost += float(lost_at[task[won], column[won]].sum())
@@ -143,6 +149,18 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         if late:
             out[name]["newcomer_trust_shift"] = tally.newcomer_shift / tally.newcomers if tally.newcomers else float("nan")
     return out
+
+
+def truthful_choices(world, pool, judged: dict[str, tuple[np.ndarray, np.ndarray]], thresholds: np.ndarray,
+                     rule: str) -> dict[str, np.ndarray]:
+    """{method: (tasks,) its choice by ``rule`` had every overclaimer's statuses claimed the CPU it has}: the same T,
+    the VoC at the true CPU for an overclaimer's pairs (a method that reads CPUs from tasks' times reads a true claim
+    as made) and as the method judged it for the others. ``judged``: {method: (T, VoC it selects by)}, (tasks,
+    devices) each; ``pool``: the slot's :class:`model.voc.InRange`."""
+    lying = pool.dense(world.claimed_cpu_hz[pool.cols] != world.cpu_hz[pool.cols], False)
+    true_voc = pool.dense(pool.value, -np.inf)
+    return {name: select(trust, np.where(lying, true_voc, voc), pool.valid, thresholds, rule)
+            for name, (trust, voc) in judged.items()}
 
 
 def stretch_delays(slots: np.ndarray, suspicion: np.ndarray, misbehaving: np.ndarray, seen: np.ndarray,

@@ -6,6 +6,7 @@ import json
 import math
 from dataclasses import replace
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -318,21 +319,25 @@ def test_whitewash_shares_by_hand() -> None:
     assert all(math.isnan(v) for v in whitewash_shares(world, np.arange(13, 20), share[8:]))
 
 
-def test_attack_measures_by_hand() -> None:
-    """Two tasks (owners 0, 1) with candidates 2 (honest) and 3 (an attacker misbehaving toward owner 0 only)."""
-    weights = TrustWeights()
-    world = SimpleNamespace(config=SimpleNamespace(weights=weights), size=4,
-                            attacker=np.array([False, False, False, True]),
-                            misbehaving=lambda cols, owners, slot, sizes: (cols == 3) & (owners == 0),
-                            left=np.full(4, NEVER), next_id=np.full(4, -1), joined=np.zeros(4, dtype=np.int64),
-                            late_joiners=np.zeros(4, dtype=bool))
+def two_tasks(p_com: np.ndarray, value: np.ndarray, **world: Any) -> tuple[SimpleNamespace, InRange, pa.Table]:
+    """Two tasks in slot 5 (owners 0, 1, thresholds 0.75 and 0.5), each with candidates 2 (honest) and 3 (an
+    attacker): the world (``world`` overrides its fields), the candidates (pairs 0→2, 0→3, 1→2, 1→3) and the events."""
+    world = SimpleNamespace(**{
+        "config": SimpleNamespace(weights=TrustWeights()), "size": 4, "attacker": np.array([False, False, False, True]),
+        "left": np.full(4, NEVER), "next_id": np.full(4, -1), "joined": np.zeros(4, dtype=np.int64),
+        "late_joiners": np.zeros(4, dtype=bool), "overclaimed": False, **world})
     rows, cols = np.array([0, 0, 1, 1]), np.array([2, 3, 2, 3])
     valid = np.zeros((2, 4), dtype=bool)
     valid[rows, cols] = True
-    p_com = np.array([0.95, 0.2, 0.95, 0.95])
-    pool = InRange(5, valid, rows, cols, Expected(np.ones(4), p_com, None, None), np.array([1.0, 2.0, 1.0, 2.0]),
-                   np.ones(4))
-    events = pa.table({"slot": [5, 5], "trust_threshold": [0.75, 0.5]})
+    pool = InRange(5, valid, rows, cols, Expected(np.ones(4), p_com, None, None), value, np.ones(4))
+    return world, pool, pa.table({"slot": [5, 5], "trust_threshold": [0.75, 0.5]})
+
+
+def test_attack_measures_by_hand() -> None:
+    """Two tasks (owners 0, 1) with candidates 2 (honest) and 3 (an attacker misbehaving toward owner 0 only)."""
+    weights = TrustWeights()
+    world, pool, events = two_tasks(np.array([0.95, 0.2, 0.95, 0.95]), np.array([1.0, 2.0, 1.0, 2.0]),
+                                    misbehaving=lambda cols, owners, slot, sizes: (cols == 3) & (owners == 0))
     beliefs = {"m": np.array([0.9, 0.8, 0.9, 0.4])}
     out = attack_measures(world, events, [(np.array([0, 1]), pool, beliefs)])
     # m: task 0 picks the attacker (0.8 >= 0.75, higher VoC), task 1 the honest device (0.4 < 0.5)
@@ -372,6 +377,25 @@ def test_attack_measures_by_hand() -> None:
     read = replace(claims, read={"m": np.array([1.0, 2.0, 1.0, 2.0])})
     out = attack_measures(world, events, [(np.array([0, 1]), read, {**beliefs, "n": beliefs["m"]})])
     assert out["m"]["attack_tasks_won"] == 0.5 and out["n"]["attack_tasks_won"] == 0.0
+
+
+def test_an_overclaimers_task_is_won_where_its_lie_changed_the_choice() -> None:
+    """Device 3 claims a CPU that would give each task VoC 2.0 and has one that gives 0.5 (the honest device 2: 1.0)."""
+    world, pool, events = two_tasks(np.full(4, 0.95), np.array([1.0, 0.5, 1.0, 0.5]),
+                                    misbehaving=lambda cols, owners, slot, sizes: cols == 3,
+                                    claimed_cpu_hz=np.array([1.0, 1.0, 1.0, 3.0]), cpu_hz=np.ones(4), overclaimed=True)
+    claims = replace(pool, claims=np.array([1.0, 2.0, 1.0, 2.0]), read={"reads": pool.value})
+    beliefs = {"believes": np.array([0.9, 0.8, 0.9, 0.8]), "reads": np.array([0.9, 0.8, 0.9, 0.8]),
+               "distrusts_2": np.array([0.6, 0.8, 0.6, 0.8])}
+    out = attack_measures(world, events, [(np.array([0, 1]), claims, beliefs)])
+    # believing the claim, both tasks go to the overclaimer, which a true claim would have lost to device 2
+    assert out["believes"]["attack_tasks_won"] == 1.0 and out["believes"]["attack_tasks_won_expected"] == 1.0
+    assert out["believes"]["attack_voc_lost"] == pytest.approx(0.5 * 0.05)
+    # reading its true CPU, neither: the lie won nothing
+    assert out["reads"]["attack_tasks_won"] == 0.0 and out["reads"]["tasks_assigned"] == 1.0
+    # device 2 below task 0's threshold: the overclaimer gets that task whatever it claims; only task 1 is the lie's
+    assert out["distrusts_2"]["attack_tasks_won"] == 0.5 and out["distrusts_2"]["attack_tasks_won_expected"] == 0.5
+    assert out["random"]["attack_tasks_won"] == 0.0  # random selection reads no claim
 
 
 def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
@@ -423,9 +447,6 @@ def test_bm_takes_the_sized_rules_correction_where_task_sizes_vary(tmp_path) -> 
     assert report["bm"]["size_corrected"]["mean"] == 1.0  # the training period showed the size matters
     for method in ("bm", "channel_beta_sized"):
         assert 0 <= report[method]["attack_tasks_won_expected"]["mean"] <= 1
-    plain = tmp_path / "plain"  # one task size: nothing to correct
-    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--seed", "12", "--epochs", "1", "--methods", "bm",
-                 "--no-voc", "--out", str(plain)]) == 0
-    assert json.loads((plain / "report.json").read_text())["bm"]["size_corrected"]["mean"] == 0.0
+    # one task size, nothing to correct: tests/test_bm.py (training's report and the head's sizing)
 
 
