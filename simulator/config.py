@@ -70,9 +70,9 @@ class Attack:
     (uniform), as an attacker that spreads its ids' positions to look like several devices would.
     ``whitewash_from``: the slot from which whitewashers leave their ids (before it, poor devices that keep theirs:
     a wave of whitewashing that starts after a model was trained). An overclaimer runs on the slowest of
-    ``SimConfig.cpu_choices_hz`` and reports the fastest in every status (a claim inside the range a validator
-    accepts): it computes honestly, but a task sized for the CPU it claims runs late, and a scheduler that believes
-    the claim expects it to finish in a fraction of the time."""
+    ``SimConfig.cpu_choices_hz`` (or on ``overclaimer_cpu_hz``: a milder lie) and reports the fastest in every status
+    (a claim inside the range a validator accepts): it computes honestly, but a task sized for the CPU it claims runs
+    late, and a scheduler that believes the claim expects it to finish in a fraction of the time."""
 
     kind: AttackKind
     share: float
@@ -82,6 +82,7 @@ class Attack:
     whitewash_below: float = 0.7
     id_spread_m: float = 0.0
     whitewash_from: int = 0
+    overclaimer_cpu_hz: float | None = None  # None: the slowest of SimConfig.cpu_choices_hz
 
     def __post_init__(self) -> None:
         if not 0 <= self.share < 1:
@@ -91,6 +92,10 @@ class Attack:
                 raise ValueError(f"Attack.{name}: must be >= 1 (got {getattr(self, name)!r})")
         if not self.id_spread_m >= 0:
             raise ValueError(f"--id-spread-m: must be >= 0 (got {self.id_spread_m!r})")
+        if self.overclaimer_cpu_hz is not None and self.kind is not AttackKind.OVERCLAIMING:
+            raise ValueError(f"--overclaimer-cpu-hz: only with --attack overclaiming=SHARE (got {self.kind.value!r})")
+        if self.overclaimer_cpu_hz is not None and not self.overclaimer_cpu_hz > 0:
+            raise ValueError(f"--overclaimer-cpu-hz: must be > 0 (got {self.overclaimer_cpu_hz!r})")
         if self.whitewash_from < 0:
             raise ValueError(f"--whitewash-from: must be >= 0 (got {self.whitewash_from!r})")
         if not 0 <= self.whitewash_below <= 1:
@@ -219,6 +224,10 @@ class SimConfig:
                 raise ValueError(f"SimConfig.{name}: must be > 0 (got {getattr(self, name)!r})")
         if not self.cpu_choices_hz or min(self.cpu_choices_hz) <= 0:
             raise ValueError(f"SimConfig.cpu_choices_hz: need positive frequencies (got {self.cpu_choices_hz!r})")
+        runs_on = None if self.attack is None else self.attack.overclaimer_cpu_hz
+        if runs_on is not None and not runs_on < max(self.cpu_choices_hz):
+            raise ValueError(f"--overclaimer-cpu-hz: an overclaimer claims the fastest CPU, "
+                             f"{max(self.cpu_choices_hz):g} Hz; it must run on less (got {runs_on!r})")
         lo, hi = self.threshold_range
         if not 0 <= lo <= hi <= 1:
             raise ValueError(f"SimConfig.threshold_range: need 0 <= lo <= hi <= 1 (got {self.threshold_range!r})")

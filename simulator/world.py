@@ -100,7 +100,8 @@ class World:
             behaviour[attackers] = attack.behaviour
         claimed = cpu_hz.copy()  # the CPU each device reports
         if attack is not None and attack.kind is AttackKind.OVERCLAIMING:
-            cpu_hz[attackers], claimed[attackers] = min(config.cpu_choices_hz), max(config.cpu_choices_hz)
+            runs_on = attack.overclaimer_cpu_hz or min(config.cpu_choices_hz)
+            cpu_hz[attackers], claimed[attackers] = runs_on, max(config.cpu_choices_hz)
         params = BehaviourParams.draw(rng, behaviour, config.slots)  # draws the same whatever the kinds
         self.physical = np.concatenate([np.arange(n), np.repeat(attackers, attack.ids - 1 if attack else 0)])
         self.ids = device_ids(len(self.physical))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -232,6 +233,11 @@ def test_an_overclaimer_reports_the_fastest_cpu_and_runs_on_the_slowest() -> Non
     assert world.misbehaving(attackers, owners, 3).all() and not world.misbehaving(honest, np.roll(honest, 1), 3).any()
     # the same world without the attack: nobody overclaims
     assert not simulated_world(replace(SMALL, attack=Attack(AttackKind.OVERCLAIMING, 0.0)))[3].overclaimed
+    # a milder lie (``--overclaimer-cpu-hz``): on 4 GHz, the same claim; every other draw as before
+    mild = simulated_world(replace(config, attack=replace(config.attack, overclaimer_cpu_hz=4e9)))[3]
+    assert (mild.cpu_hz[attackers] == 4e9).all() and (mild.claimed_cpu_hz == world.claimed_cpu_hz).all()
+    np.testing.assert_array_equal(mild.cpu_hz[honest], world.cpu_hz[honest])
+    np.testing.assert_array_equal(mild.params.high, world.params.high)
 
 
 def test_an_overclaimers_cpu_is_read_as_its_tasks_times_show() -> None:
@@ -283,10 +289,20 @@ def test_a_method_that_reads_cpus_selects_by_the_voc_at_them() -> None:
 
 @pytest.mark.parametrize("change, message", [
     ({"attack": Attack(AttackKind.OPPORTUNISTIC, 0.2)}, "needs tasks of differing sizes"),
-    ({"owner_reports": 1.5}, "owner_reports: must be in [0, 1]"), ({"task_size_spread": 0.5}, "must be >= 1")])
+    ({"owner_reports": 1.5}, "owner_reports: must be in [0, 1]"), ({"task_size_spread": 0.5}, "must be >= 1"),
+    ({"attack": Attack(AttackKind.OVERCLAIMING, 0.2, overclaimer_cpu_hz=6e9)},
+     "--overclaimer-cpu-hz: an overclaimer claims the fastest CPU, 6e+09 Hz; it must run on less (got 6000000000.0)")])
 def test_bad_attack_settings_are_refused_by_name(change: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         replace(SMALL, **change)
+
+
+@pytest.mark.parametrize("kind, hz, message", [
+    (AttackKind.OVERCLAIMING, 0.0, "--overclaimer-cpu-hz: must be > 0 (got 0.0)"),
+    (AttackKind.SYBIL, 4e9, "--overclaimer-cpu-hz: only with --attack overclaiming=SHARE (got 'sybil')")])
+def test_an_overclaimers_cpu_is_refused_by_name(kind: AttackKind, hz: float, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Attack(kind, 0.2, overclaimer_cpu_hz=hz)
 
 
 def test_misbehaving_is_an_attackers_bad_stretch_or_target() -> None:

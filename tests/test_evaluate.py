@@ -117,7 +117,10 @@ def test_every_method_of_a_plot_looks_different() -> None:
 
 
 @pytest.mark.parametrize("args, message", [(["--seed", "-1"], "--seed: must be >= 0 (got -1)"),
-                                           (["--mix", "stable_reliable=1,sneaky=1"], "unknown behaviour 'sneaky'")])
+                                           (["--mix", "stable_reliable=1,sneaky=1"], "unknown behaviour 'sneaky'"),
+                                           (["--overclaimer-cpu-hz", "4e9"], "--overclaimer-cpu-hz: only with --attack"),
+                                           (["--attack", "overclaiming=0.2", "--overclaimer-cpu-hz", "7e9"],
+                                            "--overclaimer-cpu-hz: an overclaimer claims the fastest CPU")])
 def test_evaluate_refuses_bad_options_by_name(args, message, tmp_path, capsys) -> None:
     assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--out", str(tmp_path), *args]) == 2
     assert message in capsys.readouterr().err

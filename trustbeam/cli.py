@@ -49,6 +49,9 @@ def _add_attack_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--whitewash-from", type=int, default=0, metavar="SLOT",
                         help="whitewashers leave their ids from this slot on (default 0: throughout; e.g. the first "
                              "test slot: a wave that starts after the model was trained)")
+    parser.add_argument("--overclaimer-cpu-hz", type=float, default=None, metavar="HZ",
+                        help="the CPU an overclaimer runs on while it claims the fastest (default: the slowest, "
+                             "2e9; e.g. 4e9: a 1.5x lie)")
     parser.add_argument("--churn", type=float, default=0.0, metavar="SHARE",
                         help="share of the honest devices that join after the start, each at a random slot before "
                              "the run's last tenth: the honest newcomers a whitewasher's fresh id hides among (default "
@@ -68,8 +71,10 @@ def _positive_metres(option: str, text: str) -> float:
 def _attack_setting(args: argparse.Namespace) -> dict:
     from dataclasses import replace
 
-    attack = replace(parse_attack(args.attack), id_spread_m=args.id_spread_m,
-                     whitewash_from=args.whitewash_from) if args.attack else None
+    if args.overclaimer_cpu_hz is not None and not args.attack:
+        raise ValueError("--overclaimer-cpu-hz: only with --attack overclaiming=SHARE (got no --attack)")
+    attack = replace(parse_attack(args.attack), id_spread_m=args.id_spread_m, whitewash_from=args.whitewash_from,
+                     overclaimer_cpu_hz=args.overclaimer_cpu_hz) if args.attack else None
     return {**attack_setting(attack, args.owner_reports, args.task_size_spread), "churn": args.churn}
 
 
@@ -283,6 +288,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return {"runs": runs, "runs_done": done, "seed": args.seed, "mix": args.mix, "telemetry": args.telemetry,
                 "attack": args.attack, "id_spread_m": args.id_spread_m, "owner_reports": sim.owner_reports,
                 "task_size_spread": sim.task_size_spread, "whitewash_from": args.whitewash_from, "churn": sim.churn,
+                "overclaimer_cpu_hz": args.overclaimer_cpu_hz,
                 "quick": args.quick, "bm": asdict(config), "train": asdict(train),
                 "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots},
                 "seconds": round(time.perf_counter() - started, 1)}
