@@ -12,7 +12,7 @@ this module counts what the attackers got:
 - ``attack_tasks_won``: the share of test tasks handed to an attacker misbehaving toward the task's owner; an
   overclaimer misbehaves in its statuses, not its work, so a task counts as won by it where its lie won it: the
   method would have chosen another candidate had the overclaimer's statuses claimed the CPU it has (the same T, the
-  VoC at its true CPU; :func:`truthful_choices`);
+  VoC at its true CPU; :func:`truthful_judgement`);
 - ``attack_voc_lost``: VoC per test task those tasks are expected to lose (the task's value at the attacker
   times its chance of failing there);
 - ``attack_slots_to_detect``: per misbehaving stretch of an attacker (consecutive test slots in which it is a
@@ -83,6 +83,7 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
     beliefs_of: dict[str, _Beliefs] = {}
     slots, victims_seen, candidate_seen = [], [], []
     tasks = 0
+    overclaimed = world.overclaimed
     for owners, pool, beliefs in scored:
         expected, rows, cols = pool.expected, pool.rows, pool.cols
         truth = expected.reliability(world.config.weights)
@@ -103,16 +104,18 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         random_choice = uniform_choice(rng, pool.valid)
         judged = {name: (pool.dense(t_beh * pool.t_res, 0.0), pool.dense(pool.value_for(name), -np.inf))
                   for name, t_beh in beliefs.items()}  # (T, the VoC it selects by) per method, for either rule
+        truthful = truthful_judgement(world, pool, judged) if overclaimed else {}
         for rule in SELECTION_RULES:
             choices = {name: select(trust, voc, pool.valid, thresholds, rule) for name, (trust, voc) in judged.items()}
-            truthful = truthful_choices(world, pool, judged, thresholds, rule) if world.overclaimed else {}
+            choices_if_truthful = {name: select(trust, voc, pool.valid, thresholds, rule)
+                              for name, (trust, voc) in truthful.items()}
             for name, choice in {**choices, "random": random_choice}.items():
                 tally = selections.setdefault((name, rule), _Selections())
                 picked = (choice >= 0) & mine
                 task, column = np.flatnonzero(picked), choice[picked]
                 won = won_at[task, column]
-                if world.overclaimed:  # an overclaimer's task is won where the lie changed the choice
-                    won &= truthful.get(name, choice)[task] != column
+                if overclaimed:  # an overclaimer's task is won where the lie changed the choice
+                    won &= choices_if_truthful.get(name, choice)[task] != column
                 tally.assigned += float(picked.sum())
                 tally.won += float(won.sum())
                 tally.lost += float(lost_at[task[won], column[won]].sum())
@@ -151,16 +154,15 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
     return out
 
 
-def truthful_choices(world, pool, judged: dict[str, tuple[np.ndarray, np.ndarray]], thresholds: np.ndarray,
-                     rule: str) -> dict[str, np.ndarray]:
-    """{method: (tasks,) its choice by ``rule`` had every overclaimer's statuses claimed the CPU it has}: the same T,
-    the VoC at the true CPU for an overclaimer's pairs (a method that reads CPUs from tasks' times reads a true claim
-    as made) and as the method judged it for the others. ``judged``: {method: (T, VoC it selects by)}, (tasks,
+def truthful_judgement(world, pool, judged: dict[str, tuple[np.ndarray, np.ndarray]]
+                       ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{method: (T, VoC)} as each method would judge had every overclaimer's statuses claimed the CPU it has: the
+    same T, the VoC at the true CPU for an overclaimer's pairs (a method that reads CPUs from tasks' times reads a true
+    claim as made) and as the method judged it for the others. ``judged``: {method: (T, VoC it selects by)}, (tasks,
     devices) each; ``pool``: the slot's :class:`model.voc.InRange`."""
     lying = pool.dense(world.claimed_cpu_hz[pool.cols] != world.cpu_hz[pool.cols], False)
     true_voc = pool.dense(pool.value, -np.inf)
-    return {name: select(trust, np.where(lying, true_voc, voc), pool.valid, thresholds, rule)
-            for name, (trust, voc) in judged.items()}
+    return {name: (trust, np.where(lying, true_voc, voc)) for name, (trust, voc) in judged.items()}
 
 
 def stretch_delays(slots: np.ndarray, suspicion: np.ndarray, misbehaving: np.ndarray, seen: np.ndarray,
