@@ -49,7 +49,10 @@ LOADED = (TK, CK, TU, CU, TUU)  # the collaborator's ton and com where its load 
 SIZED = (TS, CS, TX, CX, TXX)  # ton and com of tasks of known size, times x (their size class, +-1) and x^2
 CLAIMS = (SK, SV)  # the collaborator's tasks with a reported offload time and a claimed CPU, and their summed log of
 #                    the speed shown over the CPU claimed (the collaborator's roles only: with_status)
-CLAIM_TOLERANCE = 1.5  # how far below the typical share of its claim a device's shown speed may lie and be believed
+CLAIM_TOLERANCE = 1.25  # how far below the typical share of its claim a device's shown speed may lie and be believed,
+#                         once its timed tasks are many (with few, :data:`CLAIM_SCATTER` more)
+CLAIM_SCATTER = 0.3  # the log-speed margin one timed task adds: an honest device's speed swings with its hidden load,
+#                      so the mean of n timed tasks is allowed CLAIM_SCATTER / sqrt(n) more below the typical share
 CLAIM_MIN_TASKS = 2.0  # timed tasks (at the longest memory) before a claim is judged
 FREE_MIN = 0.05  # the least share of a CPU a reported load is read to leave free
 PAIR_CHANNELS = COM + 1  # a pair's features read only n, w, f, tr, com: all a pair's state keeps
@@ -378,13 +381,15 @@ def typical_speed_gap(sums: np.ndarray) -> float | None:
 def verified_cpu(cpu_hz: np.ndarray, sums: np.ndarray, config: EvidenceConfig) -> np.ndarray:
     """(n,) each device's claimed CPU (n,), or where its tasks' times contradict the claim the CPU they show: a device
     with :data:`CLAIM_MIN_TASKS` timed tasks (at the longest memory) whose mean log of shown speed over claim lies
-    more than log :data:`CLAIM_TOLERANCE` below ``config.speed_gap`` is read at its claim times exp(its gap - the
-    typical one). Its sums (n, L, C) as a collaborator; nothing changes without ``config.speed_gap``."""
+    more than log :data:`CLAIM_TOLERANCE` + :data:`CLAIM_SCATTER` / sqrt(its timed tasks) below ``config.speed_gap``
+    is read at its claim times exp(its gap - the typical one). Its sums (n, L, C) as a collaborator; nothing changes
+    without ``config.speed_gap``."""
     if config.speed_gap is None:
         return cpu_hz
     timed = sums[:, -1, SK]
     gap = sums[:, -1, SV] / np.maximum(timed, 1e-12) - config.speed_gap
-    caught = (timed >= CLAIM_MIN_TASKS) & (gap < -np.log(CLAIM_TOLERANCE))
+    margin = np.log(CLAIM_TOLERANCE) + CLAIM_SCATTER / np.sqrt(np.maximum(timed, CLAIM_MIN_TASKS))
+    caught = (timed >= CLAIM_MIN_TASKS) & (gap < -margin)
     return np.where(caught, cpu_hz * np.exp(np.minimum(gap, 0.0)), cpu_hz)
 
 

@@ -176,12 +176,19 @@ def test_claimed_cpus_are_judged_against_the_speeds_shown_by_hand() -> None:
     config = EvidenceConfig(lams=(0.9,), level_memory=0.9, speed_gap=np.log(0.9))
     assert typical_speed_gap(track) == pytest.approx(np.median([np.log(0.5), 0.0]))  # those with >= 2 timed tasks
     assert typical_speed_gap(np.zeros((2, 1, len(CHANNELS)))) is None
-    # device 0 shows 0.5 of its claim where 0.9 is typical: more than 1.5 x short, read at 2 GHz x 0.5 / 0.9;
+    # device 0 shows 0.5 of its claim where 0.9 is typical: log 0.59 short, beyond the margin at its 2 tasks (0.435),
+    # read at 2 GHz x 0.5 / 0.9;
     # device 1 shows more than typical (believed), device 2 one task (not judged), device 3 no claim
     cpu = verified_cpu(np.array([2e9, 2e9, 2e9, 2e9]), track, config)
     np.testing.assert_allclose(cpu, [2e9 * 0.5 / 0.9, 2e9, 2e9, 2e9])
-    slight = verified_cpu(np.array([2e9]), track[:1], replace(config, speed_gap=np.log(0.7)))  # 0.5 / 0.7 > 1 / 1.5
+    slight = verified_cpu(np.array([2e9]), track[:1], replace(config, speed_gap=np.log(0.7)))  # log 0.34 short
     assert slight[0] == 2e9 and verified_cpu(np.array([2e9]), track[:1], replace(config, speed_gap=None))[0] == 2e9
+    # the same shortfall, 1.38 x (log 0.32), judged by how many timed tasks show it: the margin is log 1.25 + 0.3 /
+    # sqrt(n), 0.435 at 2 tasks (believed: a busy stretch may show that), 0.298 at 16 (read at what they show)
+    shortfall = np.zeros((2, 1, len(CHANNELS)))
+    shortfall[:, 0, SK] = [2, 16]
+    shortfall[:, 0, SV] = shortfall[:, 0, SK] * (np.log(0.9) - 0.32)
+    np.testing.assert_allclose(verified_cpu(np.full(2, 2e9), shortfall, config), [2e9, 2e9 * np.exp(-0.32)])
     # a reported load: the claim is the share of the CPU it leaves free (a busy device is slower and says so)
     busy = with_status(sums[:1], np.array([0.5]), np.array([2e9]))
     assert busy[0, SV] == pytest.approx(2 * np.log(1e9 / (2e9 * 0.5)))
