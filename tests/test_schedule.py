@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from simulator.engine import Simulator
 from tests.pipeline_fixtures import SIM, job, write_checkpoint
 from exporters.kafka_client import read_to_end
 from model.status import CPU, STATUS_COLUMNS
-from trustbeam.schedule import published_cpu, schedule_loop, tagged_topics
+from trustbeam.schedule import published_cpu, schedule_loop, tagged_topics, true_cpu, won_by_attack
 
 
 
@@ -30,6 +31,21 @@ def test_trustbeams_arms_read_the_cpus_the_records_give() -> None:
     assert read[:, CPU].tolist() == [6e9, 2e9, 2e9] and status[1, CPU] == 6e9
     np.testing.assert_array_equal(np.delete(read, CPU, axis=1), np.delete(status, CPU, axis=1))
     np.testing.assert_array_equal(published_cpu(status, {}, {"a": 0}), status)
+
+
+def test_an_overclaimers_task_is_won_where_its_lie_changed_the_arms_choice() -> None:
+    """Device 2 overclaims (6 GHz claimed, 2 had): its tasks count where the arm would have chosen another had it
+    claimed 2; every other attacker's task where it misbehaves, whatever the claims."""
+    world = SimpleNamespace(claimed_cpu_hz=np.array([2e9, 6e9, 6e9]), cpu_hz=np.array([2e9, 6e9, 2e9]))
+    status = np.zeros((3, len(STATUS_COLUMNS)))
+    status[:, CPU] = world.claimed_cpu_hz
+    assert true_cpu(status, world)[:, CPU].tolist() == [2e9, 6e9, 2e9] and status[2, CPU] == 6e9
+    lying = world.claimed_cpu_hz != world.cpu_hz
+    misbehaving = np.array([True, True, True, False])
+    picks, truthful = np.array([2, 2, 1, 2]), np.array([2, 0, 0, 0])
+    # task 0: the overclaimer, chosen even at its true CPU; task 1: the lie won it; task 2: another attacker, counted
+    # whatever the overclaimer claimed; task 3: its owner is no victim
+    assert won_by_attack(misbehaving, lying, picks, truthful).tolist() == [False, True, True, False]
 
 
 @pytest.mark.kafka

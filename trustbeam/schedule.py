@@ -25,8 +25,10 @@
    arm's share of honest owners' tasks handed to an attacker misbehaving toward the owner then (an on-off
    attacker's bad stretch, a selective one's targets, an opportunistic one's large tasks, always for the other
    kinds; :meth:`simulator.world.World.misbehaving`) is counted too, with the VoC those tasks were expected to
-   achieve (what the attackers' wins cost: an overclaimer read at the CPU it has is a reliable slow device, which
-   an arm may choose knowingly).
+   achieve (what the attackers' wins cost). An overclaimer's task counts where its lie won it, as the evaluation
+   counts it (:func:`model.manipulation.truthful_judgement`): the arm would have chosen another had the overclaimer
+   claimed the CPU it has (read as claimed; random-in-range reads no claim, so the lie wins it nothing), for an
+   overclaimer read at its true CPU is a reliable slow device, which an arm may choose knowingly.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class ScheduleReport:
     expected: dict[str, float] = field(init=False)  # summed VoC per arm expected from its choices (no draws' noise)
     answered: int = 0  # trustbeam tasks answered by the client (the rest fell back to random)
     honest_tasks: int = 0  # tasks of owners that are no attacker's id
-    to_attackers: dict[str, int] = field(init=False)  # of those, per arm, handed to an attacker misbehaving then
+    to_attackers: dict[str, int] = field(init=False)  # of those, per arm, won by an attack: :func:`won_by_attack`
     attackers_expected: dict[str, float] = field(init=False)  # per arm, those tasks' summed expected VoC
     without_candidate: dict[str, int] = field(init=False)  # per arm that selects, tasks it fell back on
     ages_s: list[float] = field(default_factory=list)
@@ -220,33 +222,45 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
         physics = pair_physics(status[owners[pool.rows]], status[pool.cols], profile, config.system)
         return pool.dense(physics.value(config.system), -np.inf)
 
-    voc = task_vocs(seen)  # as the statuses claim
-    voc_read = task_vocs(published_cpu(seen, client.cpu_hz(), row_of))  # at the CPUs trustbeam read them at
-    chosen = np.full(len(tasks), -1, dtype=np.int64)
-    chosen_ev = np.full(len(tasks), -1, dtype=np.int64)
-    for k, (owner, theta) in enumerate(zip(world.ids.take(owners).to_pylist(), thetas)):
-        size = float(task_bits[k])
-        task_voc = task_value(voc_read[k], row_of)
-        choice = client.best(owner, theta=float(theta), value=task_voc, task_size_bits=size)
-        if choice.collaborator is not None:
-            chosen[k] = row_of[choice.collaborator]
-            report.ages_s.append(choice.age_s)
-        expected = client.best(owner, theta=float(theta), value=expected_value(client.trust(owner, size), task_voc),
-                               task_size_bits=size)
-        if expected.collaborator is not None:
-            chosen_ev[k] = row_of[expected.collaborator]
-    answered = chosen >= 0
-    picks = {"trustbeam": fallback(chosen, 10), "trustbeam_ev": fallback(chosen_ev, 10)}
+    read = published_cpu(seen, client.cpu_hz(), row_of)  # at the CPUs trustbeam read them at
     t_res = resource_trust(seen[pool.cols, WILLINGNESS], seen[pool.cols, COMM_OK], seen[pool.cols, COMP_OK])
     beliefs = {name: scorer.score(owners[pool.rows], pool.cols, profile) for name, scorer in rules.scorers.items()}
     beliefs["oracle"] = pool.expected.reliability(rules.weights)
-    for arm, t_beh in beliefs.items():
-        for rule, name in (("paper", arm), ("expected", f"{arm}_ev")):
-            choice = select(pool.dense(t_beh * t_res, 0.0), voc, pool.valid, thetas[:, None], rule)
-            report.without_candidate[name] += int((choice < 0).sum())
-            picks[name] = fallback(choice, 10)
-    picks["random"], _ = simulator.choose(np.random.default_rng([config.seed, 11, slot]), owners, slot)
 
+    def choose(claimed: np.ndarray, trustbeams: np.ndarray, counted: bool) -> dict[str, np.ndarray]:
+        """Every arm's device per task (random-in-range where it had none), given the statuses the rules read and
+        those trustbeam reads (devices, 8); ``counted``: the choices made (their ages and fallbacks are reported)."""
+        voc, voc_read = task_vocs(claimed), task_vocs(trustbeams)
+        chosen = np.full(len(tasks), -1, dtype=np.int64)
+        chosen_ev = np.full(len(tasks), -1, dtype=np.int64)
+        for k, (owner, theta) in enumerate(zip(world.ids.take(owners).to_pylist(), thetas)):
+            size = float(task_bits[k])
+            task_voc = task_value(voc_read[k], row_of)
+            choice = client.best(owner, theta=float(theta), value=task_voc, task_size_bits=size)
+            if choice.collaborator is not None:
+                chosen[k] = row_of[choice.collaborator]
+                if counted:
+                    report.ages_s.append(choice.age_s)
+            expected = client.best(owner, theta=float(theta), value=expected_value(client.trust(owner, size), task_voc),
+                                   task_size_bits=size)
+            if expected.collaborator is not None:
+                chosen_ev[k] = row_of[expected.collaborator]
+        if counted:
+            report.answered += int((chosen >= 0).sum())
+        picks = {"trustbeam": fallback(chosen, 10), "trustbeam_ev": fallback(chosen_ev, 10)}
+        for arm, t_beh in beliefs.items():
+            for rule, name in (("paper", arm), ("expected", f"{arm}_ev")):
+                choice = select(pool.dense(t_beh * t_res, 0.0), voc, pool.valid, thetas[:, None], rule)
+                if counted:
+                    report.without_candidate[name] += int((choice < 0).sum())
+                picks[name] = fallback(choice, 10)
+        picks["random"], _ = simulator.choose(np.random.default_rng([config.seed, 11, slot]), owners, slot)
+        return picks
+
+    picks = choose(seen, read, counted=True)
+    lying = world.claimed_cpu_hz != world.cpu_hz  # (devices,) overclaimers
+    # what each arm would have chosen had every overclaimer claimed the CPU it has (a true claim is read as made)
+    truthful = choose(true_cpu(seen, world), true_cpu(read, world), counted=False) if lying.any() else picks
     honest = ~world.attacker[owners]  # what attackers hand one another wins them nothing
     report.honest_tasks += int(honest.sum())
     ran = simulator.outcome(slot, index, tasks, owners, picks["trustbeam"], thetas, draws, sizes)
@@ -255,11 +269,11 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
                                                                    draws, sizes)
         report.achieved[arm] += float(outcome.voc.sum())
         report.expected[arm] += float(outcome.expected_voc.sum())
-        won = world.misbehaving(picks[arm], owners, slot, sizes) & honest
+        won = won_by_attack(world.misbehaving(picks[arm], owners, slot, sizes) & honest, lying, picks[arm],
+                            truthful[arm])
         report.to_attackers[arm] += int(won.sum())
         report.attackers_expected[arm] += float(outcome.expected_voc[won].sum())
     report.tasks += len(tasks)
-    report.answered += int(answered.sum())
     report.slots.append(slot)
     return ran.events
 
@@ -271,6 +285,21 @@ def published_cpu(status: np.ndarray, cpu_hz: dict[str, float], row_of: dict[str
     rows = np.array([row_of[device] for device in cpu_hz], dtype=np.int64)
     out[rows, CPU] = np.fromiter(cpu_hz.values(), float, len(cpu_hz))
     return out
+
+
+def true_cpu(status: np.ndarray, world) -> np.ndarray:
+    """Statuses (devices, 8), rows in device order, as had every overclaimer claimed the CPU it has."""
+    out = status.copy()
+    lying = world.claimed_cpu_hz != world.cpu_hz
+    out[lying, CPU] = world.cpu_hz[lying]
+    return out
+
+
+def won_by_attack(misbehaving: np.ndarray, lying: np.ndarray, picks: np.ndarray, truthful: np.ndarray) -> np.ndarray:
+    """(tasks,) the tasks an attack won: handed to an attacker misbehaving toward the owner then (``misbehaving``,
+    (tasks,)), and where the device picked (``picks``, (tasks,) rows) overclaims (``lying``, (devices,)), only those its
+    lie won: the arm would have picked another (``truthful``, (tasks,)) had it claimed the CPU it has."""
+    return misbehaving & (~lying[picks] | (truthful != picks))
 
 
 def task_value(voc: np.ndarray, row_of: dict[str, int]) -> Callable[[list[str]], np.ndarray]:
