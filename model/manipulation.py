@@ -84,6 +84,7 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
     slots, victims_seen, candidate_seen = [], [], []
     tasks = 0
     overclaimed = world.overclaimed
+    lying = world.claimed_cpu_hz != world.cpu_hz if overclaimed else None  # (devices,) overclaimers
     for owners, pool, beliefs in scored:
         expected, rows, cols = pool.expected, pool.rows, pool.cols
         truth = expected.reliability(world.config.weights)
@@ -108,14 +109,14 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         for rule in SELECTION_RULES:
             choices = {name: select(trust, voc, pool.valid, thresholds, rule) for name, (trust, voc) in judged.items()}
             choices_if_truthful = {name: select(trust, voc, pool.valid, thresholds, rule)
-                              for name, (trust, voc) in truthful.items()}
+                                   for name, (trust, voc) in truthful.items()}
             for name, choice in {**choices, "random": random_choice}.items():
                 tally = selections.setdefault((name, rule), _Selections())
                 picked = (choice >= 0) & mine
                 task, column = np.flatnonzero(picked), choice[picked]
                 won = won_at[task, column]
                 if overclaimed:  # an overclaimer's task is won where the lie changed the choice
-                    won &= choices_if_truthful.get(name, choice)[task] != column
+                    won = won_by_attack(won, lying, column, choices_if_truthful.get(name, choice)[task])
                 tally.assigned += float(picked.sum())
                 tally.won += float(won.sum())
                 tally.lost += float(lost_at[task[won], column[won]].sum())
@@ -163,6 +164,14 @@ def truthful_judgement(world, pool, judged: dict[str, tuple[np.ndarray, np.ndarr
     lying = pool.dense(world.claimed_cpu_hz[pool.cols] != world.cpu_hz[pool.cols], False)
     true_voc = pool.dense(pool.value, -np.inf)
     return {name: (trust, np.where(lying, true_voc, voc)) for name, (trust, voc) in judged.items()}
+
+
+def won_by_attack(misbehaving: np.ndarray, lying: np.ndarray, picks: np.ndarray, truthful: np.ndarray) -> np.ndarray:
+    """(tasks,) the tasks an attack won: handed to an attacker misbehaving toward the owner then (``misbehaving``,
+    (tasks,)), and where the device picked (``picks``, (tasks,) device indices) overclaims (``lying``, (devices,)),
+    only those its lie won: the selection would have picked another (``truthful``, (tasks,)) had it claimed the CPU
+    it has."""
+    return misbehaving & (~lying[picks] | (truthful != picks))
 
 
 def stretch_delays(slots: np.ndarray, suspicion: np.ndarray, misbehaving: np.ndarray, seen: np.ndarray,

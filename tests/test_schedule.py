@@ -15,7 +15,8 @@ from simulator.engine import Simulator
 from tests.pipeline_fixtures import SIM, job, write_checkpoint
 from exporters.kafka_client import read_to_end
 from model.status import CPU, STATUS_COLUMNS
-from trustbeam.schedule import published_cpu, schedule_loop, tagged_topics, true_cpu, won_by_attack
+from model.manipulation import won_by_attack
+from trustbeam.schedule import published_cpu, schedule_loop, tagged_topics, true_cpu
 
 
 

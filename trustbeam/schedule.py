@@ -48,6 +48,7 @@ from beam_pipeline.run import Ledger, run_cycle
 from model.baselines import RULES, OnlineScorer
 from model.graphs import DeviceIndex, slot_edges, slot_graphs
 from model.history import History
+from model.manipulation import won_by_attack
 from model.context import pair_physics
 from model.status import COMM_OK, COMP_OK, CPU, WILLINGNESS, status_values
 from model.trust import resource_trust, select
@@ -81,7 +82,7 @@ class ScheduleReport:
     expected: dict[str, float] = field(init=False)  # summed VoC per arm expected from its choices (no draws' noise)
     answered: int = 0  # trustbeam tasks answered by the client (the rest fell back to random)
     honest_tasks: int = 0  # tasks of owners that are no attacker's id
-    to_attackers: dict[str, int] = field(init=False)  # of those, per arm, won by an attack: :func:`won_by_attack`
+    to_attackers: dict[str, int] = field(init=False)  # of those, per arm, won by an attack (manipulation.won_by_attack)
     attackers_expected: dict[str, float] = field(init=False)  # per arm, those tasks' summed expected VoC
     without_candidate: dict[str, int] = field(init=False)  # per arm that selects, tasks it fell back on
     ages_s: list[float] = field(default_factory=list)
@@ -293,13 +294,6 @@ def true_cpu(status: np.ndarray, world) -> np.ndarray:
     lying = world.claimed_cpu_hz != world.cpu_hz
     out[lying, CPU] = world.cpu_hz[lying]
     return out
-
-
-def won_by_attack(misbehaving: np.ndarray, lying: np.ndarray, picks: np.ndarray, truthful: np.ndarray) -> np.ndarray:
-    """(tasks,) the tasks an attack won: handed to an attacker misbehaving toward the owner then (``misbehaving``,
-    (tasks,)), and where the device picked (``picks``, (tasks,) rows) overclaims (``lying``, (devices,)), only those its
-    lie won: the arm would have picked another (``truthful``, (tasks,)) had it claimed the CPU it has."""
-    return misbehaving & (~lying[picks] | (truthful != picks))
 
 
 def task_value(voc: np.ndarray, row_of: dict[str, int]) -> Callable[[list[str]], np.ndarray]:
