@@ -258,6 +258,7 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             if head == "context":  # the stack's weight on the head's own forecast (1: no rule mixed in), and
                 facts["stack_own"] = float(model.head.stack[0])  # 1 where the head reads the task's size
                 facts["size_corrected"] = float(model.head.sizing.adopted)
+                facts["memories"] = float(len(model.config.evidence.lams))  # 5 where the evidence keeps the long one
             predicted[method] = predict(model, history, test_slots)[0]
             if head == "paper" or not history.has_flags:  # else the median readout is T_beh itself
                 medians[method] = predict(model, history, test_slots, readout="median")[0]
@@ -438,11 +439,12 @@ def _injection_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
 
 
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], paired: dict | None = None) -> str:
+    coarse = ("seconds", "kept_epoch", "size_corrected", "memories")  # one decimal
     metrics = [m for m in ("rmse", "mae", "rmse_truth", "rmse_truth_honest", "rmse_truth_candidates", "mae_truth",
-                           "ece", "ece_truth", "seconds", "kept_epoch", "stack_own", "size_corrected")
+                           "ece", "ece_truth", "seconds", "kept_epoch", "stack_own", "size_corrected", "memories")
                if any(m in row for row in summary.values())]
     lines = [f"# {title}", ""] + _table(["method", *metrics], [
-        [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m in ("seconds", "kept_epoch", "size_corrected")
+        [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m in coarse
                      else f"{row[m]['mean']:.2f}" if m == "stack_own"
                      else f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}") for m in metrics]
         for method, row in summary.items() if any(m in row for m in metrics)])

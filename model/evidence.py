@@ -65,6 +65,9 @@ REPORT_CHANNELS = ("slots", "load")  # per slot with a report known by its end: 
 # collaborator's and the population's roles hold what monitors saw
 REPORTED = "reported"
 JUDGING_MEMORY = 0.995  # REPORTED's extra, longest memory, at which owners are judged: a liar lies all along
+LONG_MEMORY = 0.995  # the memory kept beside the others where devices report their loads (:func:`memories`): a
+#                     device's record over about a thousand slots (half-life 138), still fading, so a key that falls
+#                     silent is pruned in time
 # what the credibility did not let in (model.credibility.discredited), per device and memory, that the head reads: the
 # tasks owners reported of it as collaborator and were not believed in, and their reported T_col; the tasks it reported
 # of others as an owner and was not believed in, and all the tasks it reported
@@ -80,7 +83,8 @@ STATS = (("collaborator", COM), ("collaborator", TON), ("collaborator", W), ("co
 
 @dataclass(frozen=True)
 class EvidenceConfig:
-    lams: tuple[float, ...] = (0.7, 0.9, 0.95, 0.98)  # forgetting factors per slot, short to long memory
+    lams: tuple[float, ...] = (0.7, 0.9, 0.95, 0.98)  # forgetting factors per slot, short to long memory (training
+    #                                                   adds LONG_MEMORY where devices report their loads: memories)
     recency_cap: int = 100  # slots since the last task, capped (and scaled by it) in the features
     on_time: tuple[float, ...] = ()  # OnTimeCurve factors weighting the ton channel (fitted in training); none: 1
     level_memory: float = 0.9  # the lambda of the population's rate the head's forecasts are read against
@@ -145,6 +149,17 @@ def channels_of(role: str) -> int:
     first :data:`OWNER_CHANNELS` for an owner (what their features read: a pair's state is most of a shard's), all of
     them for the collaborator, the population and :data:`REPORTED`, :data:`REPORT_CHANNELS` for :data:`REPORTS`."""
     return {"pair": PAIR_CHANNELS, "owner": OWNER_CHANNELS, REPORTS: len(REPORT_CHANNELS)}.get(role, len(CHANNELS))
+
+
+def memories(lams: tuple[float, ...], loads_reported: bool) -> tuple[float, ...]:
+    """The memories the evidence keeps: ``lams``, and where devices report their loads also :data:`LONG_MEMORY`.
+
+    A long memory suits a device whose behaviour stays put and misleads about one that changed. From the outcomes
+    alone the head cannot tell them apart in time (without loads it errs more with it), but a change leaves its trace
+    in the load a device reports (its drift and memory, which the head reads beside it), so there it can trust the
+    long record of a device whose load shows no change.
+    """
+    return tuple(sorted({*lams, LONG_MEMORY})) if loads_reported else tuple(lams)
 
 
 def role_lams(role: str, lams: tuple[float, ...] | np.ndarray) -> np.ndarray:

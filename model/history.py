@@ -27,7 +27,7 @@ from model.evidence import (DISCREDITED, NEVER, POPULATION, REPORTED, REPORTS, S
                             role_lams, verified_cpu, with_status)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
-from model.status import CPU, TELEMETRY, X, Y, StatusLog, status_values, telemetry_of
+from model.status import CPU, LOAD, TELEMETRY, X, Y, StatusLog, status_values, telemetry_of
 
 
 @dataclass(frozen=True)
@@ -236,6 +236,13 @@ class History:
         if self.status is None:
             return np.full(len(devices), np.nan)
         return self.status.latest_load(devices, self.clock.end_ms(self.first_slot + np.asarray(slots)))
+
+    def loads_reported(self, slot: int) -> bool:
+        """Whether any device had reported its load by the end of relative ``slot`` (telemetry)."""
+        if self.status is None:
+            return False
+        sent = self.status.times < self.clock.end_ms(self.first_slot + slot)
+        return bool(np.isfinite(self.status.values[sent, LOAD]).any())
 
     def claimed_cpu(self, devices: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """(P,) each device's latest claimed CPU by the end of its relative slot (NaN: none)."""

@@ -38,7 +38,7 @@ from model.bm import BM, BMConfig, PairQuery, Readout
 from model.channel import OnTimeCurve, OutageCurve
 from model.config import SystemParams
 from model.credibility import believed_share
-from model.evidence import EvidenceConfig, typical_speed_gap
+from model.evidence import EvidenceConfig, memories, typical_speed_gap
 from model.experts import fit_rate_prior, fit_stack
 from model.head import PairSides, PairTargets
 from model.history import History
@@ -452,14 +452,16 @@ class Prepared:
     #                                  evidence's large tasks from small ones (model.baselines.size_split)
     speed_gap: float | None = None  # the training period's typical log of shown speed over claimed CPU (None: no
     #                                 times; model.evidence.typical_speed_gap)
+    lams: tuple[float, ...] | None = None  # the evidence's memories (None: the config's): where devices report their
+    #                                        loads, the config's and a long one (model.evidence.memories)
 
     def configure(self, config: BMConfig) -> BMConfig:
-        """The config whose evidence counts transmissions against this on-time factor, reads what was reported and
-        not believed (where owners report), parts tasks by size at the training period's typical size and judges
-        claimed CPUs against the typical gap to the speeds shown."""
-        return replace(config, evidence=replace(config.evidence, on_time=self.on_time.factor,
-                                                discredited=self.discredited, size_split_bits=self.size_split,
-                                                speed_gap=self.speed_gap))
+        """The config whose evidence keeps these memories, counts transmissions against this on-time factor, reads
+        what was reported and not believed (where owners report), parts tasks by size at the training period's
+        typical size and judges claimed CPUs against the typical gap to the speeds shown."""
+        return replace(config, evidence=replace(config.evidence, lams=self.lams or config.evidence.lams,
+                                                on_time=self.on_time.factor, discredited=self.discredited,
+                                                size_split_bits=self.size_split, speed_gap=self.speed_gap))
 
 
 def build(config: BMConfig, prepared: Prepared, train: TrainConfig) -> BM:
@@ -569,6 +571,8 @@ def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
     seen = range(train_slots[-1] + 1)
     with deterministic():
         features = node2vec_table(history, seen, config, train.seed)
+    lams = memories(config.evidence.lams, history.loads_reported(train_slots[-1]))
+    config = replace(config, evidence=replace(config.evidence, lams=lams))
     batch = targets(history, train_slots, config.evidence, train_slots[-1])
     on_time = OnTimeCurve.fit(batch.time_ratio, batch.tr, batch.com)
     q = batch.query
@@ -583,8 +587,8 @@ def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
                     OnTimeCurve.fit(physics_ratio, batch.tr, batch.com),
                     rate_prior(batch, len(history.index), history.has_flags, on_time),
                     float((batch.tr.sum() + 1) / (batch.flagged.sum() + 2)),
-                    size_choice(history, train_slots, config.evidence.lams), owners_report(history, train_slots),
-                    size_split(history, train_slots), gap)
+                    size_choice(history, train_slots, lams), owners_report(history, train_slots),
+                    size_split(history, train_slots), gap, lams)
 
 
 def owners_report(history: History, slots: Iterable[int]) -> bool:

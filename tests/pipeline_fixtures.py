@@ -20,6 +20,7 @@ from model.bm import BM
 from model.candidates import Pieces
 from model.checkpoint import save
 from model.config import RankingConfig
+from model.evidence import memories
 from model.graphs import DeviceIndex
 from simulator.config import SimConfig
 from simulator.engine import MemorySink, Simulator
@@ -42,12 +43,14 @@ def write_checkpoint(directory: Path, config: SimConfig = SIM, reads_y: bool = T
     """An untrained (seeded) model over the run's devices, every weight perturbed so that every input
     matters (the head's Y weights start at zero), its size correction adopted: parity needs no training. ``reads_y``
     False: the head's Y weights zeroed again, as a head kept from the warm-up has them (the model uses no encoder).
-    Where owners report the run's tasks, the head reads what was reported and not believed, as training makes it;
-    its size evidence parts tasks at the nominal (median) size, where training would part sizes that vary (where
-    every task has that size, all are of one class)."""
+    Where owners report the run's tasks, the head reads what was reported and not believed, and where statuses carry
+    the load the evidence also keeps the long memory, as training makes them; its size evidence parts
+    tasks at the nominal (median) size, where training would part sizes that vary (where every task has that size,
+    all are of one class)."""
     torch.manual_seed(0)
     features = np.random.default_rng(0).normal(size=(config.devices, SMALL.node2vec.dim)).astype(np.float32)
-    evidence = replace(SMALL.evidence, discredited=config.owner_reports > 0, size_split_bits=config.task_size_bits)
+    evidence = replace(SMALL.evidence, lams=memories(SMALL.evidence.lams, config.telemetry),
+                       discredited=config.owner_reports > 0, size_split_bits=config.task_size_bits)
     model = BM(replace(SMALL, clock=config.clock, evidence=evidence), features)
     with torch.no_grad():
         for parameter in model.parameters():

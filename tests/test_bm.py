@@ -14,6 +14,7 @@ from model.baselines import RunningMean, predict_edges
 from model.bimamba import MambaConfig
 from model.bm import BM, BMConfig, PairQuery
 from model.checkpoint import CheckpointError, load, save
+from model.evidence import LONG_MEMORY, N
 from model.config import SlotClock
 from model.evaluate import truth_for
 from simulator.experiment import simulated_run
@@ -451,3 +452,22 @@ def test_the_head_reads_what_was_not_believed_only_where_owners_report(history: 
     block = slice(evidence.normalized - 4 * len(evidence.lams), evidence.normalized)  # the collaborator's last
     assert evidence_in.shape[1] == evidence.features and evidence_in[:, block].any()
     assert torch.isfinite(model.t_beh(model.pair_outputs(stuffed, batch.query))).all()
+
+
+def test_the_evidence_keeps_a_long_memory_only_where_devices_report_their_loads(history: History) -> None:
+    """Where statuses carry the load, training keeps a long memory beside the others (the load's trace tells the head
+    when a device's long record still holds); without loads the memories stay as configured."""
+    train = TrainConfig(epochs=1, patience=1, chunk_slots=4, head_epochs=5)
+    plain = prepare(history, SMALL, train)
+    assert plain.lams == SMALL.evidence.lams and plain.configure(SMALL).evidence.lams == SMALL.evidence.lams
+    loaded, _ = simulated_history(SimConfig(devices=40, tasks=1200, slots=24, seed=4, telemetry=True))
+    model, prepared, _ = train_bm(loaded, SMALL, train)
+    evidence = model.config.evidence
+    assert prepared.lams == evidence.lams == (*SMALL.evidence.lams, LONG_MEMORY)
+    assert model.head.lams == len(SMALL.evidence.lams) + 1 and model.head.experts.count == 2 * model.head.lams
+    batch = targets(loaded, [loaded.slots - 1])
+    sums = loaded.collaborator_sums(batch.query.dst, batch.query.end, evidence)[0]  # (P, L, C)
+    tasks = [sum(float(g.tasks[g.dst == j].sum()) * LONG_MEMORY ** (end - g.slot)
+                 for g in loaded.graphs[: end + 1] if g is not None) for j, end in zip(batch.query.dst, batch.query.end)]
+    np.testing.assert_allclose(sums[:, -1, N], tasks)  # every task the collaborator served, faded by its age
+    assert torch.isfinite(model.t_beh(model.pair_outputs(loaded, batch.query))).all()

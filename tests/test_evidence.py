@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from model.channel import OnTimeCurve
-from model.evidence import (CHANNELS, CLAIMS, DISCREDITED, DRIFT_SCALE, KEY_ORDER_MIN, LOADED, N, NEVER, POPULATION,
-                            REPORT_CHANNELS, RIDGE, SIZED, SK, SV, W, EvidenceConfig, EvidenceState, EvidenceTrack,
-                            discredited_block, find, key_order, load_drift, load_memory, load_rate,
-                            pair_evidence_features, positions, report_increments, role_increments, typical_speed_gap,
-                            verified_cpu, with_status)
+from model.evidence import (CHANNELS, CLAIMS, DISCREDITED, DRIFT_SCALE, KEY_ORDER_MIN, LOADED, LONG_MEMORY, N, NEVER,
+                            POPULATION, REPORT_CHANNELS, RIDGE, SIZED, SK, SV, W, EvidenceConfig, EvidenceState,
+                            EvidenceTrack, discredited_block, find, key_order, load_drift, load_memory, load_rate,
+                            memories, pair_evidence_features, positions, report_increments, role_increments,
+                            typical_speed_gap, verified_cpu, with_status)
 from model.graphs import SlotGraph
 
 LAMS = np.array([0.5, 1.0])
@@ -49,6 +49,13 @@ def hashed_keys(n: int, seed: int) -> np.ndarray:
     extremes = [np.iinfo(np.int64).min, np.iinfo(np.int64).max, -1, 0][:n]
     keys[:len(extremes)] = extremes
     return keys[rng.permutation(n)]
+
+
+def test_a_long_memory_is_kept_only_where_loads_are_reported() -> None:
+    assert LONG_MEMORY == 0.995
+    assert memories((0.7, 0.9), loads_reported=False) == (0.7, 0.9)
+    assert memories((0.7, 0.9), loads_reported=True) == (0.7, 0.9, 0.995)  # short to long memory still
+    assert memories((0.9, 0.995, 1.0), loads_reported=True) == (0.9, 0.995, 1.0)  # kept once, in order
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, KEY_ORDER_MIN - 1, KEY_ORDER_MIN, 3 * KEY_ORDER_MIN + 5])
