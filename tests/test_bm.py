@@ -14,9 +14,9 @@ from model.baselines import RunningMean, predict_edges
 from model.bimamba import MambaConfig
 from model.bm import BM, BMConfig, PairQuery
 from model.checkpoint import CheckpointError, load, save
-from model.evidence import LONG_MEMORY, N
 from model.config import SlotClock
 from model.evaluate import truth_for
+from model.evidence import LONG_MEMORY, N
 from simulator.experiment import simulated_run
 from model.gnn import GNNConfig
 from model.head import PairSides, mlp, pair_mlp, soft_labels
