@@ -41,7 +41,7 @@ from model.bm import BMConfig, PairQuery, Readout
 from model.context import PHYSICS_COLUMNS
 from model.history import History
 from model.manipulation import DETECT_BELOW, attack_measures
-from model.metrics import expected_calibration_error, mae, rmse
+from model.metrics import expected_calibration_error, mae, mean_error, rmse
 from model.plots import plot_curves, plot_reliability
 from model.recalibration import RecalibrationConfig, replayed_shifts
 from model.train import TrainConfig, WarmUps, predict, prepare, targets, time_split, train_bm
@@ -177,9 +177,10 @@ def online_scorer(scorer: OnlineScorer, history: History) -> Scorer:
     return score
 
 
-def by_label(prediction: np.ndarray, target: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """RMSE within each label's edges (labels present only), in label order."""
-    return {str(label): rmse(prediction[labels == label], target[labels == label]) for label in np.unique(labels)}
+def by_label(prediction: np.ndarray, target: np.ndarray, labels: np.ndarray,
+             metric: Callable[[np.ndarray, np.ndarray], float] = rmse) -> dict[str, float]:
+    """``metric`` (RMSE unless given) within each label's edges (labels present only), in label order."""
+    return {str(label): metric(prediction[labels == label], target[labels == label]) for label in np.unique(labels)}
 
 
 def accuracy(prediction: np.ndarray, observed: np.ndarray, hidden: np.ndarray | None, edge_slot: np.ndarray,
@@ -187,7 +188,7 @@ def accuracy(prediction: np.ndarray, observed: np.ndarray, hidden: np.ndarray | 
              honest: np.ndarray | None = None) -> dict:
     """RMSE/MAE (MAE of ``median`` when given), the per-slot RMSE curve and the calibration bins against the
     observed T_col (and the truth; with ``behaviour``, the collaborators' hidden labels, also the RMSE against
-    the truth per label; with ``honest``, whether each edge's owner is honest, the RMSE against the truth of honest
+    the truth per label and the mean error, forecast minus truth, per label; with ``honest``, whether each edge's owner is honest, the RMSE against the truth of honest
     owners' edges: an attacker's own edges, whose reports may be lies, left out)."""
     s = scores(prediction, observed, median)
     row = {"rmse": s.rmse, "mae": s.mae, "ece": expected_calibration_error(prediction, observed, CALIBRATION_BINS),
@@ -200,6 +201,7 @@ def accuracy(prediction: np.ndarray, observed: np.ndarray, hidden: np.ndarray | 
                    calibration_mean_truth=calibration(prediction, hidden)["mean_target"])
         if behaviour is not None:
             row["rmse_truth_by_behaviour"] = by_label(prediction, hidden, behaviour)
+            row["bias_truth_by_behaviour"] = by_label(prediction, hidden, behaviour, mean_error)
         if honest is not None:
             row["rmse_truth_honest"] = rmse(prediction[honest], hidden[honest])
     return row
@@ -377,16 +379,23 @@ def _paired_lines(paired: dict) -> list[str]:
         for method, d in sorted(paired["differences"].items(), key=lambda item: item[1]["mean"])])
 
 
+BEHAVIOUR_TABLES = (("rmse_truth_by_behaviour", "RMSE against the hidden truth", "{:.4f}"),
+                    ("bias_truth_by_behaviour", "Mean error (forecast − truth; positive: over-rated)", "{:+.4f}"))
+
+
 def _behaviour_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
-    """RMSE against the truth per hidden behaviour of the collaborator (rows: methods)."""
-    rows = {m: row["rmse_truth_by_behaviour"] for m, row in summary.items() if "rmse_truth_by_behaviour" in row}
-    if not rows:
-        return []
-    labels = sorted({label for by in rows.values() for label in by})
-    lines = ["", "RMSE against the hidden truth per behaviour of the collaborator (mean over runs):", ""]
-    return lines + _table(["method", *labels], [
-        [method, *(f"{by[label]['mean']:.4f}" if label in by else "" for label in labels)]
-        for method, by in rows.items()])
+    """The RMSE against the truth and the mean error per hidden behaviour of the collaborator (rows: methods)."""
+    lines: list[str] = []
+    for figure, title, form in BEHAVIOUR_TABLES:
+        rows = {m: row[figure] for m, row in summary.items() if figure in row}
+        if not rows:
+            continue
+        labels = sorted({label for by in rows.values() for label in by})
+        lines += ["", f"{title} per behaviour of the collaborator (mean over runs):", ""]
+        lines += _table(["method", *labels], [
+            [method, *(form.format(by[label]["mean"]) if label in by else "" for label in labels)]
+            for method, by in rows.items()])
+    return lines
 
 
 SELECTION_MEASURES = ("tasks_assigned", "attack_tasks_won", "attack_voc_lost", "whitewash_share_before",

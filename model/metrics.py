@@ -13,6 +13,11 @@ def mae(prediction: np.ndarray, target: np.ndarray) -> float:
     return float(np.mean(np.abs(prediction - target))) if len(target) else float("nan")
 
 
+def mean_error(prediction: np.ndarray, target: np.ndarray) -> float:
+    """The mean of prediction - target: positive where a method over-rates (the sign selection pays for)."""
+    return float(np.mean(prediction - target)) if len(target) else float("nan")
+
+
 def expected_calibration_error(prediction: np.ndarray, target: np.ndarray, edges: np.ndarray) -> float:
     """ECE: sum over bins of predicted value (``edges``, the last bin closed) of the bin's share times
     |mean prediction - mean target| in it, i.e. |sum of (prediction - target) in the bin| / N."""

@@ -12,7 +12,7 @@ import pytest
 
 from model.evaluate import (CALIBRATION_BINS, by_label, calibration, paired_differences, per_slot_rmse, scores,
                             shifted_scorer, summarize, truth_for)
-from model.metrics import expected_calibration_error
+from model.metrics import expected_calibration_error, mean_error
 from model.graphs import DeviceIndex, SlotGraph
 from model.history import History
 from model.recalibration import RecalibrationConfig, replayed_shifts
@@ -82,6 +82,13 @@ def test_summary_mean_and_std() -> None:
 def test_rmse_by_label_by_hand() -> None:
     got = by_label(np.array([0.5, 0.5, 1.0]), np.array([1.0, 0.0, 1.0]), np.array(["b", "b", "a"]))
     assert got == {"a": 0.0, "b": pytest.approx(0.5)} and list(got) == ["a", "b"]
+
+
+def test_mean_error_by_label_by_hand() -> None:
+    # label b: (0.5 - 1.0 + 0.5 - 0.0) / 2 = 0 (errors cancel, as the RMSE's 0.5 does not); a: 0.8 - 1.0
+    got = by_label(np.array([0.5, 0.5, 0.8]), np.array([1.0, 0.0, 1.0]), np.array(["b", "b", "a"]), mean_error)
+    assert got == {"a": pytest.approx(-0.2), "b": 0.0} and list(got) == ["a", "b"]
+    assert np.isnan(mean_error(np.zeros(0), np.zeros(0)))
 
 
 def test_summary_of_per_label_figures_counts_only_the_runs_that_have_the_label() -> None:
@@ -170,6 +177,10 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     by = report["bm"]["rmse_truth_by_behaviour"]
     assert set(by) == {"stable_reliable", "stable_unreliable", "degrading", "recovering", "intermittent", "periodic",
                        "selective"}
+    bias = report["channel_beta"]["bias_truth_by_behaviour"]  # the signed error per class, never beyond its RMSE
+    assert set(bias) == set(by) and all(abs(bias[label]["mean"]) <= report["channel_beta"][
+        "rmse_truth_by_behaviour"][label]["mean"] + 1e-12 for label in by)
+    assert "Mean error (forecast − truth; positive: over-rated) per behaviour" in (tmp_path / "report.md").read_text()
     assert report["bayes"]["rmse_truth"]["mean"] < report["channel_beta"]["rmse_truth"]["mean"]
     assert "per behaviour of the collaborator" in (tmp_path / "report.md").read_text()
     paired = report["paired"]
