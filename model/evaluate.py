@@ -188,8 +188,9 @@ def accuracy(prediction: np.ndarray, observed: np.ndarray, hidden: np.ndarray | 
              honest: np.ndarray | None = None) -> dict:
     """RMSE/MAE (MAE of ``median`` when given), the per-slot RMSE curve and the calibration bins against the
     observed T_col (and the truth; with ``behaviour``, the collaborators' hidden labels, also the RMSE against
-    the truth per label and the mean error, forecast minus truth, per label; with ``honest``, whether each edge's owner is honest, the RMSE against the truth of honest
-    owners' edges: an attacker's own edges, whose reports may be lies, left out)."""
+    the truth per label and the mean error, forecast minus truth, per label; with ``honest``, whether each edge's
+    owner is honest, the RMSE against the truth of honest owners' edges: an attacker's own edges, whose reports may
+    be lies, left out)."""
     s = scores(prediction, observed, median)
     row = {"rmse": s.rmse, "mae": s.mae, "ece": expected_calibration_error(prediction, observed, CALIBRATION_BINS),
            "rmse_per_slot": per_slot_rmse(prediction, observed, edge_slot, test_slots),
