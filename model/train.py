@@ -445,6 +445,8 @@ class Prepared:
     physics_on_time: OnTimeCurve
     rate_prior: np.ndarray
     tr_rate: float  # the share of flagged tasks transmitted (P(tr) where a pair's distance is unknown)
+    lams: tuple[float, ...]  # the evidence's memories: where devices report their loads, the config's and a long one
+    #                          (model.evidence.memories)
     sizing: SizeChoice | None = None  # the head's size correction, where the training period says size matters
     discredited: bool = False  # whether owners reported tasks of the training period (the head then reads what
     #                            was reported and not believed: model.evidence.discredited_block)
@@ -452,14 +454,12 @@ class Prepared:
     #                                  evidence's large tasks from small ones (model.baselines.size_split)
     speed_gap: float | None = None  # the training period's typical log of shown speed over claimed CPU (None: no
     #                                 times; model.evidence.typical_speed_gap)
-    lams: tuple[float, ...] | None = None  # the evidence's memories (None: the config's): where devices report their
-    #                                        loads, the config's and a long one (model.evidence.memories)
 
     def configure(self, config: BMConfig) -> BMConfig:
         """The config whose evidence keeps these memories, counts transmissions against this on-time factor, reads
         what was reported and not believed (where owners report), parts tasks by size at the training period's
         typical size and judges claimed CPUs against the typical gap to the speeds shown."""
-        return replace(config, evidence=replace(config.evidence, lams=self.lams or config.evidence.lams,
+        return replace(config, evidence=replace(config.evidence, lams=self.lams,
                                                 on_time=self.on_time.factor, discredited=self.discredited,
                                                 size_split_bits=self.size_split, speed_gap=self.speed_gap))
 
@@ -586,9 +586,9 @@ def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
                                                                        config.evidence), on_time,
                     OnTimeCurve.fit(physics_ratio, batch.tr, batch.com),
                     rate_prior(batch, len(history.index), history.has_flags, on_time),
-                    float((batch.tr.sum() + 1) / (batch.flagged.sum() + 2)),
+                    float((batch.tr.sum() + 1) / (batch.flagged.sum() + 2)), lams,
                     size_choice(history, train_slots, lams), owners_report(history, train_slots),
-                    size_split(history, train_slots), gap, lams)
+                    size_split(history, train_slots), gap)
 
 
 def owners_report(history: History, slots: Iterable[int]) -> bool:
