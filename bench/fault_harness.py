@@ -254,10 +254,8 @@ def outage(work: Path, port: int, pause_s: float = 3.0, seed: int = 6) -> dict[s
         try:
             impatient = replace(broker.settings, delivery_timeout_s=5.0)  # a publish the outage caught fails in 5 s
             for report in run(impatient, config, "outage", follow=True, poll_s=0.5,
-                              backoff=Backoff(initial_s=0.5, max_s=4.0)):
+                              backoff=Backoff(initial_s=0.5, max_s=4.0), stop=stop):  # stop: ends an idle wait too
                 reports.append((time.monotonic(), report))
-                if stop.is_set():
-                    return
         except Exception as error:  # noqa: BLE001 - the harness reports it
             failure.append(error)
 
