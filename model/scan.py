@@ -38,7 +38,8 @@ import torch.nn.functional as F
 log = logging.getLogger(__name__)
 
 Backend = Literal["auto", "reference", "cpu", "cuda"]
-_SOURCES = tuple(Path(__file__).parent / "csrc" / name for name in ("selective_scan.cpp", "pair_mlp.cpp"))
+# bindings.cpp alone includes PyTorch's Python headers (most of a build's time), so the three compile side by side
+_SOURCES = tuple(Path(__file__).parent / "csrc" / name for name in ("bindings.cpp", "selective_scan.cpp", "pair_mlp.cpp"))
 
 
 def selective_scan(
@@ -178,8 +179,8 @@ def scan_march() -> str:
 @lru_cache(maxsize=1)
 def cpu_extension() -> Any | None:
     """The compiled C++ kernels (built once per machine into torch's extension cache), or None: the scan and the fused
-    Mamba block (``csrc/selective_scan.cpp``, which binds every kernel) and the head's pair networks
-    (``csrc/pair_mlp.cpp``, :func:`model.head.pair_mlp`)."""
+    Mamba block (``csrc/selective_scan.cpp``) and the head's pair networks (``csrc/pair_mlp.cpp``,
+    :func:`model.head.pair_mlp`), bound in ``csrc/bindings.cpp``."""
     if os.environ.get("TRUSTBEAM_SCAN_NO_EXT"):
         return None
     try:

@@ -1,8 +1,9 @@
-// What the CPU extension's sources share: kernels defined outside selective_scan.cpp (which binds them all), and
-// the inner loops more than one kernel runs.
+// What the CPU extension's sources share: the kernels bindings.cpp binds, and the inner loops more than one kernel
+// runs. The kernels' files see ATen's tensor and operator headers only; PyTorch's Python headers, which take most of
+// a build's time, are bindings.cpp's alone, so the three files compile side by side.
 #pragma once
 
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <vector>
@@ -25,10 +26,21 @@ inline void accumulate_product(const T* a, int64_t a_stride, int64_t inner, cons
   }
 }
 
+// The selective scan (selective_scan.cpp): u, delta (batch, dim, L), A (dim, N), B, C (batch, L, N) ->
+// (y (batch, dim, L), last state (batch, dim, N)); its backward adds dy (batch, dim, L) -> (du, ddelta, dA, dB, dC).
+std::vector<at::Tensor> scan_forward(at::Tensor u, at::Tensor delta, at::Tensor A, at::Tensor B, at::Tensor C);
+std::vector<at::Tensor> scan_backward(at::Tensor u, at::Tensor delta, at::Tensor A, at::Tensor B, at::Tensor C,
+                                      at::Tensor dy);
+
+// A Mamba block between its two projections, 1 or 2 directions (selective_scan.cpp): xz (batch, L, 2 dim dirs) ->
+// y (batch, L, dim dirs); the weights' shapes where it is defined.
+at::Tensor inner_forward(at::Tensor xz, at::Tensor lengths, at::Tensor conv_w, at::Tensor conv_b, at::Tensor x_proj,
+                         at::Tensor dt_proj, at::Tensor dt_bias, at::Tensor A, at::Tensor D);
+
 // A ReLU MLP per pair (pair_mlp.cpp): inputs (P, k_i) with input_weights (h_1, k_i), tables (n_t, h_1) read at
 // indices (P,) int64 (empty: pair p reads row p), biases (h_1), (h_2), ..., weights (h_{l+1}, h_l) -> (P, h_L).
-torch::Tensor pair_mlp(std::vector<torch::Tensor> inputs, std::vector<torch::Tensor> input_weights,
-                       std::vector<torch::Tensor> tables, std::vector<torch::Tensor> indices,
-                       std::vector<torch::Tensor> weights, std::vector<torch::Tensor> biases);
+at::Tensor pair_mlp(std::vector<at::Tensor> inputs, std::vector<at::Tensor> input_weights,
+                    std::vector<at::Tensor> tables, std::vector<at::Tensor> indices, std::vector<at::Tensor> weights,
+                    std::vector<at::Tensor> biases);
 
 }  // namespace trustbeam

@@ -11,6 +11,7 @@
 // result depends on that pair alone, never on how many pairs share a call.
 #include "kernels.h"
 
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -131,18 +132,18 @@ void pair_mlp_kernel(const std::vector<const T*>& xs, const std::vector<int64_t>
 
 }  // namespace
 
-torch::Tensor pair_mlp(std::vector<torch::Tensor> inputs, std::vector<torch::Tensor> input_weights,
-                       std::vector<torch::Tensor> tables, std::vector<torch::Tensor> indices,
-                       std::vector<torch::Tensor> weights, std::vector<torch::Tensor> biases) {
+at::Tensor pair_mlp(std::vector<at::Tensor> inputs, std::vector<at::Tensor> input_weights,
+                    std::vector<at::Tensor> tables, std::vector<at::Tensor> indices, std::vector<at::Tensor> weights,
+                    std::vector<at::Tensor> biases) {
   TORCH_CHECK(!inputs.empty() && inputs.size() == input_weights.size(), "inputs and input_weights: one weight each");
   TORCH_CHECK(tables.size() == indices.size(), "tables and indices: one index each");
   TORCH_CHECK(biases.size() == weights.size() + 1, "biases: the first layer's, then one per further layer");
   const int64_t pairs = inputs[0].size(0), first = biases[0].size(0);
   const auto dtype = inputs[0].scalar_type();
-  std::vector<torch::Tensor> keep;  // contiguous (transposed) copies, alive for the call
-  auto hold = [&](torch::Tensor t) { keep.push_back(t.contiguous().to(dtype)); return keep.back(); };
+  std::vector<at::Tensor> keep;  // contiguous (transposed) copies, alive for the call
+  auto hold = [&](at::Tensor t) { keep.push_back(t.contiguous().to(dtype)); return keep.back(); };
   std::vector<int64_t> x_widths, widths{first};
-  std::vector<torch::Tensor> xs, w_in, tabs, idx, layers, bs;
+  std::vector<at::Tensor> xs, w_in, tabs, idx, layers, bs;
   for (size_t k = 0; k < inputs.size(); ++k) {
     TORCH_CHECK(inputs[k].dim() == 2 && inputs[k].size(0) == pairs && inputs[k].device().is_cpu(),
                 "inputs[", k, "]: (pairs, width) on the CPU");
@@ -156,7 +157,7 @@ torch::Tensor pair_mlp(std::vector<torch::Tensor> inputs, std::vector<torch::Ten
     TORCH_CHECK(tables[t].dim() == 2 && tables[t].size(1) == first, "tables[", t, "]: (rows, first width)");
     const bool identity = indices[t].numel() == 0;  // pair p reads row p
     TORCH_CHECK(identity ? tables[t].size(0) == pairs : (indices[t].dim() == 1 && indices[t].size(0) == pairs &&
-                                                         indices[t].scalar_type() == torch::kInt64),
+                                                         indices[t].scalar_type() == at::kLong),
                 "indices[", t, "]: (pairs,) int64, or empty where pair p reads row p of a (pairs, width) table");
     if (!identity && pairs > 0)
       TORCH_CHECK(indices[t].min().item<int64_t>() >= 0 && indices[t].max().item<int64_t>() < tables[t].size(0),
@@ -173,9 +174,9 @@ torch::Tensor pair_mlp(std::vector<torch::Tensor> inputs, std::vector<torch::Ten
     bs.push_back(hold(biases[l + 1]));
     widths.push_back(weights[l].size(0));
   }
-  auto out = torch::empty({pairs, widths.back()}, inputs[0].options());
+  auto out = inputs[0].new_empty({pairs, widths.back()});
   AT_DISPATCH_FLOATING_TYPES(dtype, "pair_mlp", [&] {
-    auto ptrs = [](const std::vector<torch::Tensor>& ts) {
+    auto ptrs = [](const std::vector<at::Tensor>& ts) {
       std::vector<const scalar_t*> p;
       for (const auto& t : ts) p.push_back(t.data_ptr<scalar_t>());
       return p;

@@ -1,5 +1,5 @@
-// The CPU kernels of the Mamba blocks: the selective scan (training and inference) and a fused inference pass; this
-// file also binds the extension's other kernels (kernels.h: the context head's pair networks).
+// The CPU kernels of the Mamba blocks: the selective scan (training and inference) and a fused inference pass
+// (bound, with the context head's pair networks, in bindings.cpp).
 //
 // Selective scan: one pass per (batch, channel) with the state in registers.
 //
@@ -24,15 +24,17 @@
 // y[..., dim k : dim (k + 1)]; direction 1 runs over each sequence's valid prefix reversed (a BiMamba
 // layer's backward block), and padding positions (t >= length) are written as zeros: they never reach a
 // valid position of either causal direction.
-#include <torch/python.h>
 #include "kernels.h"
-#include <torch/types.h>
+
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+namespace trustbeam {
 namespace {
 
 using trustbeam::accumulate_product;
@@ -124,8 +126,8 @@ void backward_kernel(const T* u, const T* delta, const T* A, const T* B, const T
   });
 }
 
-void check(const torch::Tensor& u, const torch::Tensor& delta, const torch::Tensor& A,
-           const torch::Tensor& B, const torch::Tensor& C) {
+void check(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A,
+           const at::Tensor& B, const at::Tensor& C) {
   TORCH_CHECK(u.dim() == 3 && delta.sizes() == u.sizes(), "u, delta: (batch, dim, L) of equal shape");
   TORCH_CHECK(A.dim() == 2 && A.size(0) == u.size(1), "A: (dim, N)");
   TORCH_CHECK(B.dim() == 3 && B.size(0) == u.size(0) && B.size(1) == u.size(2) && B.size(2) == A.size(1),
@@ -137,11 +139,12 @@ void check(const torch::Tensor& u, const torch::Tensor& delta, const torch::Tens
   }
 }
 
-std::vector<torch::Tensor> scan_forward(torch::Tensor u, torch::Tensor delta, torch::Tensor A,
-                                        torch::Tensor B, torch::Tensor C) {
+}  // namespace
+
+std::vector<at::Tensor> scan_forward(at::Tensor u, at::Tensor delta, at::Tensor A, at::Tensor B, at::Tensor C) {
   check(u, delta, A, B, C);
-  auto y = torch::empty_like(u);
-  auto last = torch::empty({u.size(0), u.size(1), A.size(1)}, u.options());
+  auto y = u.new_empty(u.sizes());
+  auto last = u.new_empty({u.size(0), u.size(1), A.size(1)});
   AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "selective_scan_forward", [&] {
     forward_kernel<scalar_t>(u.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(), A.data_ptr<scalar_t>(),
                              B.data_ptr<scalar_t>(), C.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(),
@@ -150,13 +153,13 @@ std::vector<torch::Tensor> scan_forward(torch::Tensor u, torch::Tensor delta, to
   return {y, last};
 }
 
-std::vector<torch::Tensor> scan_backward(torch::Tensor u, torch::Tensor delta, torch::Tensor A,
-                                         torch::Tensor B, torch::Tensor C, torch::Tensor dy) {
+std::vector<at::Tensor> scan_backward(at::Tensor u, at::Tensor delta, at::Tensor A, at::Tensor B, at::Tensor C,
+                                      at::Tensor dy) {
   check(u, delta, A, B, C);
   dy = dy.contiguous();
-  auto du = torch::empty_like(u), ddelta = torch::empty_like(delta);
-  auto dA_part = torch::zeros({u.size(0), u.size(1), A.size(1)}, u.options());
-  auto dB = torch::zeros_like(B), dC = torch::zeros_like(C);
+  auto du = u.new_empty(u.sizes()), ddelta = delta.new_empty(delta.sizes());
+  auto dA_part = u.new_zeros({u.size(0), u.size(1), A.size(1)});
+  auto dB = B.new_zeros(B.sizes()), dC = C.new_zeros(C.sizes());
   AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "selective_scan_backward", [&] {
     backward_kernel<scalar_t>(u.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(), A.data_ptr<scalar_t>(),
                               B.data_ptr<scalar_t>(), C.data_ptr<scalar_t>(), dy.data_ptr<scalar_t>(),
@@ -166,6 +169,8 @@ std::vector<torch::Tensor> scan_backward(torch::Tensor u, torch::Tensor delta, t
   });
   return {du, ddelta, dA_part.sum(0), dB, dC};
 }
+
+namespace {
 
 
 // exp of a scan's decay argument (delta * A <= 0), inlined so a vector loop needs no call: Cephes' expf (range
@@ -265,9 +270,10 @@ void inner_sequence(const T* xz, int64_t xz_stride, T* y, int64_t y_stride, int6
   }
 }
 
-torch::Tensor inner_forward(torch::Tensor xz, torch::Tensor lengths, torch::Tensor conv_w, torch::Tensor conv_b,
-                            torch::Tensor x_proj, torch::Tensor dt_proj, torch::Tensor dt_bias, torch::Tensor A,
-                            torch::Tensor D) {
+}  // namespace
+
+at::Tensor inner_forward(at::Tensor xz, at::Tensor lengths, at::Tensor conv_w, at::Tensor conv_b, at::Tensor x_proj,
+                         at::Tensor dt_proj, at::Tensor dt_bias, at::Tensor A, at::Tensor D) {
   // xz (batch, L, 2 dim dirs); lengths (batch,) int64; per direction (dirs leading): conv_w (dim, K), conv_b (dim),
   // x_proj (R + 2N, dim), dt_proj (dim, R), dt_bias (dim), A (dim, N), D (dim) -> y (batch, L, dim dirs)
   TORCH_CHECK(xz.dim() == 3 && xz.device().is_cpu(), "xz: (batch, L, 2 dim dirs) on the CPU");
@@ -275,19 +281,19 @@ torch::Tensor inner_forward(torch::Tensor xz, torch::Tensor lengths, torch::Tens
   const int64_t dirs = A.size(0), dim = A.size(1), N = A.size(2), K = conv_w.size(2), R = dt_proj.size(2);
   const int64_t batch = xz.size(0), L = xz.size(1), J = R + 2 * N;
   TORCH_CHECK(xz.size(2) == 2 * dim * dirs, "xz: last dimension must be 2 dim dirs");
-  TORCH_CHECK(conv_w.sizes() == torch::IntArrayRef({dirs, dim, K}) && conv_b.sizes() == torch::IntArrayRef({dirs, dim}),
+  TORCH_CHECK(conv_w.sizes() == at::IntArrayRef({dirs, dim, K}) && conv_b.sizes() == at::IntArrayRef({dirs, dim}),
               "conv_w (dirs, dim, K), conv_b (dirs, dim)");
-  TORCH_CHECK(x_proj.sizes() == torch::IntArrayRef({dirs, J, dim}) && dt_proj.sizes() == torch::IntArrayRef({dirs, dim, R}),
+  TORCH_CHECK(x_proj.sizes() == at::IntArrayRef({dirs, J, dim}) && dt_proj.sizes() == at::IntArrayRef({dirs, dim, R}),
               "x_proj (dirs, R + 2N, dim), dt_proj (dirs, dim, R)");
-  TORCH_CHECK(dt_bias.sizes() == torch::IntArrayRef({dirs, dim}) && D.sizes() == torch::IntArrayRef({dirs, dim}),
+  TORCH_CHECK(dt_bias.sizes() == at::IntArrayRef({dirs, dim}) && D.sizes() == at::IntArrayRef({dirs, dim}),
               "dt_bias, D (dirs, dim)");
-  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == batch && lengths.scalar_type() == torch::kInt64,
+  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == batch && lengths.scalar_type() == at::kLong,
               "lengths: (batch,) int64");
   TORCH_CHECK(lengths.numel() == 0 || (lengths.min().item<int64_t>() >= 1 && lengths.max().item<int64_t>() <= L),
               "lengths: each must be in [1, L]");
   xz = xz.contiguous();
   auto lengths_c = lengths.contiguous();
-  auto y = torch::zeros({batch, L, dim * dirs}, xz.options());
+  auto y = xz.new_zeros({batch, L, dim * dirs});
   // pre-transposed weights: every inner loop runs over contiguous channels
   auto conv_t = conv_w.transpose(1, 2).contiguous().to(xz.scalar_type());       // (dirs, K, dim)
   auto x_proj_t = x_proj.transpose(1, 2).contiguous().to(xz.scalar_type());     // (dirs, dim, J)
@@ -316,16 +322,4 @@ torch::Tensor inner_forward(torch::Tensor xz, torch::Tensor lengths, torch::Tens
   return y;
 }
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  // Every kernel lets go of the interpreter while it runs (it touches no Python object), as PyTorch's operators
-  // do: a slot's pieces scored on threads of one process (model.scoring.score_pieces) then compute at once.
-  using release = pybind11::call_guard<pybind11::gil_scoped_release>;
-  m.def("forward", &scan_forward, "selective scan forward: (y, last state)", release());
-  m.def("backward", &scan_backward, "selective scan backward: (du, ddelta, dA, dB, dC)", release());
-  m.def("inner_forward", &inner_forward, "fused Mamba block inference between in_proj and out_proj, 1 or 2 directions",
-        release());
-  m.def("pair_mlp", &trustbeam::pair_mlp, "a ReLU MLP per pair, first-layer rows gathered (the context head's networks)",
-        release());
-}
+}  // namespace trustbeam
