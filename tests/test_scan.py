@@ -127,7 +127,7 @@ def test_a_lock_file_left_by_a_killed_build_is_removed_under_the_flock(tmp_path,
     assert caplog.text.count("left by a build that was killed") == 1
 
 
-@pytest.mark.slow  # a second full build of the extension (about 70 s on 2 cores); `make test-slow`
+@pytest.mark.slow  # a second full build of the extension (about 40 s on 2 cores); `make slow-tests`
 def test_a_portable_build_of_the_scan_matches_the_reference(tmp_path, monkeypatch) -> None:
     """The worker images build for x86-64-v2 (never -march=native): that build must load and agree, even where
     a killed build left torch's lock file behind (torch alone would wait on it forever)."""
