@@ -183,6 +183,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from model.history import History
     from model.train import PAPER_GRID, TrainConfig, train_bm
 
+    if args.head_epochs is not None and args.head_epochs < 1:
+        raise ValueError(f"--head-epochs: expected at least 1 (got {args.head_epochs})")
     phase = Phases("train")
     with phase("read"):
         events = pq.read_table(args.events)
@@ -196,7 +198,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         history = History.from_events(events, config.clock, config.weights, status=status)
     train = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout, epochs=args.epochs,
                         patience=args.patience, seed=args.seed, grid=PAPER_GRID if args.grid == "paper" else {},
-                        workers=args.workers, device=args.device)
+                        workers=args.workers, device=args.device,
+                        **({} if args.head_epochs is None else {"head_epochs": args.head_epochs}))
     with phase("train"):
         model, _, report = train_bm(history, config, train, progress=args.progress or sys.stderr.isatty())
     summary = {"setting": report.setting, "best_epoch": report.fit.best_epoch, "val_loss": report.fit.val_losses,
@@ -516,6 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--dropout", type=float, default=0.0)
     train.add_argument("--epochs", type=int, default=40)
     train.add_argument("--patience", type=int, default=5)
+    train.add_argument("--head-epochs", type=int, default=None,
+                       help="most epochs of the context head's warm-up on its own inputs, before the end-to-end "
+                            "epochs (default 300; it stops once 30 pass without a better validation loss)")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--grid", choices=["none", "paper"], default="none",
                        help="paper: blocked 5-fold CV over the paper's lr x L2 x dropout grid")
