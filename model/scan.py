@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 
 Backend = Literal["auto", "reference", "cpu", "cuda"]
 # bindings.cpp alone includes PyTorch's Python headers (most of a build's time), so the three compile side by side
-_SOURCES = tuple(Path(__file__).parent / "csrc" / name for name in ("bindings.cpp", "selective_scan.cpp", "pair_mlp.cpp"))
+_SOURCES = tuple(Path(__file__).parent / "csrc" / name
+                 for name in ("bindings.cpp", "selective_scan.cpp", "pair_mlp.cpp"))
 
 
 def selective_scan(

@@ -1,6 +1,6 @@
 // What the CPU extension's sources share: the kernels bindings.cpp binds, and the inner loops more than one kernel
-// runs. The kernels' files see ATen's tensor and operator headers only; PyTorch's Python headers, which take most of
-// a build's time, are bindings.cpp's alone, so the three files compile side by side.
+// runs. The kernels' files see ATen's tensor headers only (outputs made by Tensor::new_empty / new_zeros); PyTorch's
+// Python headers, which take most of a build's time, are bindings.cpp's alone, so the three files build side by side.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -172,7 +172,6 @@ std::vector<at::Tensor> scan_backward(at::Tensor u, at::Tensor delta, at::Tensor
 
 namespace {
 
-
 // exp of a scan's decay argument (delta * A <= 0), inlined so a vector loop needs no call: Cephes' expf (range
 // reduction by ln 2, degree-5 polynomial; within 2 ulp of std::exp on [-87, 0]); float64 keeps std::exp.
 template <typename T>
