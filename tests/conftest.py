@@ -16,7 +16,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """One worker more than the cores this process may run on: a fair share of the suite waits on brokers, Beam's
     executor threads and timeouts, not on a core (on 2 cores the default suite took 562 s with three workers, 659 s
     with two and 577 s with four). ``--maxprocesses`` still caps it."""
-    return len(os.sched_getaffinity(0)) + 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # not on macOS
+    return cores + 1
 
 
 @pytest.fixture(scope="session")
