@@ -17,9 +17,7 @@ $(STAMP): setup.py
 demo: $(STAMP)
 	$(VENV)/bin/trustbeam demo
 
-# One worker more than the cores (tests/conftest.py; at most 4), each with one PyTorch/OpenMP thread: three workers on
-# two cores, not threads contending for them (the suite on 2 cores: 562 s with three workers, 659 s with two, 577 s
-# with four).
+# One worker more than the cores (at most 4; why: tests/conftest.py), each with one PyTorch/OpenMP thread.
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q --numprocesses=auto --maxprocesses=4
 

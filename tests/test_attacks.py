@@ -455,8 +455,7 @@ def test_simulate_writes_the_attackers_hidden_labels(tmp_path) -> None:
     assert len(devices) == 40 + 2 * 10 and len(sybils) == 30 and sybils["physical"].nunique() == 10
 
 
-# CI runs it after the default suite (`make slow-tests`); the attack's report: test_evaluate_reports_what_attackers_won
-@pytest.mark.slow
+@pytest.mark.slow  # the attack's report in the default run: test_evaluate_reports_what_attackers_won
 def test_bm_takes_the_sized_rules_correction_where_task_sizes_vary(tmp_path) -> None:
     out = tmp_path / "report"
     assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--seed", "12", "--epochs", "1", "--attack",

@@ -13,7 +13,6 @@ from deploy.local.broker import free_port
 pytestmark = pytest.mark.kafka
 
 
-# delay:4 in the slow tier: CI runs it after the default suite (`make slow-tests`)
 @pytest.mark.parametrize("kill", ["first-output", pytest.param("delay:4", marks=pytest.mark.slow)])
 def test_a_killed_run_restarts_without_losing_or_repeating_a_slot(broker, tmp_path, kill: str) -> None:
     trial = kill_restart(broker.settings, tmp_path, kill)

@@ -50,7 +50,6 @@ def test_an_overclaimers_task_is_won_where_its_lie_changed_the_arms_choice() -> 
 
 
 @pytest.mark.kafka
-# opportunistic in the slow tier: CI runs it after the default suite (`make slow-tests`)
 @pytest.mark.parametrize("world", [{}, pytest.param(OPPORTUNISTS, marks=pytest.mark.slow)],
                          ids=["paper", "opportunistic"])
 def test_the_loop_schedules_from_the_live_topics_and_its_outcomes_flow_back(broker, tmp_path, monkeypatch,

@@ -112,13 +112,12 @@ def final(messages: list, cls) -> dict:
     return {(r.slot, r.owner, getattr(r, "collaborator", "")): r for _, records in newest.values() for r in records}
 
 
-# 2: every stream test below; 1 in the slow tier (CI runs it after the default suite, `make slow-tests`)
-@pytest.mark.parametrize("lateness", [pytest.param(1, marks=pytest.mark.slow), 3])
+@pytest.mark.parametrize("lateness", [pytest.param(1, marks=pytest.mark.slow), 3])  # 2: every stream test below
 def test_the_streaming_job_equals_its_offline_twin_whatever_the_lateness(tmp_path, lateness: int) -> None:
     equals_its_twin(run_stream(tmp_path, lateness))
 
 
-@pytest.mark.slow  # CI runs it after the default suite (`make slow-tests`); the twins above read y
+@pytest.mark.slow  # the twins above stream a model that reads y
 def test_a_model_that_reads_no_y_streams_like_its_offline_twin(tmp_path) -> None:
     result = run_stream(tmp_path, 2, reads_y=False)
     stages, _ = result["config"].stages()
@@ -147,7 +146,7 @@ def test_a_sybils_ids_judged_as_one_stream_like_the_offline_twin(tmp_path) -> No
     equals_its_twin(result)
 
 
-@pytest.mark.slow  # CI runs it after the default suite (`make slow-tests`); a Sybil's ids take the same path
+@pytest.mark.slow  # a Sybil's ids, streamed above, take the same path
 def test_a_whitewashers_ids_one_after_another_judged_as_one_stream_like_the_offline_twin(tmp_path) -> None:
     """A fifth of the devices whitewash, each new id reporting up to 3 m from the old one (beyond the place radius):
     every slot's scorer judges a fresh id that reports where an id just fell silent as its continuation

@@ -198,8 +198,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         history = History.from_events(events, config.clock, config.weights, status=status)
     train = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout, epochs=args.epochs,
                         patience=args.patience, seed=args.seed, grid=PAPER_GRID if args.grid == "paper" else {},
-                        workers=args.workers, device=args.device,
-                        **({} if args.head_epochs is None else {"head_epochs": args.head_epochs}))
+                        workers=args.workers, device=args.device)
+    if args.head_epochs is not None:
+        train = replace(train, head_epochs=args.head_epochs)
     with phase("train"):
         model, _, report = train_bm(history, config, train, progress=args.progress or sys.stderr.isatty())
     summary = {"setting": report.setting, "best_epoch": report.fit.best_epoch, "val_loss": report.fit.val_losses,
@@ -521,7 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--patience", type=int, default=5)
     train.add_argument("--head-epochs", type=int, default=None,
                        help="most epochs of the context head's warm-up on its own inputs, before the end-to-end "
-                            "epochs (default 300; it stops once 30 pass without a better validation loss)")
+                            "epochs (default: TrainConfig.head_epochs; it stops early on the validation loss)")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--grid", choices=["none", "paper"], default="none",
                        help="paper: blocked 5-fold CV over the paper's lr x L2 x dropout grid")
