@@ -33,11 +33,12 @@ from model.evaluate import CALIBRATION_BINS
 from model.history import History
 from model.metrics import expected_calibration_error, mae, rmse
 from model.recalibration import RecalibrationConfig, replayed_shifts
-from model.train import TrainConfig, predict, targets, time_split
+from model.targets import targets
+from model.train import TrainConfig, predict, time_split
 
 
 def scored_owners(history: History, slots: list[int], owner_slots: int) -> np.ndarray:
-    """(P,) for every edge of the target slots (:func:`model.train.targets` order): whether its owner had a task in
+    """(P,) for every edge of the target slots (:func:`model.targets.targets` order): whether its owner had a task in
     one of the ``owner_slots`` slots before the edge's, i.e. whether the job published a forecast for it."""
     out = []
     for t in slots:

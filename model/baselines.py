@@ -50,6 +50,7 @@ from model.evidence import size_x
 from model.graphs import SlotGraph
 from model.history import History
 from model.metrics import rmse
+from model.targets import fit_outage, targets
 
 
 @dataclass(frozen=True)
@@ -329,8 +330,6 @@ def size_matters(history: History, train_slots: list[int], z: float = 0.0,
     depend on size would pay for the correction's noise (README: *Manipulation*), so it is read only where the log
     shows it helps. (Chosen on seeds 610-612 and 620-622, where the statistic parts the opportunistic runs, -2.0 to
     -1.4, from the honest ones, +2.1 to +3.5; the last fifth alone gave -2.1 to 0.0 against +1.3 to +1.8.)"""
-    from model.train import targets
-
     window = train_slots[len(train_slots) // 5:]
     observed = targets(history, window).t_col
     if len(observed) < 2:
@@ -368,8 +367,6 @@ def _fitted(history: History, train_slots: list[int], grid: Iterable[ChannelBeta
     """The member of ``grid``, built by ``build(common, params)`` (common: :class:`ChannelBeta`'s keywords fitted to the
     training period: its curves, prior mean and transmission rate), with the best RMSE against T_col on the training
     period's last fifth."""
-    from model.train import fit_outage, targets
-
     batch = targets(history, train_slots)
     on_time, reported_on_time, tr_rate = None, None, 1.0
     if history.has_flags:
@@ -432,7 +429,7 @@ class FairnessGoodness:
 
 
 def predict_edges(scorer: OnlineScorer, history: History, slots: Iterable[int]) -> np.ndarray:
-    """Scores for every edge of the target slots (in :func:`model.train.targets` order), online."""
+    """Scores for every edge of the target slots (in :func:`model.targets.targets` order), online."""
     wanted, out = set(slots), []
     for t, graph in enumerate(history.graphs):
         if t in wanted and graph is not None:

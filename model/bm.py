@@ -35,6 +35,7 @@ from model.history import History
 from model.node2vec import Node2VecConfig
 from model.sequence import SequenceKind, sequence_encoder
 from model.status import TELEMETRY
+from model.targets import PairQuery
 
 HeadKind = Literal["context", "paper"]
 
@@ -78,22 +79,6 @@ class BMConfig:
     @property
     def uses_context(self) -> bool:
         return self.head == "context"
-
-
-@dataclass
-class PairQuery:
-    """Pairs to score: owners ``src`` and candidates ``dst`` (history rows), each from its history up to the
-    end of relative slot ``end``, for a task of ``profile`` (P, 2) size (bit) and density (NaN unknown)."""
-
-    src: np.ndarray
-    dst: np.ndarray
-    end: np.ndarray
-    profile: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        self.end = np.broadcast_to(np.asarray(self.end, np.int64), np.shape(self.src)).copy()
-        if self.profile is None:
-            self.profile = np.full((len(self.src), 2), np.nan)
 
 
 def head_seed(seed: int) -> int:

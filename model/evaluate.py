@@ -37,14 +37,15 @@ import pyarrow as pa
 import torch
 
 from model.baselines import RULES, OnlineScorer, predict_edges
-from model.bm import BMConfig, PairQuery, Readout
+from model.bm import BMConfig, Readout
 from model.context import PHYSICS_COLUMNS
 from model.history import History
 from model.manipulation import DETECT_BELOW, attack_measures
 from model.metrics import expected_calibration_error, mae, mean_error, rmse
 from model.plots import plot_curves, plot_reliability
 from model.recalibration import RecalibrationConfig, replayed_shifts
-from model.train import TrainConfig, WarmUps, predict, prepare, targets, time_split, train_bm
+from model.targets import PairQuery, targets
+from model.train import TrainConfig, WarmUps, predict, prepare, time_split, train_bm
 from model.voc import THETAS, CpuReader, Scorer, candidate_rmse, scored_tasks, voc_curves
 
 # method -> (sequence encoder, head); bm_paper also reports its literal "max" readout as bm_paper_max

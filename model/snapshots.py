@@ -30,10 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from model.bm import BM, BMConfig, PairQuery
+from model.bm import BM, BMConfig
 from model.config import SlotClock
 from model.distrust import DISTRUST, DistrustLogit, RatingLog, expected_count_threshold, features, received_share
 from model.history import History
+from model.targets import PairQuery
 from model.train import TrainConfig, train_bm
 
 

@@ -1,7 +1,7 @@
 """Training BM on a log: next-slot T_col supervision, a time split, blocked CV and early stopping.
 
-* Targets: the edges of slot t (their T_col and outcome counts), predicted from histories up to
-  t - 1 for the tasks' own profile.
+* Targets (:mod:`model.targets`): the edges of slot t (their T_col and outcome counts), predicted from histories up
+  to t - 1 for the tasks' own profile.
 * Split by time: target slots in the first ``1 - test_fraction`` of the timeline
   train, the rest test; never shuffled across that line.
 * Model selection: blocked (contiguous) folds of the training period; each
@@ -34,16 +34,15 @@ from torch import nn
 from tqdm import tqdm
 
 from model.baselines import SizeChoice, size_choice, size_split
-from model.bm import BM, BMConfig, PairQuery, Readout
+from model.bm import BM, BMConfig, Readout
 from model.channel import OnTimeCurve, OutageCurve
-from model.config import SystemParams
-from model.credibility import believed_share
-from model.evidence import EvidenceConfig, memories, typical_speed_gap
+from model.evidence import memories, typical_speed_gap
 from model.experts import fit_rate_prior, fit_stack
 from model.head import PairSides, PairTargets
 from model.history import History
 from model.metrics import mae, rmse
 from model.stages import resolve_device
+from model.targets import Targets, fit_outage, targets
 from model.node2vec import Graph, node2vec_embeddings
 
 T = TypeVar("T")
@@ -94,49 +93,10 @@ def blocked_folds(slots: Sequence[int], folds: int) -> list[list[int]]:
     return [list(block) for block in np.array_split(np.asarray(slots), folds) if len(block)]
 
 
-@dataclass
-class Targets:
-    """Every edge of some target slots, in slot order: the query (from slot - 1, for the edge's task profile)
-    and what happened (T_col and the outcome counts), each (P,)."""
-
-    query: PairQuery
-    t_col: np.ndarray
-    tasks: np.ndarray
-    flagged: np.ndarray
-    tr: np.ndarray
-    com: np.ndarray
-    time_ratio: np.ndarray  # the tasks' mean reported offload time / local time (NaN unknown)
-
-    def __len__(self) -> int:
-        return len(self.t_col)
-
-    def tensors(self, device: torch.device = torch.device("cpu")) -> PairTargets:
-        return PairTargets(*(torch.from_numpy(np.asarray(v, np.float32)).to(device)
-                             for v in (self.t_col, self.tasks, self.flagged, self.tr, self.com)))
-
-
-def targets(history: History, slots: Iterable[int], credible: EvidenceConfig | None = None,
-            judged_at: int | None = None) -> Targets:
-    """The edges of the target slots, predicted from the end of the slot before each. With ``credible``, the outcome
-    counts an edge's owner reported itself weigh by its credibility (:meth:`model.history.History.credited`) as of
-    slot ``judged_at`` (None: as of each target slot), as they do in the evidence: what is learned from is what is
-    believed (T_col stays what was reported). A fit judges in hindsight, as of the last slot it may see: a liar lies
-    all along, and its early reports, before the others' evidence gave it away, are lies too."""
-    graphs = [(t, history.graphs[t]) for t in sorted(set(slots)) if history.graphs[t] is not None]
-
-    def joined(name: str) -> np.ndarray:
-        return np.concatenate([getattr(g, name) for _, g in graphs]) if graphs else np.zeros(0)
-
-    src, dst = joined("src").astype(np.int64), joined("dst").astype(np.int64)
-    end = np.concatenate([np.full(len(g.src), t - 1) for t, g in graphs]) if graphs else np.zeros(0, np.int64)
-    profile = np.concatenate([g.profile for _, g in graphs]) if graphs else np.zeros((0, 2))
-    counts = [joined(name) for name in ("tasks", "flagged", "tr", "com")]
-    if credible is not None and any(g.reported.any() for _, g in graphs):
-        owner = np.concatenate([history.credited(credible, t if judged_at is None else judged_at).credibility[g.src]
-                                for t, g in graphs])
-        weight = believed_share(joined("reported_share"), owner)
-        counts = [count * weight for count in counts]
-    return Targets(PairQuery(src, dst, end, profile), joined("t_col"), *counts, joined("time_ratio"))
+def target_tensors(batch: Targets, device: torch.device = torch.device("cpu")) -> PairTargets:
+    """The outcomes of ``batch`` as the head's training targets (float32 on ``device``)."""
+    return PairTargets(*(torch.from_numpy(np.asarray(v, np.float32)).to(device)
+                         for v in (batch.t_col, batch.tasks, batch.flagged, batch.tr, batch.com)))
 
 
 def predict(model: BM, history: History, slots: Iterable[int], readout: Readout | None = None,
@@ -167,7 +127,7 @@ def validation_loss(model: BM, history: History, slots: Iterable[int], chunk_slo
         for k in range(0, len(ordered), chunk_slots):
             batch = targets(history, ordered[k:k + chunk_slots], model.config.evidence, judged_at)
             if len(batch):
-                wanted = batch.tensors(model.device)
+                wanted = target_tensors(batch, model.device)
                 share = model.loss_units(wanted)
                 total += model.loss(model.pair_outputs(history, batch.query), wanted).item() * share
                 weight += share
@@ -231,7 +191,7 @@ def warm_up_head(model: BM, history: History, fit_slots: Sequence[int], val_slot
                                                                                       ("val", val_slots))}
     if not len(batches["fit"]) or not len(batches["val"]):
         return lambda: None
-    inputs = {name: (*model.pair_inputs(history, batch.query), batch.tensors(model.device))
+    inputs = {name: (*model.pair_inputs(history, batch.query), target_tensors(batch, model.device))
               for name, batch in batches.items()}
     both = tuple(torch.cat([a, b]) for a, b in zip(inputs["fit"][:2], inputs["val"][:2]))
     inputs["all"] = (*both, PairTargets(*(torch.cat([getattr(inputs["fit"][2], f.name), getattr(inputs["val"][2], f.name)])
@@ -359,7 +319,7 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
             batch = targets(history, chunks[index], model.config.evidence, judged)
             if not len(batch):
                 continue
-            loss = model.loss(model.pair_outputs(history, batch.query), batch.tensors(model.device))
+            loss = model.loss(model.pair_outputs(history, batch.query), target_tensors(batch, model.device))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -416,20 +376,6 @@ def known_devices(history: History, slots: Iterable[int]) -> np.ndarray:
     for rows in _edges(history, slots):
         known[rows] = True
     return known
-
-
-def fit_outage(history: History, slots: Iterable[int], system: SystemParams,
-               credible: EvidenceConfig | None = None) -> OutageCurve:
-    """The P_tr curve fitted to the transmissions of the given slots' edges (the paper's curve without them;
-    ``credible``: as :func:`targets` weighs them, as of the last of the slots)."""
-    predicted = [s for s in slots if s >= 1]
-    batch = targets(history, predicted, credible, max(predicted, default=None))
-    prior = OutageCurve.prior(system)
-    if not len(batch) or history.status is None:
-        return prior
-    q = batch.query
-    distance = history.pair_physics(q.src, q.dst, q.end + 1, q.profile, system)[:, 0].astype(np.float64)
-    return OutageCurve.fit(distance, batch.flagged, batch.tr, prior)
 
 
 @dataclass(frozen=True)

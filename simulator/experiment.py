@@ -18,7 +18,8 @@ from model.evaluate import RunOutput, Simulated, evaluate_run
 from model.graphs import DeviceIndex
 from model.history import History
 from model.manipulation import injection_measures
-from model.train import TrainConfig, targets, time_split
+from model.targets import targets
+from model.train import TrainConfig, time_split
 from model.voc import Scorer
 from simulator.bayes import BayesFilter
 from simulator.config import Attack, SimConfig
@@ -42,7 +43,7 @@ def simulated_run(sim_config: SimConfig) -> tuple[pa.Table, pa.Table, pa.Table]:
 
 def bayes_reference(world: World, events: pa.Table, history: History, train: TrainConfig
                     ) -> tuple[np.ndarray, Scorer]:
-    """The Bayes filter's forecast of every test edge (in :func:`model.train.targets` order), and its scorer of any
+    """The Bayes filter's forecast of every test edge (in :func:`model.targets.targets` order), and its scorer of any
     pairs (what it would select: the ceiling of what attackers can be denied from the log)."""
     _, test_slots = time_split(history, train.test_fraction)
     query = targets(history, test_slots).query

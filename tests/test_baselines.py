@@ -8,6 +8,7 @@ import pytest
 from model.baselines import BetaParams, QSParams, RunningMean, beta_reputation, predict_edges, qs_trust
 from model.graphs import DeviceIndex, SlotGraph
 from model.history import History
+from model.targets import targets
 
 
 def tiny() -> History:
@@ -190,7 +191,6 @@ def test_bms_size_correction_is_the_sized_rules() -> None:
 
     from model.baselines import SizedParams, channel_beta_sized
     from model.bm import BM
-    from model.train import targets
     from tests.test_bm import SMALL
 
     rng = np.random.default_rng(3)

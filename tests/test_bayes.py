@@ -13,7 +13,8 @@ from model.config import TrustWeights
 from model.evaluate import truth_for
 from model.graphs import DeviceIndex
 from model.history import History
-from model.train import targets, time_split
+from model.targets import targets
+from model.train import time_split
 from simulator.bayes import BayesFilter, Grid, Tasks, _by_class, hypotheses, midpoints
 from simulator.behaviour import HIGH, BehaviourParams
 from simulator.config import Behaviour, SimConfig, parse_attack

@@ -12,7 +12,7 @@ import torch
 
 from model.baselines import RunningMean, predict_edges
 from model.bimamba import MambaConfig
-from model.bm import BM, BMConfig, PairQuery
+from model.bm import BM, BMConfig
 from model.checkpoint import CheckpointError, load, save
 from model.config import SlotClock
 from model.evaluate import truth_for
@@ -23,8 +23,9 @@ from model.head import PairSides, mlp, pair_mlp, soft_labels
 from model.history import History
 from model.node2vec import Node2VecConfig
 from model.scan import cpu_extension, fused_inference
+from model.targets import PairQuery, targets
 from model.train import (TrainConfig, WarmUps, blocked_folds, build, fit, parallel_members, predict, prepare,
-                         targets, time_split, train_bm, validation_loss)
+                         time_split, train_bm, validation_loss)
 from simulator.config import Attack, AttackKind, Behaviour, SimConfig
 
 SMALL = BMConfig(gnn=GNNConfig(node_dim=8, psi_dim=4, time_dim=4, widths=(8, 16, 8)),

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 import torch
 
-from model.bm import BM, PairQuery
+from model.bm import BM
 from model.config import RankingConfig, SlotClock, SystemParams
 from simulator.experiment import simulated_run, simulated_world
 from model.context import PHYSICS_COLUMNS
@@ -23,7 +23,7 @@ from model import scoring
 from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, credited_evidence, owner_lists,
                            ranked_rows, score_log, score_slot, shard_of, slot_part, status_arrays, window_read)
 from model.stages import TorchStages, distinct_rows
-from model.train import targets
+from model.targets import PairQuery, targets
 from simulator.config import Attack, AttackKind, SimConfig
 from tests.pipeline_fixtures import forget_y
 from tests.test_bm import SMALL
