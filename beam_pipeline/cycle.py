@@ -30,8 +30,9 @@ from beam_pipeline.transforms import ScoreSlots, closed_at, outputs
 from exporters.kafka import Message, messages
 from exporters.kafka_client import KafkaSettings
 from model.json_records import render_records
+from model.published import SlotScores
 from model.recalibration import OnlineShift
-from model.scoring import EvidenceSnapshot, SlotScores
+from model.scoring import EvidenceSnapshot
 from schemas import Columns
 
 CLOSED = "closed"  # PublishClosed's side output: the SlotScores it publishes

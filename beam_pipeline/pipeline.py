@@ -22,7 +22,7 @@ from beam_pipeline.options import JobConfig, TrustbeamOptions
 from beam_pipeline.transforms import ScoreSlots, wire_records
 from exporters.kafka_client import KafkaSettings
 from exporters.parquet import ParquetResults
-from model.scoring import SlotScores
+from model.published import SlotScores
 
 XLANG_BATCH = 5000
 JOB_HEADER = "trustbeam-job"  # the header naming the job (group@generation) that published an output record

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from model.scoring import SlotScores
+from model.published import SlotScores
 from schemas import CollaboratorRanking, Record, TrustScore, arrow_schema, to_arrow
 
 TABLES: dict[str, type[Record]] = {"trust_scores": TrustScore, "collaborator_rankings": CollaboratorRanking}

@@ -11,15 +11,13 @@ publishes again every piece whose records changed, so that each slot's last publ
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
 from model.config import RankingConfig, SlotClock
+from model.published import PairScores, SlotScores
 from model.recalibration import OnlineShift
-
-if TYPE_CHECKING:  # model.scoring publishes through this module
-    from model.scoring import PairScores, SlotScores
 
 # a slot's observed pairs: (k,) pair keys, T_col, tasks, the share of them their owner reported
 Outcomes = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]

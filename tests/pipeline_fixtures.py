@@ -99,7 +99,7 @@ def kept(directory: Path) -> list:
 def whole_slots(pieces: list) -> list:
     """SlotScores of a pipeline (each slot in pieces, each publication numbered by revision) joined per slot and
     revision, in (slot, revision) order; pieces without records say nothing and are left out."""
-    from model.scoring import SlotScores
+    from model.published import SlotScores
 
     groups: dict[tuple[int, int], list] = {}
     for piece in pieces:

@@ -9,7 +9,7 @@ import pytest
 
 from exporters import parquet as sink
 from exporters.parquet import ParquetResults, read_results, slot_date
-from model.scoring import SlotScores
+from model.published import SlotScores
 from schemas import CollaboratorRanking, Columns, Nested, RankedCandidate, TrustScore, from_arrow, from_json
 from tests.pipeline_fixtures import run_tables, write_checkpoint
 from trustbeam.cli import main

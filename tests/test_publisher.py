@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from model.config import RankingConfig, SlotClock
+from model.published import PairScores
 from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift, RecalibrationConfig
-from model.scoring import PairScores
 
 CLOCK = SlotClock(origin_ms=0, slot_ms=1000)
 RANKING = RankingConfig(top_k=3, scores_per_owner=3)

@@ -19,9 +19,10 @@ from model.credibility import credibility
 from model.evidence import CHANNELS, REPORTS, EvidenceState, typical_speed_gap
 from model.graphs import DeviceIndex, device_keys
 from model.history import History
-from model import scoring
-from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, SlotScores, credited_evidence, owner_lists,
-                           ranked_rows, score_log, score_slot, shard_of, slot_part, status_arrays, window_read)
+from model import published
+from model.published import SlotScores, owner_lists, ranked_rows
+from model.scoring import (DeviceFrame, DeviceHistory, EvidenceSnapshot, credited_evidence, score_log, score_slot,
+                           shard_of, slot_part, status_arrays, window_read)
 from model.stages import TorchStages, distinct_rows
 from model.targets import PairQuery, targets
 from simulator.config import Attack, AttackKind, SimConfig
@@ -426,7 +427,7 @@ def test_owner_lists_keep_each_owners_picks_in_owner_order(pad_to: int, per_call
     """Owners go together by their pair counts rounded up (1: counts as they are), ``per_call`` at a time; the padding
     (row -1, here a value that sorts last) is never picked, even where an owner has fewer pairs than the picks asked
     for."""
-    monkeypatch.setattr(scoring, "OWNERS_PER_CALL", per_call)
+    monkeypatch.setattr(published, "OWNERS_PER_CALL", per_call)
     begin, end = np.array([5, 0, 9, 2, 9]), np.array([9, 1, 9, 5, 10])  # pairs 0..9 in runs; the third owner has none
     value = np.array([3, 1, 0, 9, 8, 7, 4, 6, 5, 2, -np.inf])  # pick each owner's two largest, largest first
 
