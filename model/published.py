@@ -30,7 +30,8 @@ class SlotScores:
     slot: int
     scores: Columns  # TrustScore records
     rankings: Columns  # CollaboratorRanking records
-    piece: int = 0  # which piece of the slot (:meth:`model.scoring.DeviceFrame.pieces`): its owners' records, all of them
+    piece: int = 0  # which piece of the slot (:meth:`model.scoring.DeviceFrame.pieces`): its owners' records, all
+    #                 of them
 
     @classmethod
     def join(cls, results: list["SlotScores"]) -> "SlotScores":
