@@ -41,9 +41,9 @@ from model.experts import fit_rate_prior, fit_stack
 from model.head import PairSides, PairTargets
 from model.history import History
 from model.metrics import mae, rmse
+from model.node2vec import Graph, node2vec_embeddings
 from model.stages import resolve_device
 from model.targets import Targets, fit_outage, targets
-from model.node2vec import Graph, node2vec_embeddings
 
 T = TypeVar("T")
 
