@@ -11,6 +11,8 @@ starts without PyTorch, Beam, Arrow or SciPy.
 from __future__ import annotations
 
 import ast
+import functools
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,10 +28,15 @@ def unit(module: str) -> str | None:
                  if module == layer or module.startswith(layer + ".")), None)
 
 
+@functools.cache
+def syntax(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
 def imports(path: Path) -> list[tuple[int, str]]:
     """(line, module) of every absolute import in a file, top-level or nested."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(syntax(path)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -39,13 +46,22 @@ def imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def edges() -> list[tuple[str, str, str]]:
+@functools.cache
+def project_files() -> tuple[Path, ...]:
+    """Every .py file of the project, sorted: the walk never enters hidden folders (the venv), builds or outputs."""
+    found = []
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = [d for d in subfolders if not d.startswith(".") and d not in ("build", "out", "__pycache__")]
+        found += [Path(folder) / name for name in files if name.endswith(".py")]
+    return tuple(sorted(found))
+
+
+@functools.cache
+def edges() -> tuple[tuple[str, str, str], ...]:
     """(importing layer, imported layer, where) for every import across layers in the project."""
     out = []
-    for path in sorted(ROOT.rglob("*.py")):
+    for path in project_files():
         relative = path.relative_to(ROOT)
-        if relative.parts[0] in (".venv", "build", "out") or relative.parts[0].startswith("."):
-            continue
         source = unit(".".join(relative.with_suffix("").parts))
         if source is None:
             continue
@@ -53,7 +69,7 @@ def edges() -> list[tuple[str, str, str]]:
             target = unit(module)
             if target is not None and target != source:
                 out.append((source, target, f"{relative}:{line} imports {module}"))
-    return out
+    return tuple(out)
 
 
 def test_no_import_points_up_a_layer() -> None:
@@ -81,7 +97,7 @@ def module_of(path: Path) -> str:
 def project_imports(path: Path, known: set[str]) -> set[str]:
     """The project modules a file imports, top-level, nested or for types only (``known``: every project module)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(syntax(path)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name in known)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in known:
@@ -95,8 +111,7 @@ def test_no_module_cycle() -> None:
     """A lazy import inside a function, or one under ``if TYPE_CHECKING:``, hides a cycle from the interpreter, not from
     the design: each such pair (model.baselines and model.train, model.publisher and model.scoring, once) has a lower
     home for what both need (model.targets, model.published)."""
-    paths = {module_of(path): path for path in ROOT.rglob("*.py")
-             if unit(module_of(path)) is not None and not path.relative_to(ROOT).parts[0].startswith(".")}
+    paths = {module_of(path): path for path in project_files() if unit(module_of(path)) is not None}
     graph = {module: project_imports(path, set(paths)) - {module} for module, path in paths.items()}
     assert graph["model.baselines"] and "model.targets" in graph["model.train"]  # the walk sees the imports
 
