@@ -37,8 +37,6 @@
 namespace trustbeam {
 namespace {
 
-using trustbeam::accumulate_product;
-
 template <typename T>
 void forward_kernel(const T* u, const T* delta, const T* A, const T* B, const T* C, T* y,
                     int64_t batch, int64_t dim, int64_t L, int64_t N, T* last_state) {
