@@ -34,15 +34,15 @@ def syntax(path: Path) -> ast.Module:
 
 
 def imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every absolute import in a file, top-level or nested."""
+    """(line, module) of every absolute import in a file, top-level, nested or for types only; ``from a import b``
+    gives both a and a.b (b may be a module)."""
     found = []
     for node in ast.walk(syntax(path)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found += [(node.lineno, node.module)]
-            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names
-                      if unit(f"{node.module}.{alias.name}") not in (None, unit(node.module))]
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
     return found
 
 
@@ -77,15 +77,25 @@ def test_no_import_points_up_a_layer() -> None:
     assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(upward)
 
 
+def cycle_through(graph: dict[str, set[str]], start: str) -> list[str] | None:
+    """A path of ``graph``'s edges from ``start`` back to it (start first and last), or None."""
+    stack, seen = [(start, [start])], set()
+    while stack:
+        node, trail = stack.pop()
+        for after in sorted(graph.get(node, ())):
+            if after == start:
+                return trail + [start]
+            if after not in seen:
+                seen.add(after)
+                stack.append((after, trail + [after]))
+    return None
+
+
 def test_no_package_cycle() -> None:
     graph: dict[str, set[str]] = {}
     for source, target, _ in edges():
         graph.setdefault(source, set()).add(target)
-
-    def reaches(start: str, goal: str, seen: set[str]) -> bool:
-        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in graph.get(start, ()))
-
-    cyclic = sorted(layer for layer in graph if reaches(layer, layer, set()))
+    cyclic = sorted(layer for layer in graph if cycle_through(graph, layer))
     assert not cyclic, f"package cycles through {cyclic}"
 
 
@@ -94,40 +104,15 @@ def module_of(path: Path) -> str:
     return ".".join(relative.parts[:-1] if relative.name == "__init__" else relative.parts)
 
 
-def project_imports(path: Path, known: set[str]) -> set[str]:
-    """The project modules a file imports, top-level, nested or for types only (``known``: every project module)."""
-    found: set[str] = set()
-    for node in ast.walk(syntax(path)):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name in known)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in known:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names
-                         if f"{node.module}.{alias.name}" in known)
-    return found
-
-
 def test_no_module_cycle() -> None:
     """A lazy import inside a function, or one under ``if TYPE_CHECKING:``, hides a cycle from the interpreter, not from
     the design: each such pair (model.baselines and model.train, model.publisher and model.scoring, once) has a lower
     home for what both need (model.targets, model.published)."""
     paths = {module_of(path): path for path in project_files() if unit(module_of(path)) is not None}
-    graph = {module: project_imports(path, set(paths)) - {module} for module, path in paths.items()}
+    graph = {module: {imported for _, imported in imports(path) if imported in paths} - {module}
+             for module, path in paths.items()}
     assert graph["model.baselines"] and "model.targets" in graph["model.train"]  # the walk sees the imports
-
-    def cycle_from(start: str) -> list[str] | None:
-        stack, seen = [(start, [start])], set()
-        while stack:
-            node, trail = stack.pop()
-            for nxt in sorted(graph.get(node, ())):
-                if nxt == start:
-                    return trail + [start]
-                if nxt not in seen:
-                    seen.add(nxt)
-                    stack.append((nxt, trail + [nxt]))
-        return None
-
-    cycles = [" -> ".join(trail) for module in sorted(graph) if (trail := cycle_from(module))]
+    cycles = [" -> ".join(trail) for module in sorted(graph) if (trail := cycle_through(graph, module))]
     assert not cycles, "modules that import themselves back:\n" + "\n".join(cycles)
 
 
