@@ -18,7 +18,8 @@ has its CPU read as they show (:func:`verified_cpu`). Evidence is
 kept per *role*: a device as collaborator (every channel), a device as owner (n, w: what it
 reports of others, e.g. a rater's bias), a pair owner -> collaborator (n, w, f, tr, com) and the whole
 population (one key, :data:`POPULATION`: every task of the log, so that the level a log drifts to is
-tracked online, in the streaming shards as offline). Each
+tracked online, in the streaming shards as offline); and, where devices report their loads, where each one's load
+last shifted to a new level and what it showed since (:data:`SHIFT_ROLES`, :mod:`model.shift`). Each
 sum forgets by a factor lambda per slot, for each lambda of :class:`EvidenceConfig` at once, so a
 device whose last success was 30 slots ago carries lambda**30 of it, however its slots were
 pooled elsewhere.
@@ -72,7 +73,16 @@ LONG_MEMORY = 0.995  # the memory kept beside the others where devices report th
 # tasks owners reported of it as collaborator and were not believed in, and their reported T_col; the tasks it reported
 # of others as an owner and was not believed in, and all the tasks it reported
 DISCREDITED = ("doubted_of_it", "doubted_of_it_w", "doubted_from_it", "reported_by_it")
-STATE_ROLES = (*ROLES, REPORTS, REPORTED)  # the states a holder of evidence keeps
+# where a device's reported load shifts to a new level (model.shift), per device: the two sides of its load's CUSUM
+# (no forgetting: open is 1 while either side is above zero), its sums since each side's open excursion began, and
+# its sums since its last shift; each sum is of SINCE_CHANNELS
+SHIFT_TEST, SHIFT_OPEN, SHIFTED = "shift_test", "shift_open", "shifted"
+SHIFT_ROLES = (SHIFT_TEST, SHIFT_OPEN, SHIFTED)
+TEST_CHANNELS = ("open", "up", "down")
+SINCE_CHANNELS = ("slots", "load", "ton", "com")  # slots with a report, their loads, on-time transmissions, successes
+OPEN_CHANNELS = ("slots", *(f"{side}_{c}" for side in ("up", "down") for c in SINCE_CHANNELS))  # slots: both sides'
+SUMMED_ROLES = (*ROLES, REPORTS, REPORTED)  # the states that each slot's increments add to
+STATE_ROLES = (*SUMMED_ROLES, *SHIFT_ROLES)  # the states a holder of evidence keeps
 POPULATION = -1  # the population role's one key (device keys and history rows are >= 0)
 NEVER = 10 ** 9  # slots since the last update of a key never seen
 # the raw sums at the end of the evidence input, per lambda: (role, channel) of the collaborator and the population
@@ -99,6 +109,10 @@ class EvidenceConfig:
     #                                       (model.baselines.size_split) where sizes vary; None: no size evidence
     speed_gap: float | None = None  # the typical log of a device's shown speed over its claimed CPU (training sets it:
     #                                 :func:`typical_speed_gap`); None: claims believed (a log without times)
+    shifts: bool = False  # watch each device's reported load for shifts and read its evidence since the last one
+    #                       (:mod:`model.shift`, :func:`shift_block`); training sets it where devices report loads
+    shift_slack: float = 0.125  # the load's move per slot a shift's CUSUM lets pass (half the least shift it is for)
+    shift_alarm: float = 0.5  # the CUSUM's sum of moves beyond the slack that makes a shift
 
     def __post_init__(self) -> None:
         if not self.lams or any(not 0 < lam <= 1 for lam in self.lams):
@@ -116,6 +130,9 @@ class EvidenceConfig:
             raise ValueError(f"EvidenceConfig.size_split_bits: must be > 0 or None (got {self.size_split_bits!r})")
         if self.speed_gap is not None and not np.isfinite(self.speed_gap):
             raise ValueError(f"EvidenceConfig.speed_gap: must be finite or None (got {self.speed_gap!r})")
+        for name in ("shift_slack", "shift_alarm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"EvidenceConfig.{name}: must be > 0 (got {getattr(self, name)!r})")
 
     @property
     def identity_m(self) -> float:
@@ -125,9 +142,11 @@ class EvidenceConfig:
     @property
     def collaborator_normalized(self) -> int:
         """Width of the collaborator's normalized columns: its head block (9L), then recency, seen, load, reported,
-        the load's drift and its memory (4 + 2L), and with ``discredited`` :func:`discredited_block` (4L); its raw
-        :data:`STATS` follow them in its rows of the head's inputs."""
-        return len(self.lams) * (15 if self.discredited else 11) + 4
+        the load's drift and its memory (4 + 2L), with ``discredited`` :func:`discredited_block` (4L) and with
+        ``shifts`` :func:`shift_block` (2 + 2L); its raw :data:`STATS` follow them in its rows of the head's
+        inputs."""
+        lams = len(self.lams)
+        return lams * 11 + 4 + (4 * lams if self.discredited else 0) + (2 * lams + 2 if self.shifts else 0)
 
     @property
     def normalized(self) -> int:
@@ -147,8 +166,11 @@ class EvidenceConfig:
 def channels_of(role: str) -> int:
     """How many channels a role's sums keep: the first :data:`PAIR_CHANNELS` of :data:`CHANNELS` for a pair, the
     first :data:`OWNER_CHANNELS` for an owner (what their features read: a pair's state is most of a shard's), all of
-    them for the collaborator, the population and :data:`REPORTED`, :data:`REPORT_CHANNELS` for :data:`REPORTS`."""
-    return {"pair": PAIR_CHANNELS, "owner": OWNER_CHANNELS, REPORTS: len(REPORT_CHANNELS)}.get(role, len(CHANNELS))
+    them for the collaborator, the population and :data:`REPORTED`, :data:`REPORT_CHANNELS` for :data:`REPORTS`, and
+    the :data:`SHIFT_ROLES`' own."""
+    return {"pair": PAIR_CHANNELS, "owner": OWNER_CHANNELS, REPORTS: len(REPORT_CHANNELS),
+            SHIFT_TEST: len(TEST_CHANNELS), SHIFT_OPEN: len(OPEN_CHANNELS), SHIFTED: len(SINCE_CHANNELS)
+            }.get(role, len(CHANNELS))
 
 
 def memories(lams: tuple[float, ...], loads_reported: bool) -> tuple[float, ...]:
@@ -164,7 +186,9 @@ def memories(lams: tuple[float, ...], loads_reported: bool) -> tuple[float, ...]
 
 def role_lams(role: str, lams: tuple[float, ...] | np.ndarray) -> np.ndarray:
     """The forgetting factors a role's sums are kept at: the config's, and for :data:`REPORTED` also
-    :data:`JUDGING_MEMORY` (last)."""
+    :data:`JUDGING_MEMORY` (last); :data:`SHIFT_TEST` forgets nothing (one factor, 1)."""
+    if role == SHIFT_TEST:
+        return np.ones(1)
     return np.asarray((*lams, JUDGING_MEMORY) if role == REPORTED else lams, np.float64)
 
 
@@ -259,7 +283,8 @@ class EvidenceState:
 
     def update(self, keys: np.ndarray, slot: int, increments: np.ndarray, tags: np.ndarray | None = None
                ) -> np.ndarray:
-        """Add (k, C) increments at ``slot`` (keys unique, slot >= their last update); returns the rows updated."""
+        """Add (k, C) increments at ``slot``, or (k, L, C) ones per lambda (keys unique, slot >= their last update);
+        returns the rows updated."""
         keys = np.asarray(keys, np.int64)
         tags = np.zeros((len(keys), *self.tags.shape[1:]), np.int64) if tags is None else np.asarray(tags, np.int64)
         order = key_order(keys)
@@ -274,7 +299,8 @@ class EvidenceState:
             self.tags = np.insert(self.tags, where, tags[~known], axis=0)
             at = np.searchsorted(self.keys, keys)
         factor = decay(self.lams, slot - self.slots[at])  # (k, L)
-        self.values[at] = self.values[at] * factor[:, :, None] + increments[:, None, :]
+        self.values[at] = self.values[at] * factor[:, :, None] + (increments if increments.ndim == 3 else
+                                                                   increments[:, None, :])
         self.slots[at] = slot
         return at
 
@@ -544,13 +570,32 @@ def _mean_weight(x: np.ndarray) -> np.ndarray:
     return (x[..., W] + 0.5) / (x[..., N] + 1.0)
 
 
+def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray | None) -> list[np.ndarray]:
+    """(n, 2 + 2L) from n collaborators' sums as collaborator (n, L, C), since their load last shifted (n, L, 4)
+    (:data:`SHIFTED`, :mod:`model.shift`; None: none known) and their :data:`REPORTS` sums (n, L, 2): whether it
+    shifted; per lambda P(com | tr) on-time since the shift less P(com | tr) on-time over its whole record, and the log
+    on-time count since the shift; and how far its mean load since the shift lies from its mean reported load at the
+    longest memory (times :data:`DRIFT_SCALE`, clipped to [-1, 1]). Zero where it never shifted: a device whose load
+    moved to a new level is judged by what it showed since, the rest by their whole record."""
+    n, lams = c.shape[:2]
+    if shifted is None:
+        return [np.zeros((n, 1)), np.zeros((n, lams)), np.zeros((n, lams)), np.zeros((n, 1))]
+    slots, load, ton, com = (shifted[..., k] for k in range(len(SINCE_CHANNELS)))
+    moved = slots[:, -1] > 0
+    rate = np.where(moved[:, None], _rate(com, ton) - _rate(c[..., COM], c[..., TON]), 0.0)
+    count = np.where(moved[:, None], _log_count(ton), 0.0)
+    reported = load_memory(reports, n, lams)[:, -1]
+    away = np.where(moved, load[:, -1] / np.maximum(slots[:, -1], 1e-12) - reported, 0.0)
+    return [moved[:, None].astype(np.float64), rate, count, np.clip(DRIFT_SCALE * away, -1.0, 1.0)[:, None]]
+
+
 def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig, population: np.ndarray | None,
-                        load_now: np.ndarray | None, reports: np.ndarray | None, discredited: np.ndarray | None
-                        ) -> tuple[np.ndarray, np.ndarray]:
-    """(normalized features (n, 9L), tail (n, 4 + 2L [+ 4L] + len(STATS) * L): recency, seen, load, reported, the
-    load's drift per lambda (:func:`load_drift`), its load's memory per lambda (:func:`load_memory`), with
-    ``config.discredited`` :func:`discredited_block`, the STATS) float32 of n collaborators: everything of
-    :func:`pair_evidence_features` that depends on j alone."""
+                        load_now: np.ndarray | None, reports: np.ndarray | None, discredited: np.ndarray | None,
+                        shifted: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(normalized features (n, 9L), tail (n, 4 + 2L [+ 4L] [+ 2 + 2L] + len(STATS) * L): recency, seen, load,
+    reported, the load's drift per lambda (:func:`load_drift`), its load's memory per lambda (:func:`load_memory`),
+    with ``config.discredited`` :func:`discredited_block`, with ``config.shifts`` :func:`shift_block`, the STATS)
+    float32 of n collaborators: everything of :func:`pair_evidence_features` that depends on j alone."""
     now = np.full(len(c), np.nan) if load_now is None else np.asarray(load_now, np.float64)
     at_load, slope = load_rate(c, now)
     head = [_log_count(c[..., N]), _mean_weight(c), _log_count(c[..., F]), _rate(c[..., TR], c[..., F]),
@@ -564,6 +609,7 @@ def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig
     tail = [recency[:, None], seen[:, None].astype(np.float64), np.where(reported, now, 0.0)[:, None],
             reported[:, None].astype(np.float64), load_drift(c, now), load_memory(reports, len(c), len(config.lams)),
             *([discredited_block(discredited, len(c), len(config.lams))] if config.discredited else []),
+            *(shift_block(c, shifted, reports) if config.shifts else []),
             *(sums[role][..., channel] for role, channel in STATS)]
     return _float32_columns(head), _float32_columns(tail)
 
@@ -589,34 +635,36 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
                            config: EvidenceConfig, population: np.ndarray | None = None,
                            load_now: np.ndarray | None = None, src: np.ndarray | None = None,
                            dst: np.ndarray | None = None, pair_at: np.ndarray | None = None,
-                           reports: np.ndarray | None = None, discredited: np.ndarray | None = None) -> np.ndarray:
+                           reports: np.ndarray | None = None, discredited: np.ndarray | None = None,
+                           shifted: np.ndarray | None = None) -> np.ndarray:
     """The pair head's evidence input, (P, ``config.features``) float32.
 
     collaborator, owner, pair: (P, L, C) decayed sums of the candidate j as collaborator, the owner i
     as owner, and the pair i -> j; since: (P,) slots since j last served; population: (P or 1, L, C) the
     whole log's sums (None: none known); load_now: (P,) j's latest reported load (NaN or None: none); reports:
     (P, L, 2) j's :data:`REPORTS` sums (None: none known); discredited: (P, L, 4) j's :data:`DISCREDITED` sums
-    (read where ``config.discredited``; None: none known).
-    With ``src`` and ``dst`` (P,), collaborator, since, load_now, reports and discredited are per device (n, ...) and
-    read at ``dst``, owner at ``src``; with ``pair_at`` (P,), pair holds distinct pairs' sums (m, L, C) read at it:
-    what depends on one device (or one pair) is computed once, not once per candidate pair.
+    (read where ``config.discredited``; None: none known); shifted: (P, L, 4) j's :data:`SHIFTED` sums (read where
+    ``config.shifts``; None: none known).
+    With ``src`` and ``dst`` (P,), collaborator, since, load_now, reports, discredited and shifted are per device
+    (n, ...) and read at ``dst``, owner at ``src``; with ``pair_at`` (P,), pair holds distinct pairs' sums (m, L, C)
+    read at it: what depends on one device (or one pair) is computed once, not once per candidate pair.
     Normalized part, per lambda: j's log task count, mean T_col, log flagged count, P(tr), P(com | tr), log
     on-time-weighted count and P(com | tr) against it, P(com | tr) at its load now and the slope of its rate
     on its load (:func:`load_rate`); i's log count and mean reported T_col; the pair's log count, mean
     T_col, P(tr) and P(com | tr); then j's recency, whether j was ever seen and its load now (and whether
     it reported one), its load's drift per lambda (:func:`load_drift`), its load's memory per lambda
-    (:func:`load_memory`) and, with ``config.discredited``, :func:`discredited_block`. Then the raw sums of
-    :data:`STATS`, each per lambda.
+    (:func:`load_memory`), with ``config.discredited`` :func:`discredited_block` and with ``config.shifts``
+    :func:`shift_block`. Then the raw sums of :data:`STATS`, each per lambda.
     """
     return EvidenceBlocks.of(collaborator, owner, pair, since, config, population, load_now, reports,
-                             discredited).features(src, dst, pair_at)
+                             discredited, shifted).features(src, dst, pair_at)
 
 
 @dataclass(frozen=True)
 class EvidenceBlocks:
     """The parts of :func:`pair_evidence_features` that depend on one device or one pair, computed once (float32),
-    so that candidate pairs can be read in chunks: (n, 9L) and (n, 4 + 2L [+ 4L] + len(STATS) L) per collaborator,
-    (n, 2L) per owner, (m, 4L) per pair."""
+    so that candidate pairs can be read in chunks: (n, 9L) and (n, 4 + 2L [+ 4L] [+ 2 + 2L] + len(STATS) L) per
+    collaborator, (n, 2L) per owner, (m, 4L) per pair."""
 
     collaborator_head: np.ndarray
     collaborator_tail: np.ndarray
@@ -627,8 +675,9 @@ class EvidenceBlocks:
     def of(cls, collaborator: np.ndarray, owner: np.ndarray, pair: np.ndarray, since: np.ndarray,
            config: EvidenceConfig, population: np.ndarray | None = None,
            load_now: np.ndarray | None = None, reports: np.ndarray | None = None,
-           discredited: np.ndarray | None = None) -> "EvidenceBlocks":
-        head, tail = _collaborator_block(collaborator, since, config, population, load_now, reports, discredited)
+           discredited: np.ndarray | None = None, shifted: np.ndarray | None = None) -> "EvidenceBlocks":
+        head, tail = _collaborator_block(collaborator, since, config, population, load_now, reports, discredited,
+                                         shifted)
         return cls(head, tail, _owner_block(owner), _pair_block(pair))
 
     def features(self, src: np.ndarray | None = None, dst: np.ndarray | None = None,

@@ -185,13 +185,14 @@ class PairSides:
 
     The evidence blocks are :func:`model.evidence.pair_evidence_features`'s parts: the owner's (n_o, 2L), the
     collaborator's head (9L) then tail (recency, seen, load, reported, the load's drift and memory, with
-    ``evidence.discredited`` what the credibility did not let in, of it and from it (4L), the raw STATS)
-    (n_c, 11L [+ 4L] + 4 + len(STATS) L), the pair's (P, 4L)."""
+    ``evidence.discredited`` what the credibility did not let in, of it and from it (4L), with ``evidence.shifts``
+    what it showed since its load last shifted (2L + 2), the raw STATS)
+    (n_c, 11L [+ 4L] [+ 2L + 2] + 4 + len(STATS) L), the pair's (P, 4L)."""
 
     y_owner: torch.Tensor  # (n_o, d)
     owner: torch.Tensor  # (n_o, 2L)
     y_collaborator: torch.Tensor  # (n_c, d)
-    collaborator: torch.Tensor  # (n_c, 11L [+ 4L] + 4 + len(STATS) L)
+    collaborator: torch.Tensor  # (n_c, 11L [+ 4L] [+ 2L + 2] + 4 + len(STATS) L)
     pair: torch.Tensor  # (P, 4L)
     physics: torch.Tensor  # (P, 5) raw PHYSICS_COLUMNS
     src: torch.Tensor | None = None  # (P,) int64 owner rows

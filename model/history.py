@@ -22,11 +22,12 @@ import pyarrow as pa
 from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import PHYSICS_COLUMNS, pair_physics
 from model.credibility import credibility, discredited
-from model.evidence import (DISCREDITED, NEVER, POPULATION, REPORTED, REPORTS, STATE_ROLES, EvidenceConfig,
-                            EvidenceTrack, channels_of, pair_evidence_features, report_increments, role_increments,
-                            role_lams, verified_cpu, with_status)
+from model.evidence import (DISCREDITED, NEVER, POPULATION, REPORTED, REPORTS, SHIFT_ROLES, SHIFTED, STATE_ROLES,
+                            EvidenceConfig, EvidenceTrack, channels_of, empty_state, pair_evidence_features,
+                            report_increments, role_increments, role_lams, verified_cpu, with_status)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
+from model.shift import watch
 from model.status import CPU, LOAD, TELEMETRY, X, Y, StatusLog, status_values, telemetry_of
 
 
@@ -112,24 +113,33 @@ class History:
         return telemetry_of(self.status.latest_load(devices.ravel(), before)).reshape(*np.shape(slots), len(TELEMETRY))
 
     def tracks(self, config: EvidenceConfig) -> dict[str, EvidenceTrack]:
-        """The evidence of every role after each slot with tasks, and every device's :data:`REPORTS` at the same
-        slots (computed once per config)."""
+        """The evidence of every role after each slot with tasks, every device's :data:`REPORTS` at the same slots,
+        and with ``config.shifts`` where its load shifted (:mod:`model.shift`; computed once per config)."""
         key = replace(config, speed_gap=None)  # how claims are judged changes no sum
         if key not in self._tracks:
             n = len(self.index)
             updates: dict[str, list] = {role: [] for role in STATE_ROLES}
             devices = np.arange(n)
+            live = {role: empty_state(role, config.lams) for role in (REPORTS, *SHIFT_ROLES)}  # where shifts are read
             for t, graph in enumerate(self.graphs):
                 if graph is not None and len(graph.src):
                     load = self.load(devices, np.full(n, t))  # every device's latest reported load by the slot's end
                     cpu = self.claimed_cpu(devices, np.full(n, t))
-                    for role, (keys, increments) in role_increments(graph, n, config).items():
+                    slot_increments = role_increments(graph, n, config)
+                    for role, (keys, increments) in slot_increments.items():
                         if role in ("collaborator", REPORTED):  # the loads and CPUs its collaborators had reported
                             at = keys % n if role == REPORTED else keys
                             increments = with_status(increments, load[at], cpu[at])
                         updates[role].append((t, keys, increments))
                     if self.status is not None:
-                        updates[REPORTS].append((t, *report_increments(devices, load)))
+                        reported, loads = report_increments(devices, load)
+                        updates[REPORTS].append((t, reported, loads))
+                        if config.shifts:  # each device's load against its level before this slot's report
+                            before = live[REPORTS].query(reported, t)[0]
+                            for role, update in watch(live, t, reported, load[reported], before,
+                                                      *slot_increments["collaborator"], config).items():
+                                updates[role].append((t, *update))
+                            live[REPORTS].update(reported, t, loads)
             self._tracks[key] = {role: EvidenceTrack.record(role_lams(role, config.lams), updates[role],
                                                             channels_of(role))
                                  for role in STATE_ROLES}
@@ -144,6 +154,7 @@ class History:
         pair, _ = tracks["pair"].query(src * len(self.index) + dst, end)
         population, _ = tracks["population"].query(np.full(len(src), POPULATION), end)
         reports, _ = tracks[REPORTS].query(dst, end)
+        shifted = tracks[SHIFTED].query(dst, end)[0] if config.shifts else None
         end = np.broadcast_to(end, np.shape(dst))
         discredited = np.zeros((len(dst), len(config.lams), len(DISCREDITED))) if config.discredited else None
         for slot in np.unique(end):
@@ -154,7 +165,7 @@ class History:
                 if discredited is not None:
                     discredited[rows] = self.together(config, int(slot), credited.discredited)[dst[rows]]
         return pair_evidence_features(collaborator, owner, pair, since, config, population,
-                                      self.load(dst, end), reports=reports, discredited=discredited)
+                                      self.load(dst, end), reports=reports, discredited=discredited, shifted=shifted)
 
     def collaborator_sums(self, dst: np.ndarray, end: np.ndarray, config: EvidenceConfig
                           ) -> tuple[np.ndarray, np.ndarray]:

@@ -44,15 +44,16 @@ from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
 from model.credibility import credibility, discredited
-from model.evidence import (DISCREDITED, N, POPULATION, REPORTED, REPORTS, ROLES, STATE_ROLES, W,
-                            EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay, empty_state, find,
-                            key_order, positions, report_increments, role_increments, verified_cpu,
+from model.evidence import (DISCREDITED, N, POPULATION, REPORTED, REPORTS, ROLES, SHIFT_ROLES, SHIFTED, STATE_ROLES,
+                            SUMMED_ROLES, W, EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay,
+                            empty_state, find, key_order, positions, report_increments, role_increments, verified_cpu,
                             with_status)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
 from model.published import PairScores, SlotScores
 from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift
+from model.shift import watch
 from model.stages import Stages, Windows
 from model.status import COMM_OK, COMP_OK, CPU, LOAD, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
 from model.timing import timed
@@ -201,6 +202,7 @@ class DeviceFrame:
     pair_evidence: np.ndarray  # (m, L, PAIR_CHANNELS): what a pair's state keeps (most of a frame's bytes)
     population: np.ndarray  # (1, L, C) the population's evidence this frame holds (one shard holds it all)
     reports: np.ndarray  # (n, L, 2) each device's REPORTS sums (model.evidence.load_memory)
+    shifted: np.ndarray  # (n, L, 4) each device's SHIFTED sums: since its load last shifted (model.shift)
     # what owners reported themselves of their pairs (model.credibility), each frame's of its devices as collaborators:
     reported: np.ndarray  # (r,) pair keys
     reported_pairs: np.ndarray  # (r, 2) their collaborator and owner keys
@@ -326,7 +328,10 @@ class DeviceHistory:
     def fold(self, through_slot: int) -> None:
         """Make the evidence of the parts up to ``through_slot`` final (they can no longer change)."""
         for slot in sorted(s for s in self.parts if self.folded_through < s <= through_slot):
-            for role in STATE_ROLES:
+            if self.evidence_config.shifts:  # each device's load against its level before this slot's reports
+                reported, loads = self.increments(REPORTS, slot)
+                self.watch(self.evidence, slot, reported, loads[:, 1], self.evidence[REPORTS].query(reported, slot)[0])
+            for role in SUMMED_ROLES:
                 keys, increments = self.increments(role, slot)
                 tags = {"pair": self.parts[slot].pair_owners, REPORTED: self.parts[slot].reported_pairs}.get(role)
                 if len(keys):
@@ -350,6 +355,22 @@ class DeviceHistory:
         return keys, with_status(increments, self.status.latest_load(collaborators, end),
                                  self.status.latest_value(collaborators, end, CPU))
 
+    def watch(self, states: dict[str, EvidenceState], slot: int, keys: np.ndarray, load: np.ndarray,
+              reports: np.ndarray) -> None:
+        """:func:`model.shift.watch` of held ``slot`` on ``states`` for devices ``keys`` (sorted) with a ``load``
+        known by its end, whose :data:`REPORTS` sums were ``reports`` before the slot's."""
+        watch(states, slot, keys, load, reports, *self.parts[slot].evidence["collaborator"], self.evidence_config)
+
+    def shifts(self, keys: np.ndarray, slot: int) -> dict[str, EvidenceState]:
+        """The :data:`SHIFT_ROLES` states of devices ``keys`` (sorted) at the end of ``slot``: the folded ones, watched
+        on through the pending parts up to it (a copy: the pending parts can still change)."""
+        states = {role: self.evidence[role].copy() for role in SHIFT_ROLES}
+        for s in sorted(p for p in self.parts if self.folded_through < p <= slot):
+            reported, loads = self.increments(REPORTS, s)
+            mine = np.isin(reported, keys)
+            self.watch(states, s, reported[mine], loads[mine, 1], self._evidence(REPORTS, reported[mine], s, s)[0])
+        return states
+
     def prune(self, before_slot: int, status_before_ms: int) -> None:
         """Forget slot parts before ``before_slot`` (folded first), statuses superseded before
         ``status_before_ms`` (a caller keeps those the sequences' window reads: :func:`status_horizon`), faded
@@ -364,12 +385,17 @@ class DeviceHistory:
         keep = np.isin(self.names[0], np.concatenate(referred))
         self.names = (self.names[0][keep], self.names[1][keep])
 
-    def _evidence(self, role: str, keys: np.ndarray, slot: int) -> tuple[np.ndarray, np.ndarray]:
+    def _evidence(self, role: str, keys: np.ndarray, slot: int, before: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
         """(values (k, L, C), slots since the last update) of ``keys`` at the end of ``slot``: the folded state
-        plus the pending parts up to the slot."""
+        plus the pending parts up to the slot (``before``: those before that slot only, decayed to ``slot``); of a
+        :data:`SHIFT_ROLES` state, as :meth:`shifts` watches them on."""
+        if role in SHIFT_ROLES:  # watched on through the pending parts rather than summed
+            return (self.shifts(keys, slot) if self.evidence_config.shifts else self.evidence)[role].query(keys, slot)
         values, since = self.evidence[role].query(keys, slot)
         lams = self.evidence[role].lams
-        for s in sorted(p for p in self.parts if self.folded_through < p <= slot):
+        last = slot if before is None else before - 1
+        for s in sorted(p for p in self.parts if self.folded_through < p <= last):
             part_keys, increments = self.increments(role, s)
             at = np.searchsorted(keys, part_keys)
             hit = (at < len(keys)) & (keys[np.minimum(at, max(len(keys) - 1, 0))] == part_keys) if len(keys) else \
@@ -406,12 +432,13 @@ class DeviceHistory:
         pair_evidence, _ = self._evidence("pair", pairs, slot)
         population, _ = self._evidence("population", np.array([POPULATION]), slot)
         reports, _ = self._evidence(REPORTS, keys, slot)
+        shifted, _ = self._evidence(SHIFTED, keys, slot)
         reported, reported_pairs, reported_evidence, monitored, reported_since = self.reported(slot)
         at, held = find(keys, reported_pairs[:, 0])
         np.minimum.at(since, at[held], reported_since[held])  # an owner's report of it says it served too
         return DeviceFrame(keys, ids, y, status, heard_ms, profile[:, 1:], recent, collaborator, since, owner, pairs,
-                           tags[first].astype(np.int64), pair_evidence, population, reports, reported, reported_pairs,
-                           reported_evidence, monitored)
+                           tags[first].astype(np.int64), pair_evidence, population, reports, shifted, reported,
+                           reported_pairs, reported_evidence, monitored)
 
     def reported(self, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The :data:`DeviceFrame.REPORTED_FIELDS` at the end of ``slot``: every owner-reported pair of this history's
@@ -564,7 +591,7 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
             status[:, CPU] = verified_cpu(status[:, CPU], collaborator, evidence)
         physics = pair_physics(status, status, frame.profile[:, :2], params, src, dst)
         blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, evidence, population,
-                                   frame.status[:, LOAD], frame.reports, disbelieved)
+                                   frame.status[:, LOAD], frame.reports, disbelieved, frame.shifted)
         t_beh, step = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
         t_res = resource_trust(status[:, WILLINGNESS], status[:, COMM_OK], status[:, COMP_OK])[dst]  # per device
         voc = physics.value(params)

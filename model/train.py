@@ -400,14 +400,18 @@ class Prepared:
     #                                  evidence's large tasks from small ones (model.baselines.size_split)
     speed_gap: float | None = None  # the training period's typical log of shown speed over claimed CPU (None: no
     #                                 times; model.evidence.typical_speed_gap)
+    shifts: bool = False  # whether devices reported their loads in the training period (the head then reads what a
+    #                       device showed since its load last shifted: model.shift)
 
     def configure(self, config: BMConfig) -> BMConfig:
         """The config whose evidence keeps these memories, counts transmissions against this on-time factor, reads
         what was reported and not believed (where owners report), parts tasks by size at the training period's
-        typical size and judges claimed CPUs against the typical gap to the speeds shown."""
+        typical size, judges claimed CPUs against the typical gap to the speeds shown and, where loads are
+        reported, watches them for shifts."""
         return replace(config, evidence=replace(config.evidence, lams=self.lams,
                                                 on_time=self.on_time.factor, discredited=self.discredited,
-                                                size_split_bits=self.size_split, speed_gap=self.speed_gap))
+                                                size_split_bits=self.size_split, speed_gap=self.speed_gap,
+                                                shifts=self.shifts))
 
 
 def build(config: BMConfig, prepared: Prepared, train: TrainConfig) -> BM:
@@ -517,7 +521,8 @@ def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
     seen = range(train_slots[-1] + 1)
     with deterministic():
         features = node2vec_table(history, seen, config, train.seed)
-    lams = memories(config.evidence.lams, history.loads_reported(train_slots[-1]))
+    loads = history.loads_reported(train_slots[-1])
+    lams = memories(config.evidence.lams, loads)
     config = replace(config, evidence=replace(config.evidence, lams=lams))
     batch = targets(history, train_slots, config.evidence, train_slots[-1])
     on_time = OnTimeCurve.fit(batch.time_ratio, batch.tr, batch.com)
@@ -534,7 +539,7 @@ def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
                     rate_prior(batch, len(history.index), history.has_flags, on_time),
                     float((batch.tr.sum() + 1) / (batch.flagged.sum() + 2)), lams,
                     size_choice(history, train_slots, lams), owners_report(history, train_slots),
-                    size_split(history, train_slots), gap)
+                    size_split(history, train_slots), gap, loads)
 
 
 def owners_report(history: History, slots: Iterable[int]) -> bool:

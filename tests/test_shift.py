@@ -1,0 +1,112 @@
+"""Where a device's reported load shifts (model.shift): the CUSUM by hand, a cycling load left alone, and the same
+shifts offline, in shards and through pending slots."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+
+from model.evidence import (REPORTS, SHIFT_OPEN, SHIFT_ROLES, SHIFT_TEST, SHIFTED, SUMMED_ROLES, EvidenceConfig,
+                            empty_state, report_increments, shift_block)
+from model.config import RankingConfig
+from model.scoring import DeviceFrame, DeviceHistory, shard_of, slot_part, status_arrays
+from model.shift import step
+from model.stages import TorchStages
+from tests.test_bm import SMALL
+from tests.test_scoring import SIM, scored_log
+
+# the longest memory forgets nothing, so the sums below are plain counts
+CONFIG = EvidenceConfig(lams=(0.9, 1.0), level_memory=0.9, shifts=True)
+
+
+def watched(loads: np.ndarray, com: np.ndarray) -> list[dict]:
+    """One device's load (T,) and computation outcome (T,) (one on-time task a slot) through :func:`step`, its reports
+    summed after each slot as :meth:`model.history.History.tracks` sums them; the shift states after each slot."""
+    states = {role: empty_state(role, CONFIG.lams) for role in (REPORTS, *SHIFT_ROLES)}
+    key = np.array([7])
+    after = []
+    for slot, (load, success) in enumerate(zip(loads, com)):
+        before = states[REPORTS].query(key, slot)[0]
+        step(states, slot, key, np.array([load]), before, np.ones(1), np.array([success]), CONFIG)
+        reported, increments = report_increments(key, np.array([load]))
+        states[REPORTS].update(reported, slot, increments)
+        after.append({role: states[role].query(key, slot)[0][0] for role in SHIFT_ROLES})
+    return after
+
+
+def test_a_step_in_the_load_is_a_shift_located_where_the_step_began() -> None:
+    loads = np.r_[np.full(20, 0.30), np.full(12, 0.55)]
+    com = (np.arange(32) >= 20).astype(float)  # fails until its load steps up, succeeds after
+    after = watched(loads, com)
+    # by hand: the reference is the mean of the loads before the slot; up gathers load - reference - 0.125
+    # slot 20: 0.55 - 0.3 = 0.25 -> 0.125; 21: 0.55 - 6.55/21 -> 0.2488; 22: -> 0.3511; 23: -> 0.4435; 24: -> 0.5268
+    np.testing.assert_allclose(after[23][SHIFT_TEST][0], [1.0, 0.125 + (0.55 - 6.55 / 21) + (0.55 - 7.1 / 22)
+                                                          + (0.55 - 7.65 / 23) - 3 * 0.125, 0.0])
+    assert all(not a[SHIFTED].any() for a in after[:24])  # nothing shifted before the alarm
+    # slot 24 passes the alarm: the shift is located at slot 20, where up last stood at zero before
+    np.testing.assert_allclose(after[24][SHIFTED][-1], [5, 5 * 0.55, 5, 5])  # slots 20-24: loads, on-time, successes
+    assert not after[24][SHIFT_TEST].any() and not after[24][SHIFT_OPEN].any()  # both sides start again
+    # from then on the load is set against its mean since the shift (0.55): no second shift, the sums go on
+    np.testing.assert_allclose(after[31][SHIFTED][-1], [12, 12 * 0.55, 12, 12])
+    np.testing.assert_allclose(after[31][SHIFTED][0], [sum(0.9 ** k for k in range(12))] * 1 +
+                               [0.55 * sum(0.9 ** k for k in range(12))] + [sum(0.9 ** k for k in range(12))] * 2)
+
+
+def test_a_step_down_is_a_shift_too_and_the_head_reads_it() -> None:
+    loads = np.r_[np.full(20, 0.55), np.full(12, 0.30)]
+    com = (np.arange(32) >= 20).astype(float)
+    shifted = watched(loads, com)[-1][SHIFTED]
+    assert shifted[-1, 0] == 12  # located at slot 20 again: the sides are alike
+    # the head's columns: shifted; P(com | tr) since less over the whole record; log count since; the load's move
+    whole = np.zeros((1, 2, 18))
+    whole[..., 5], whole[..., 4] = [[32.0, 32.0]], [[12.0, 12.0]]  # TON, COM over its whole record (at lambda 1)
+    reports = np.array([[[10.0, 10 * 0.55], [32.0, 20 * 0.55 + 12 * 0.30]]])
+    moved, rate, count, away = shift_block(whole, shifted[None], reports)
+    assert moved[0, 0] == 1.0
+    np.testing.assert_allclose(rate[0, 1], 13 / 14 - 13 / 34)
+    np.testing.assert_allclose(count[0, 1], np.log1p(12) / 3)
+    np.testing.assert_allclose(away[0, 0], max(-1.0, 2 * (0.30 - (20 * 0.55 + 12 * 0.30) / 32)))
+    never = shift_block(whole, np.zeros((1, 2, 4)), reports)
+    assert not any(column.any() for column in never)  # a device whose load never shifted reads zeros
+
+
+def test_a_load_that_cycles_about_its_level_never_shifts() -> None:
+    slots = np.arange(400)
+    for period in (8.0, 23.0, 40.0):  # the simulator's cycles: +-0.12 with +-0.08 of noise about the level
+        noise = np.random.default_rng(int(period)).uniform(-1, 1, len(slots))
+        loads = 0.3 + 0.12 * np.sin(2 * np.pi * slots / period) + 0.08 * noise
+        after = watched(loads, np.ones(len(slots)))
+        assert not any(a[SHIFTED].any() for a in after), period
+
+
+def test_shifts_alike_offline_in_shards_and_through_pending_slots() -> None:
+    events, status, history, model = scored_log(SIM)
+    stages = TorchStages(model, history.index)
+    config = replace(SMALL.evidence, shifts=True)
+    whole = DeviceHistory(config)
+    shards = [DeviceHistory(config) for _ in range(3)]
+    keys, ids, times, values = status_arrays(status)
+    whole.add_status(keys, ids, times, values)
+    for k, shard in enumerate(shards):
+        mine = shard_of(keys, 3) == k
+        shard.add_status(keys[mine], ids[mine], times[mine], values[mine])
+    slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
+    for slot in range(SIM.slots):
+        part = slot_part(stages, events.filter(slot_of == slot), slot)
+        whole.add_part(part)
+        for k, shard in enumerate(shards):
+            shard.add_part(part.select(k, 3))
+        if slot == 6:  # slots up to 6 final; the later ones pending, watched on where a frame is made
+            for target in [whole, *shards]:
+                target.fold(6)
+    last = SIM.slots - 1
+    one = whole.frame(stages, last, RankingConfig())
+    joined = DeviceFrame.concat([s.frame(stages, last, RankingConfig()) for s in shards])
+    np.testing.assert_allclose(one.shifted, joined.shifted, rtol=1e-9, atol=1e-12)
+    rows = history.index.lookup(pa.array(one.ids.tolist()))
+    offline = history.tracks(config)[SHIFTED].query(rows, last - history.first_slot)[0]
+    np.testing.assert_allclose(one.shifted, offline, rtol=1e-9, atol=1e-12)
+    assert (one.shifted[:, -1, 0] > 0).sum() >= 3  # the changing devices' loads drift by 0.25 within these slots
+    assert set(SUMMED_ROLES).isdisjoint(SHIFT_ROLES)
