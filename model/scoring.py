@@ -328,11 +328,10 @@ class DeviceHistory:
     def fold(self, through_slot: int) -> None:
         """Make the evidence of the parts up to ``through_slot`` final (they can no longer change)."""
         for slot in sorted(s for s in self.parts if self.folded_through < s <= through_slot):
-            if self.evidence_config.shifts:  # each device's load against its level before this slot's reports
-                reported, loads = self.increments(REPORTS, slot)
-                self.watch(self.evidence, slot, reported, loads[:, 1], self.evidence[REPORTS].query(reported, slot)[0])
-            for role in SUMMED_ROLES:
-                keys, increments = self.increments(role, slot)
+            summed = {role: self.increments(role, slot) for role in SUMMED_ROLES}
+            if self.evidence_config.shifts:
+                self.watch(self.evidence, slot, *summed[REPORTS])
+            for role, (keys, increments) in summed.items():
                 tags = {"pair": self.parts[slot].pair_owners, REPORTED: self.parts[slot].reported_pairs}.get(role)
                 if len(keys):
                     self.evidence[role].update(keys, slot, increments, tags)
@@ -355,20 +354,22 @@ class DeviceHistory:
         return keys, with_status(increments, self.status.latest_load(collaborators, end),
                                  self.status.latest_value(collaborators, end, CPU))
 
-    def watch(self, states: dict[str, EvidenceState], slot: int, keys: np.ndarray, load: np.ndarray,
-              reports: np.ndarray) -> None:
-        """:func:`model.shift.watch` of held ``slot`` on ``states`` for devices ``keys`` (sorted) with a ``load``
-        known by its end, whose :data:`REPORTS` sums were ``reports`` before the slot's."""
-        watch(states, slot, keys, load, reports, *self.parts[slot].evidence["collaborator"], self.evidence_config)
+    def watch(self, states: dict[str, EvidenceState], slot: int, keys: np.ndarray, loads: np.ndarray) -> None:
+        """:func:`model.shift.watch` of held ``slot`` on the :data:`SHIFT_ROLES` of ``states``, for the devices ``keys``
+        (sorted) of the slot's :data:`REPORTS` increments ``loads`` (k, 2), each load set against the level
+        ``states[REPORTS]`` held before them."""
+        watch(states, slot, keys, loads[:, 1], states[REPORTS].query(keys, slot)[0],
+              *self.parts[slot].evidence["collaborator"], self.evidence_config)
 
     def shifts(self, keys: np.ndarray, slot: int) -> dict[str, EvidenceState]:
-        """The :data:`SHIFT_ROLES` states of devices ``keys`` (sorted) at the end of ``slot``: the folded ones, watched
-        on through the pending parts up to it (a copy: the pending parts can still change)."""
-        states = {role: self.evidence[role].copy() for role in SHIFT_ROLES}
+        """The :data:`SHIFT_ROLES` states of devices ``keys`` at the end of ``slot``: the folded ones, watched on
+        through the pending parts up to it as :meth:`fold` would (on copies: the pending parts can still change)."""
+        states = {role: self.evidence[role].copy() for role in (REPORTS, *SHIFT_ROLES)}
         for s in sorted(p for p in self.parts if self.folded_through < p <= slot):
             reported, loads = self.increments(REPORTS, s)
             mine = np.isin(reported, keys)
-            self.watch(states, s, reported[mine], loads[mine, 1], self._evidence(REPORTS, reported[mine], s, s)[0])
+            self.watch(states, s, reported[mine], loads[mine])
+            states[REPORTS].update(reported[mine], s, loads[mine])
         return states
 
     def prune(self, before_slot: int, status_before_ms: int) -> None:
@@ -385,17 +386,14 @@ class DeviceHistory:
         keep = np.isin(self.names[0], np.concatenate(referred))
         self.names = (self.names[0][keep], self.names[1][keep])
 
-    def _evidence(self, role: str, keys: np.ndarray, slot: int, before: int | None = None
-                  ) -> tuple[np.ndarray, np.ndarray]:
+    def _evidence(self, role: str, keys: np.ndarray, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """(values (k, L, C), slots since the last update) of ``keys`` at the end of ``slot``: the folded state
-        plus the pending parts up to the slot (``before``: those before that slot only, decayed to ``slot``); of a
-        :data:`SHIFT_ROLES` state, as :meth:`shifts` watches them on."""
+        plus the pending parts up to the slot; of a :data:`SHIFT_ROLES` state, as :meth:`shifts` watches them on."""
         if role in SHIFT_ROLES:  # watched on through the pending parts rather than summed
             return (self.shifts(keys, slot) if self.evidence_config.shifts else self.evidence)[role].query(keys, slot)
         values, since = self.evidence[role].query(keys, slot)
         lams = self.evidence[role].lams
-        last = slot if before is None else before - 1
-        for s in sorted(p for p in self.parts if self.folded_through < p <= last):
+        for s in sorted(p for p in self.parts if self.folded_through < p <= slot):
             part_keys, increments = self.increments(role, s)
             at = np.searchsorted(keys, part_keys)
             hit = (at < len(keys)) & (keys[np.minimum(at, max(len(keys) - 1, 0))] == part_keys) if len(keys) else \
