@@ -263,6 +263,7 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
                 facts["stack_own"] = float(model.head.stack[0])  # 1 where the head reads the task's size
                 facts["size_corrected"] = float(model.head.sizing.adopted)
                 facts["memories"] = float(len(model.config.evidence.lams))  # 5 where the evidence keeps the long one
+                facts["shifts"] = float(model.config.evidence.shifts)  # 1 where it reads the loads' shifts (model.shift)
             predicted[method] = predict(model, history, test_slots)[0]
             if head == "paper" or not history.has_flags:  # else the median readout is T_beh itself
                 medians[method] = predict(model, history, test_slots, readout="median")[0]
@@ -450,9 +451,10 @@ def _injection_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
 
 
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], paired: dict | None = None) -> str:
-    coarse = ("seconds", "kept_epoch", "size_corrected", "memories")  # one decimal
+    coarse = ("seconds", "kept_epoch", "size_corrected", "memories", "shifts")  # one decimal
     metrics = [m for m in ("rmse", "mae", "rmse_truth", "rmse_truth_honest", "rmse_truth_candidates", "mae_truth",
-                           "ece", "ece_truth", "seconds", "kept_epoch", "stack_own", "size_corrected", "memories")
+                           "ece", "ece_truth", "seconds", "kept_epoch", "stack_own", "size_corrected", "memories",
+                           "shifts")
                if any(m in row for row in summary.values())]
     lines = [f"# {title}", ""] + _table(["method", *metrics], [
         [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m in coarse

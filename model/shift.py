@@ -47,9 +47,12 @@ def step(states: dict[str, EvidenceState], slot: int, keys: np.ndarray, load: np
     transmissions and computation successes as collaborator in the slot. Updates the :data:`model.evidence.SHIFT_ROLES`
     states in ``states`` in place; returns {role: (keys, increments (k', L, C))} as applied, for a track to replay."""
     test = states[SHIFT_TEST].query(keys, slot)[0][:, 0, :]  # (k, 3): open, up, down
-    excursions = states[SHIFT_OPEN].query(keys, slot)[0]  # (k, L, 1 + 2 SIDE)
     since = states[SHIFTED].query(keys, slot)[0]  # (k, L, SIDE)
     moved = load - reference(load, since, reports)
+    # a device with no open side, no shift behind it and its load within the slack of its level stays as it is
+    live = (test[:, 0] > 0) | (since[:, -1, 0] > 0) | (np.abs(moved) > config.shift_slack)
+    keys, load, test, since, moved, ton, com = (a[live] for a in (keys, load, test, since, moved, ton, com))
+    excursions = states[SHIFT_OPEN].query(keys, slot)[0]  # (k', L, 1 + 2 SIDE)
     up = np.maximum(0.0, test[:, 1] + moved - config.shift_slack)
     down = np.maximum(0.0, test[:, 2] - moved - config.shift_slack)
     increment = np.stack([np.ones(len(keys)), load, ton, com], axis=1)[:, None, :]  # (k, 1, SIDE)

@@ -460,14 +460,18 @@ def test_the_head_reads_what_was_not_believed_only_where_owners_report(history: 
 
 def test_the_evidence_keeps_a_long_memory_only_where_devices_report_their_loads(history: History) -> None:
     """Where statuses carry the load, training keeps a long memory beside the others (the load's trace tells the head
-    when a device's long record still holds); without loads the memories stay as configured."""
+    when a device's long record still holds) and watches the loads for shifts; without loads the memories stay as
+    configured and nothing is watched."""
     train = TrainConfig(epochs=1, patience=1, chunk_slots=4, head_epochs=5)
     plain = prepare(history, SMALL, train)
     assert plain.lams == SMALL.evidence.lams and plain.configure(SMALL).evidence.lams == SMALL.evidence.lams
+    assert not plain.shifts and not plain.configure(SMALL).evidence.shifts
     loaded, _ = simulated_history(SimConfig(devices=40, tasks=1200, slots=24, seed=4, telemetry=True))
     model, prepared, _ = train_bm(loaded, SMALL, train)
     evidence = model.config.evidence
     assert prepared.lams == evidence.lams == (*SMALL.evidence.lams, LONG_MEMORY)
+    assert prepared.shifts and evidence.shifts  # and the head reads what each device showed since its load shifted
+    assert evidence.features == replace(evidence, shifts=False).features + 2 * len(evidence.lams) + 2
     assert model.head.lams == len(SMALL.evidence.lams) + 1 and model.head.experts.count == 2 * model.head.lams
     batch = targets(loaded, [loaded.slots - 1])
     sums = loaded.collaborator_sums(batch.query.dst, batch.query.end, evidence)[0]  # (P, L, C)
