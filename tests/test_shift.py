@@ -1,5 +1,5 @@
 """Where a device's reported load shifts (model.shift): the CUSUM by hand, a cycling load left alone, and the same
-shifts offline, in shards and through pending slots."""
+shifts offline, in shards, through pending slots and across a snapshot."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 from model.evidence import (REPORTS, SHIFT_OPEN, SHIFT_ROLES, SHIFT_TEST, SHIFTED, SUMMED_ROLES, EvidenceConfig,
                             empty_state, report_increments, shift_block)
 from model.config import RankingConfig
-from model.scoring import DeviceFrame, DeviceHistory, shard_of, slot_part, status_arrays
+from model.scoring import DeviceFrame, DeviceHistory, EvidenceSnapshot, shard_of, slot_part, status_arrays
 from model.shift import step
 from model.stages import TorchStages
 from tests.test_bm import SMALL
@@ -110,3 +110,32 @@ def test_shifts_alike_offline_in_shards_and_through_pending_slots() -> None:
     np.testing.assert_allclose(one.shifted, offline, rtol=1e-9, atol=1e-12)
     assert (one.shifted[:, -1, 0] > 0).sum() >= 3  # the changing devices' loads drift by 0.25 within these slots
     assert set(SUMMED_ROLES).isdisjoint(SHIFT_ROLES)
+
+
+def test_shift_states_survive_a_snapshot_and_a_reshard(tmp_path) -> None:
+    events, status, history, model = scored_log(SIM)
+    stages = TorchStages(model, history.index)
+    config = replace(SMALL.evidence, shifts=True)
+    whole = DeviceHistory(config)
+    whole.add_status(*status_arrays(status))
+    slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
+    parts = [slot_part(stages, events.filter(slot_of == slot), slot) for slot in range(SIM.slots)]
+    for part in parts[:9]:
+        whole.add_part(part)
+    whole.fold(8)
+    assert len(whole.evidence[SHIFTED]) >= 1 and len(whole.evidence[SHIFT_OPEN]) >= 1  # a shift, and sides open
+    EvidenceSnapshot(whole.folded_through, whole.evidence).save(tmp_path / "evidence.npz")
+    merged = EvidenceSnapshot.merge([EvidenceSnapshot.load(tmp_path / "evidence.npz").select(k, 3) for k in range(3)])
+    for role in SHIFT_ROLES:
+        for name in ("keys", "slots", "values"):
+            np.testing.assert_array_equal(getattr(merged.states[role], name), getattr(whole.evidence[role], name))
+    resumed = DeviceHistory(config)  # a job restarted from the snapshot goes on watching where the first one was
+    resumed.seed(merged)
+    resumed.add_status(*status_arrays(status))
+    for target in (whole, resumed):
+        for part in parts[9:]:
+            target.add_part(part)
+    last = SIM.slots - 1
+    shifted = whole.frame(stages, last, RankingConfig()).shifted
+    np.testing.assert_array_equal(resumed.frame(stages, last, RankingConfig()).shifted, shifted)
+    assert (shifted[:, -1, 0] > 0).sum() > len(whole.evidence[SHIFTED])  # devices that shifted after the snapshot
