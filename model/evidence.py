@@ -470,6 +470,12 @@ def load_drift(sums: np.ndarray, load_now: np.ndarray) -> np.ndarray:
     return np.where(known, np.clip(DRIFT_SCALE * drift, -1.0, 1.0), 0.0)
 
 
+def shifted_load(shifted: np.ndarray) -> np.ndarray:
+    """(n,) a device's mean load since its load last shifted, at the longest memory, from its :data:`SHIFTED` sums
+    (n, L, 4); 0 where it never shifted."""
+    return shifted[:, -1, 1] / np.maximum(shifted[:, -1, 0], 1e-12)
+
+
 def report_increments(keys: np.ndarray, load: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A slot's :data:`REPORTS` update from each device's latest reported load by the slot's end (k,) (NaN: none
     yet): (keys of the devices with one, increments (k', 2): 1 and that load)."""
@@ -584,8 +590,7 @@ def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray |
     moved = slots[:, -1] > 0
     rate = np.where(moved[:, None], _rate(com, ton) - _rate(c[..., COM], c[..., TON]), 0.0)
     count = np.where(moved[:, None], _log_count(ton), 0.0)
-    reported = load_memory(reports, n, lams)[:, -1]
-    away = np.where(moved, load[:, -1] / np.maximum(slots[:, -1], 1e-12) - reported, 0.0)
+    away = np.where(moved, shifted_load(shifted) - load_memory(reports, n, lams)[:, -1], 0.0)
     return [moved[:, None].astype(np.float64), rate, count, np.clip(DRIFT_SCALE * away, -1.0, 1.0)[:, None]]
 
 

@@ -362,8 +362,9 @@ class DeviceHistory:
               *self.parts[slot].evidence["collaborator"], self.evidence_config)
 
     def shifts(self, keys: np.ndarray, slot: int) -> dict[str, EvidenceState]:
-        """The :data:`SHIFT_ROLES` states of devices ``keys`` at the end of ``slot``: the folded ones, watched on
-        through the pending parts up to it as :meth:`fold` would (on copies: the pending parts can still change)."""
+        """The :data:`REPORTS` and :data:`SHIFT_ROLES` states of devices ``keys`` at the end of ``slot``: the folded
+        ones, summed and watched on through the pending parts up to it as :meth:`fold` would (on copies: the pending
+        parts can still change)."""
         states = {role: self.evidence[role].copy() for role in (REPORTS, *SHIFT_ROLES)}
         for s in sorted(p for p in self.parts if self.folded_through < p <= slot):
             reported, loads = self.increments(REPORTS, s)
@@ -388,9 +389,7 @@ class DeviceHistory:
 
     def _evidence(self, role: str, keys: np.ndarray, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """(values (k, L, C), slots since the last update) of ``keys`` at the end of ``slot``: the folded state
-        plus the pending parts up to the slot; of a :data:`SHIFT_ROLES` state, as :meth:`shifts` watches them on."""
-        if role in SHIFT_ROLES:  # watched on through the pending parts rather than summed
-            return (self.shifts(keys, slot) if self.evidence_config.shifts else self.evidence)[role].query(keys, slot)
+        plus the pending parts up to the slot (a :data:`SHIFT_ROLES` state is watched on instead: :meth:`shifts`)."""
         values, since = self.evidence[role].query(keys, slot)
         lams = self.evidence[role].lams
         for s in sorted(p for p in self.parts if self.folded_through < p <= slot):
@@ -429,8 +428,11 @@ class DeviceHistory:
         pairs, first = np.unique(candidates, return_index=True)
         pair_evidence, _ = self._evidence("pair", pairs, slot)
         population, _ = self._evidence("population", np.array([POPULATION]), slot)
-        reports, _ = self._evidence(REPORTS, keys, slot)
-        shifted, _ = self._evidence(SHIFTED, keys, slot)
+        if self.evidence_config.shifts:  # the pending slots' reports summed once, and watched for shifts as they are
+            states = self.shifts(keys, slot)
+            reports, shifted = (states[role].query(keys, slot)[0] for role in (REPORTS, SHIFTED))
+        else:
+            reports, shifted = self._evidence(REPORTS, keys, slot)[0], self.evidence[SHIFTED].query(keys, slot)[0]
         reported, reported_pairs, reported_evidence, monitored, reported_since = self.reported(slot)
         at, held = find(keys, reported_pairs[:, 0])
         np.minimum.at(since, at[held], reported_since[held])  # an owner's report of it says it served too

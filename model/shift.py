@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from model.evidence import COM, SHIFT_OPEN, SHIFT_TEST, SHIFTED, SINCE_CHANNELS, TON, EvidenceConfig, EvidenceState, find
+from model.evidence import (COM, SHIFT_OPEN, SHIFT_TEST, SHIFTED, SINCE_CHANNELS, TON, EvidenceConfig, EvidenceState,
+                            find, load_memory, shifted_load)
 
 SIDE = len(SINCE_CHANNELS)  # the channels of one side's open excursion in SHIFT_OPEN, after its first (both's slots)
 
@@ -35,9 +36,8 @@ def reference(load: np.ndarray, since: np.ndarray, reports: np.ndarray) -> np.nd
     (``since`` (k, L, 4), :data:`SHIFTED`), else its mean reported load at the longest memory (``reports`` (k, L, 2)
     before this slot), else (its first report) the load itself."""
     shifted, reported = since[:, -1, 0] > 0, reports[:, -1, 0] > 0
-    mean_since = since[:, -1, 1] / np.maximum(since[:, -1, 0], 1e-12)
-    mean_reported = reports[:, -1, 1] / np.maximum(reports[:, -1, 0], 1e-12)
-    return np.where(shifted, mean_since, np.where(reported, mean_reported, load))
+    mean_reported = load_memory(reports, len(load), reports.shape[1])[:, -1]
+    return np.where(shifted, shifted_load(since), np.where(reported, mean_reported, load))
 
 
 def step(states: dict[str, EvidenceState], slot: int, keys: np.ndarray, load: np.ndarray, reports: np.ndarray,
@@ -48,10 +48,11 @@ def step(states: dict[str, EvidenceState], slot: int, keys: np.ndarray, load: np
     states in ``states`` in place; returns {role: (keys, increments (k', L, C))} as applied, for a track to replay."""
     test = states[SHIFT_TEST].query(keys, slot)[0][:, 0, :]  # (k, 3): open, up, down
     since = states[SHIFTED].query(keys, slot)[0]  # (k, L, SIDE)
-    moved = load - reference(load, since, reports)
+    moved, shifted = load - reference(load, since, reports), since[:, -1, 0] > 0
     # a device with no open side, no shift behind it and its load within the slack of its level stays as it is
-    live = (test[:, 0] > 0) | (since[:, -1, 0] > 0) | (np.abs(moved) > config.shift_slack)
-    keys, load, test, since, moved, ton, com = (a[live] for a in (keys, load, test, since, moved, ton, com))
+    live = (test[:, 0] > 0) | shifted | (np.abs(moved) > config.shift_slack)
+    keys, load, test, since, moved, shifted, ton, com = (a[live] for a in (keys, load, test, since, moved, shifted,
+                                                                           ton, com))
     excursions = states[SHIFT_OPEN].query(keys, slot)[0]  # (k', L, 1 + 2 SIDE)
     up = np.maximum(0.0, test[:, 1] + moved - config.shift_slack)
     down = np.maximum(0.0, test[:, 2] - moved - config.shift_slack)
@@ -59,9 +60,8 @@ def step(states: dict[str, EvidenceState], slot: int, keys: np.ndarray, load: np
     up_sums = np.where((up > 0)[:, None, None], excursions[..., 1:1 + SIDE] + increment, 0.0)
     down_sums = np.where((down > 0)[:, None, None], excursions[..., 1 + SIDE:] + increment, 0.0)
     rose, fell = up > config.shift_alarm, down > config.shift_alarm
-    shifted = since[:, -1, 0] > 0
-    new_since = np.where(rose[:, None, None], up_sums, np.where(fell[:, None, None], down_sums,
-                                                                np.where(shifted[:, None, None], since + increment, 0.0)))
+    carried = np.where(shifted[:, None, None], since + increment, 0.0)  # a shift behind it: its sums go on
+    new_since = np.where(rose[:, None, None], up_sums, np.where(fell[:, None, None], down_sums, carried))
     restart = rose | fell
     up[restart], down[restart], up_sums[restart], down_sums[restart] = 0.0, 0.0, 0.0, 0.0
     new_test = np.stack([((up > 0) | (down > 0)).astype(np.float64), up, down], axis=1)[:, None, :]
