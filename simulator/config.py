@@ -46,6 +46,8 @@ class AttackKind(str, enum.Enum):
     BALLOT_STUFFING = "ballot-stuffing"  # unreliable colluders that offload to each other and report success
     BAD_MOUTHING = "bad-mouthing"  # unreliable colluders that report failure for the honest devices they offload to
     OVERCLAIMING = "overclaiming"  # slow devices whose statuses claim the fastest CPU, so their tasks run late
+    FAKE_RECOVERY = "fake-recovery"  # unreliable devices whose reported load drops, as a recovering device's does,
+    #                                  whenever their record since the last drop is poor (needs telemetry)
 
     @property
     def false_reports(self) -> bool:
@@ -72,7 +74,13 @@ class Attack:
     a wave of whitewashing that starts after a model was trained). An overclaimer runs on the slowest of
     ``SimConfig.cpu_choices_hz`` (or on ``overclaimer_cpu_hz``: a milder lie) and reports the fastest in every status
     (a claim inside the range a validator accepts): it computes honestly, but a task sized for the CPU it claims runs
-    late, and a scheduler that believes the claim expects it to finish in a fraction of the time."""
+    late, and a scheduler that believes the claim expects it to finish in a fraction of the time. A fake recoverer
+    lies in the load its statuses report (``SimConfig.telemetry``): it reports its load plus ``fake_load`` (None:
+    ``SimConfig.load_drift``, what a recovering device sheds), a busy device's load, and at the end of a slot in which
+    its record since its last drop is poor (judged as a whitewasher's: ``whitewash_min_tasks``,
+    ``whitewash_below``; from ``whitewash_from`` on) it drops the excess at once, the step a recovering device's load
+    takes, then creeps back over ``fake_creep`` slots (too slowly to look like a change) to drop again. It computes as
+    unreliably throughout; ``fake_load`` 0 is the control, the same devices telling the truth."""
 
     kind: AttackKind
     share: float
@@ -83,11 +91,13 @@ class Attack:
     id_spread_m: float = 0.0
     whitewash_from: int = 0
     overclaimer_cpu_hz: float | None = None  # None: the slowest of SimConfig.cpu_choices_hz
+    fake_load: float | None = None  # None: SimConfig.load_drift
+    fake_creep: int = 20
 
     def __post_init__(self) -> None:
         if not 0 <= self.share < 1:
             raise ValueError(f"--attack: share of {self.kind.value!r} must be in [0, 1) (got {self.share!r})")
-        for name in ("sybil_ids", "whitewash_ids", "whitewash_min_tasks"):
+        for name in ("sybil_ids", "whitewash_ids", "whitewash_min_tasks", "fake_creep"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Attack.{name}: must be >= 1 (got {getattr(self, name)!r})")
         if not self.id_spread_m >= 0:
@@ -96,6 +106,10 @@ class Attack:
             raise ValueError(f"--overclaimer-cpu-hz: only with --attack overclaiming=SHARE (got {self.kind.value!r})")
         if self.overclaimer_cpu_hz is not None and not self.overclaimer_cpu_hz > 0:
             raise ValueError(f"--overclaimer-cpu-hz: must be > 0 (got {self.overclaimer_cpu_hz!r})")
+        if self.fake_load is not None and self.kind is not AttackKind.FAKE_RECOVERY:
+            raise ValueError(f"--fake-load: only with --attack fake-recovery=SHARE (got {self.kind.value!r})")
+        if self.fake_load is not None and not self.fake_load >= 0:
+            raise ValueError(f"--fake-load: must be >= 0 (got {self.fake_load!r})")
         if self.whitewash_from < 0:
             raise ValueError(f"--whitewash-from: must be >= 0 (got {self.whitewash_from!r})")
         if not 0 <= self.whitewash_below <= 1:
@@ -249,8 +263,22 @@ class SimConfig:
             raise ValueError(f"SimConfig.task_size_spread: must be >= 1 (got {self.task_size_spread!r})")
         if self.attack is not None and self.attack.kind is AttackKind.OPPORTUNISTIC and self.task_size_spread == 1:
             raise ValueError("--attack opportunistic: needs tasks of differing sizes (task_size_spread > 1)")
+        if self.attack is not None and self.attack.kind is AttackKind.FAKE_RECOVERY:
+            if not self.telemetry:
+                raise ValueError("--attack fake-recovery: needs statuses that carry loads (--telemetry)")
+            if not self.load_mean + self.load_swing + self.fake_load <= self.load_max:
+                raise ValueError(f"--fake-load: load_mean + load_swing + the lie must be <= load_max {self.load_max} "
+                                 f"(got {self.fake_load!r})")
         if any(share < 0 for share in self.mix.values()) or sum(self.mix.values()) <= 0:
             raise ValueError(f"SimConfig.mix: shares must be >= 0 with a positive sum (got {self.mix!r})")
+
+    @property
+    def fake_load(self) -> float:
+        """The load a fake recoverer adds to its reports at its busiest (0 without that attack)."""
+        attack = self.attack
+        if attack is None or attack.kind is not AttackKind.FAKE_RECOVERY:
+            return 0.0
+        return self.load_drift if attack.fake_load is None else attack.fake_load
 
     @property
     def behaviour_mix(self) -> dict[Behaviour, float]:

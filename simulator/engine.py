@@ -109,7 +109,7 @@ class MemorySink:
 
 class IdRecord:
     """Each id's tasks as a collaborator and the sum of their observed T_col: what a whitewasher reads of its own
-    record before it decides to leave the id."""
+    record before it decides to leave the id (a fake recoverer, before it drops its lie)."""
 
     def __init__(self, ids: int) -> None:
         self.tasks = np.zeros(ids)
@@ -118,6 +118,11 @@ class IdRecord:
     def add(self, collabs: np.ndarray, t_col: np.ndarray) -> None:
         self.tasks += np.bincount(collabs, minlength=len(self.tasks))
         self.t_col += np.bincount(collabs, weights=t_col, minlength=len(self.t_col))
+
+    def forget(self, rows: np.ndarray) -> None:
+        """Start ``rows``' records afresh."""
+        self.tasks[rows] = 0.0
+        self.t_col[rows] = 0.0
 
     def poor(self, min_tasks: int, below: float) -> np.ndarray:
         """(ids,) whether an id has at least ``min_tasks`` tasks and their mean T_col is below ``below``."""
@@ -132,8 +137,9 @@ class Simulator:
         self.config = config
         self.world = World(config)
         attack = config.attack
-        # whitewashers' tasks under their current ids: kept only when there are whitewashers
-        self.record = IdRecord(self.world.size) if attack and attack.kind is AttackKind.WHITEWASHING else None
+        # whitewashers' tasks under their current ids, fake recoverers' since their last drop: kept only for them
+        judged = attack and attack.kind in (AttackKind.WHITEWASHING, AttackKind.FAKE_RECOVERY)
+        self.record = IdRecord(self.world.size) if judged else None
 
     def slot_tasks(self, slot: int) -> range:
         """Global indices of the tasks executed in a slot."""
@@ -162,6 +168,7 @@ class Simulator:
                 summary.truth_rows += truth.num_rows
                 self._emit(sinks, "truth", truth)
             self.whitewash(slot)
+            self.fake_recovery(slot)
         for sink in sinks:
             sink.close()
         return summary
@@ -170,11 +177,22 @@ class Simulator:
         """Whitewashers whose record under their current id is poor (``config.attack``) rejoin under their next
         id from the next slot on (from ``whitewash_from`` on)."""
         attack, w = self.config.attack, self.world
-        if self.record is None or slot < attack.whitewash_from:
+        if self.record is None or attack.kind is not AttackKind.WHITEWASHING or slot < attack.whitewash_from:
             return
         everyone = np.arange(w.size)
         poor = self.record.poor(attack.whitewash_min_tasks, attack.whitewash_below)
         w.rejoin(np.flatnonzero(w.attacker & w.present(everyone, slot) & poor), slot + 1)
+
+    def fake_recovery(self, slot: int) -> None:
+        """Fake recoverers whose record since their last drop is poor, and whose lie has crept back, drop it from the
+        next slot on (from ``whitewash_from`` on); their records start afresh."""
+        attack, w = self.config.attack, self.world
+        if self.record is None or attack.kind is not AttackKind.FAKE_RECOVERY or slot < attack.whitewash_from:
+            return
+        poor = self.record.poor(attack.whitewash_min_tasks, attack.whitewash_below)
+        rows = np.flatnonzero(poor & w.fakes_recovery(np.arange(w.size), slot + 1))
+        w.dropped[rows] = slot + 1
+        self.record.forget(rows)
 
     @staticmethod
     def _emit(sinks: Sequence[Sink], kind: str, table: pa.Table) -> None:
@@ -195,7 +213,7 @@ class Simulator:
             "y_m": w.y_m[devices], "willingness": w.willingness[devices],
             "comm_ok": w.radio_up(devices, slot),
             "comp_ok": load < self.config.overload,
-            "cpu_load": load if self.config.telemetry else pa.nulls(n, pa.float64()),
+            "cpu_load": load + w.load_lie(devices, slot) if self.config.telemetry else pa.nulls(n, pa.float64()),
         }
         return pa.Table.from_pydict(columns, schema=STATUS_SCHEMA)
 

@@ -25,6 +25,7 @@ from simulator.hashing import hash_uniform
 # hash streams
 _LOAD, _RADIO, _TARGET, _ATTACKERS = 1, 2, 3, 5
 NEVER = np.iinfo(np.int64).max  # a slot no run reaches: an id not yet joined, or not left
+LONG_AGO = -(2**40)  # a slot before any run: a fake recoverer yet to drop its lie
 
 DEVICES_SCHEMA = pa.schema(
     [
@@ -122,6 +123,7 @@ class World:
         self.left = np.full(self.size, NEVER, dtype=np.int64)
         self.active = np.arange(n)  # the id (row) each device answers under now, as an owner
         self.next_id = np.full(self.size, -1, dtype=np.int64)  # a whitewasher's next id
+        self.dropped = np.full(self.size, LONG_AGO, dtype=np.int64)  # the slot a fake recoverer last dropped its lie
         if attack is not None and attack.kind is AttackKind.WHITEWASHING:
             aliases = np.arange(n, self.size)
             self.joined[aliases] = NEVER
@@ -185,6 +187,20 @@ class World:
         cycle = self.params.take(devices).cycle(slot)
         noise = 2 * hash_uniform(c.seed, _LOAD, self.physical[devices], slot) - 1
         return c.load_mean + c.load_swing * (0.6 * cycle + 0.4 * noise) + self.drift(devices, slot)
+
+    def load_lie(self, devices: np.ndarray, slot: int) -> np.ndarray:
+        """What each device's status in ``slot`` adds to its load: a fake recoverer's lie (``SimConfig.fake_load``
+        at its busiest, nothing in the slot it drops it, creeping back over ``Attack.fake_creep`` slots), else 0."""
+        lie = self.config.fake_load
+        if not lie:
+            return np.zeros(len(devices))
+        creep = np.clip((slot - self.dropped[devices]) / self.config.attack.fake_creep, 0.0, 1.0)
+        return np.where(self.attacker[devices], lie * creep, 0.0)
+
+    def fakes_recovery(self, rows: np.ndarray, slot: int) -> np.ndarray:
+        """Of fake recoverers' ids ``rows``, those whose lie has crept back to its busiest by ``slot`` (ready to drop
+        it again)."""
+        return self.attacker[rows] & (slot - self.dropped[rows] >= self.config.attack.fake_creep)
 
     def drift(self, devices: np.ndarray, slot: int) -> np.ndarray:
         """The load a changing device's behaviour adds (telemetry only): a degrading device takes on

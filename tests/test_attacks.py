@@ -118,6 +118,61 @@ def test_whitewashing_that_starts_late_keeps_every_id_until_then() -> None:
         Attack(AttackKind.WHITEWASHING, 0.2, whitewash_from=-1)
 
 
+def _expected_drops(collab: np.ndarray, slot: np.ndarray, t_col: np.ndarray, row: int, attack: Attack,
+                    slots: int) -> list[int]:
+    """The slots a fake recoverer (id ``row``) drops its lie, by the rule: at the end of a slot in which its record
+    since its last drop holds >= 3 tasks of mean T_col < 0.7, once ``fake_creep`` slots have passed since then."""
+    drops: list[int] = []
+    for now in range(slots):
+        since = drops[-1] if drops else 0
+        mine = (collab == row) & (slot >= since) & (slot <= now)
+        ready = not drops or now + 1 - drops[-1] >= attack.fake_creep
+        if ready and mine.sum() >= attack.whitewash_min_tasks and t_col[mine].mean() < attack.whitewash_below:
+            drops.append(now + 1)
+    return [d for d in drops if d < slots]
+
+
+def test_a_fake_recoverer_drops_its_reported_load_after_a_poor_record_and_creeps_back() -> None:
+    """``fake-recovery``: an attacker reports its load plus 0.25 and drops the excess whenever its record since the last
+    drop is poor, then creeps back over ``fake_creep`` slots; the lie moves nothing but the reported loads (the same
+    events as the control, ``fake_load`` 0, where the same devices tell the truth)."""
+    attack = Attack(AttackKind.FAKE_RECOVERY, 0.2, fake_creep=5)
+    config = replace(SMALL, telemetry=True, attack=attack)
+    events, _, status, world = simulated_world(config)
+    truthful_events, _, truthful_status, _ = simulated_world(replace(config, attack=replace(attack, fake_load=0.0)))
+    assert events.equals(truthful_events)
+    assert status.drop_columns("cpu_load").equals(truthful_status.drop_columns("cpu_load"))
+    lie = (status["cpu_load"].to_numpy() - truthful_status["cpu_load"].to_numpy()).reshape(config.slots, world.size)
+    np.testing.assert_array_equal(lie[:, ~world.attacker], 0.0)
+    assert (world.behaviour[world.attacker] == Behaviour.STABLE_UNRELIABLE).all()
+    weights = TrustWeights()
+    collab = pc.index_in(events["collaborator"], value_set=world.ids).to_numpy()
+    slot = events["slot"].to_numpy()
+    t_col = weights.a_tr * events["tr_success"].to_numpy() + weights.a_com * events["com_success"].to_numpy()
+    dropped = 0
+    for row in np.flatnonzero(world.attacker):
+        drops = _expected_drops(collab, slot, t_col, row, attack, config.slots)
+        dropped += len(drops)
+        last = np.full(config.slots, -10**6)  # the slot of the last drop up to each slot
+        for drop in drops:
+            last[drop:] = drop
+        creep = np.clip((np.arange(config.slots) - last) / attack.fake_creep, 0.0, 1.0)
+        np.testing.assert_allclose(lie[:, row], config.load_drift * creep, atol=1e-12, err_msg=f"id {row}")
+    assert dropped >= len(np.flatnonzero(world.attacker))  # most drop, some more than once
+
+
+@pytest.mark.parametrize(("telemetry", "attack", "message"), [
+    (False, {}, "--attack fake-recovery: needs statuses that carry loads"),
+    (True, {"fake_load": 0.6}, "--fake-load: load_mean \\+ load_swing \\+ the lie must be <= load_max 0.95"),
+    (True, {"fake_load": -0.1}, "--fake-load: must be >= 0"),
+    (True, {"kind": AttackKind.SYBIL, "fake_load": 0.1}, "--fake-load: only with --attack fake-recovery"),
+    (True, {"fake_creep": 0}, "Attack.fake_creep: must be >= 1")])
+def test_a_fake_recovery_that_cannot_be_simulated_is_refused_by_name(telemetry: bool, attack: dict,
+                                                                      message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        replace(SMALL, telemetry=telemetry, attack=Attack(**{"kind": AttackKind.FAKE_RECOVERY, "share": 0.2, **attack}))
+
+
 def test_honest_devices_that_join_late_serve_own_and_report_nothing_before() -> None:
     """``churn``: a share of the honest devices joins later, from a stream of its own; until then no task, status or
     ownership names it, and everything else of the world is drawn as without it."""

@@ -47,11 +47,16 @@ def _add_attack_option(parser: argparse.ArgumentParser) -> None:
                         help="a Sybil's or whitewasher's further ids stand up to M metres from the device in x and y "
                              "(default 0: one position, what one device reports)")
     parser.add_argument("--whitewash-from", type=int, default=0, metavar="SLOT",
-                        help="whitewashers leave their ids from this slot on (default 0: throughout; e.g. the first "
-                             "test slot: a wave that starts after the model was trained)")
+                        help="whitewashers leave their ids (fake recoverers drop their loads) from this slot on "
+                             "(default 0: throughout; e.g. the first test slot: a wave that starts after the model "
+                             "was trained)")
     parser.add_argument("--overclaimer-cpu-hz", type=float, default=None, metavar="HZ",
                         help="the CPU an overclaimer runs on while it claims the fastest (default: the slowest, "
                              "2e9; e.g. 4e9: a 1.5x lie)")
+    parser.add_argument("--fake-load", type=float, default=None, metavar="LOAD",
+                        help="the load a fake recoverer's statuses add at their busiest, dropped whenever its record "
+                             "is poor (default: what a recovering device sheds, 0.25; 0: the control, the same "
+                             "devices telling the truth)")
     parser.add_argument("--churn", type=float, default=0.0, metavar="SHARE",
                         help="share of the honest devices that join after the start, each at a random slot before "
                              "the run's last tenth: the honest newcomers a whitewasher's fresh id hides among (default "
@@ -73,8 +78,10 @@ def _attack_setting(args: argparse.Namespace) -> dict:
 
     if args.overclaimer_cpu_hz is not None and not args.attack:
         raise ValueError("--overclaimer-cpu-hz: only with --attack overclaiming=SHARE (got no --attack)")
+    if args.fake_load is not None and not args.attack:
+        raise ValueError("--fake-load: only with --attack fake-recovery=SHARE (got no --attack)")
     attack = replace(parse_attack(args.attack), id_spread_m=args.id_spread_m, whitewash_from=args.whitewash_from,
-                     overclaimer_cpu_hz=args.overclaimer_cpu_hz) if args.attack else None
+                     overclaimer_cpu_hz=args.overclaimer_cpu_hz, fake_load=args.fake_load) if args.attack else None
     return {**attack_setting(attack, args.owner_reports, args.task_size_spread), "churn": args.churn}
 
 
@@ -292,7 +299,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return {"runs": runs, "runs_done": done, "seed": args.seed, "mix": args.mix, "telemetry": args.telemetry,
                 "attack": args.attack, "id_spread_m": args.id_spread_m, "owner_reports": sim.owner_reports,
                 "task_size_spread": sim.task_size_spread, "whitewash_from": args.whitewash_from, "churn": sim.churn,
-                "overclaimer_cpu_hz": args.overclaimer_cpu_hz,
+                "overclaimer_cpu_hz": args.overclaimer_cpu_hz, "fake_load": args.fake_load,
                 "quick": args.quick, "bm": asdict(config), "train": asdict(train),
                 "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots},
                 "seconds": round(time.perf_counter() - started, 1)}
