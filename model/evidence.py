@@ -576,22 +576,32 @@ def _mean_weight(x: np.ndarray) -> np.ndarray:
     return (x[..., W] + 0.5) / (x[..., N] + 1.0)
 
 
+SINCE_PRIOR = 2.0  # tasks' worth of a device's whole record that its rate since its load's last shift is shrunk toward
+
+
 def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray | None) -> list[np.ndarray]:
     """(n, 2 + 2L) from n collaborators' sums as collaborator (n, L, C), since their load last shifted (n, L, 4)
-    (:data:`SHIFTED`, :mod:`model.shift`; None: none known) and their :data:`REPORTS` sums (n, L, 2): whether it
-    shifted; per lambda P(com | tr) on-time since the shift less P(com | tr) on-time over its whole record, and the log
-    on-time count since the shift; and how far its mean load since the shift lies from its mean reported load at the
-    longest memory (times :data:`DRIFT_SCALE`, clipped to [-1, 1]). Zero where it never shifted: a device whose load
-    moved to a new level is judged by what it showed since, the rest by their whole record."""
+    (:data:`SHIFTED`, :mod:`model.shift`; None: none known) and their :data:`REPORTS` sums (n, L, 2): whether its load
+    shifted up; per lambda P(com | tr) on-time since the shift, shrunk toward its whole record's by
+    :data:`SINCE_PRIOR` tasks, less the whole record's, and the log on-time count since the shift; and how far its mean
+    load since the shift lies above its mean reported load at the longest memory (times :data:`DRIFT_SCALE`, clipped
+    to [0, 1]). Zero where it never shifted.
+
+    The load is what a device says of itself, so its move may take trust away (a load that rose, as a degrading
+    device's does) but never gives it: a device whose load fell is judged by what it showed since, and before it has
+    shown anything that reads as its whole record. Read as it is, a fall in a load that an unreliable device reports
+    would buy it a fresh record (the ``fake-recovery`` attack)."""
     n, lams = c.shape[:2]
     if shifted is None:
         return [np.zeros((n, 1)), np.zeros((n, lams)), np.zeros((n, lams)), np.zeros((n, 1))]
     slots, load, ton, com = (shifted[..., k] for k in range(len(SINCE_CHANNELS)))
     moved = slots[:, -1] > 0
-    rate = np.where(moved[:, None], _rate(com, ton) - _rate(c[..., COM], c[..., TON]), 0.0)
+    whole = _rate(c[..., COM], c[..., TON])
+    rate = np.where(moved[:, None], (com + SINCE_PRIOR * whole) / (ton + SINCE_PRIOR) - whole, 0.0)
     count = np.where(moved[:, None], _log_count(ton), 0.0)
-    away = np.where(moved, shifted_load(shifted) - load_memory(reports, n, lams)[:, -1], 0.0)
-    return [moved[:, None].astype(np.float64), rate, count, np.clip(DRIFT_SCALE * away, -1.0, 1.0)[:, None]]
+    rose = np.where(moved, np.clip(DRIFT_SCALE * (shifted_load(shifted) - load_memory(reports, n, lams)[:, -1]), 0.0,
+                                   1.0), 0.0)
+    return [(rose > 0)[:, None].astype(np.float64), rate, count, rose[:, None]]
 
 
 def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig, population: np.ndarray | None,

@@ -54,20 +54,27 @@ def test_a_step_in_the_load_is_a_shift_located_where_the_step_began() -> None:
                                [0.55 * sum(0.9 ** k for k in range(12))] + [sum(0.9 ** k for k in range(12))] * 2)
 
 
-def test_a_step_down_is_a_shift_too_and_the_head_reads_it() -> None:
+def test_a_step_down_is_a_shift_too_and_the_head_reads_only_what_came_since() -> None:
+    """A load that fell gives no trust of itself: the head reads the outcomes since, shrunk toward the whole record; a
+    load that rose is read as a rise."""
     loads = np.r_[np.full(20, 0.55), np.full(12, 0.30)]
     com = (np.arange(32) >= 20).astype(float)
     shifted = watched(loads, com)[-1][SHIFTED]
     assert shifted[-1, 0] == 12  # located at slot 20 again: the sides are alike
-    # the head's columns: shifted; P(com | tr) since less over the whole record; log count since; the load's move
+    # the head's columns: rose; P(com | tr) since, shrunk toward the whole record's, less it; log count since; the rise
     whole = np.zeros((1, 2, 18))
     whole[..., 5], whole[..., 4] = [[32.0, 32.0]], [[12.0, 12.0]]  # TON, COM over its whole record (at lambda 1)
     reports = np.array([[[10.0, 10 * 0.55], [32.0, 20 * 0.55 + 12 * 0.30]]])
-    moved, rate, count, away = shift_block(whole, shifted[None], reports)
-    assert moved[0, 0] == 1.0
-    np.testing.assert_allclose(rate[0, 1], 13 / 14 - 13 / 34)
+    rose, rate, count, rise = shift_block(whole, shifted[None], reports)
+    assert rose[0, 0] == 0.0 and rise[0, 0] == 0.0  # it fell: nothing said of the move itself
+    np.testing.assert_allclose(rate[0, 1], (12 + 2 * 13 / 34) / 14 - 13 / 34)
     np.testing.assert_allclose(count[0, 1], np.log1p(12) / 3)
-    np.testing.assert_allclose(away[0, 0], max(-1.0, 2 * (0.30 - (20 * 0.55 + 12 * 0.30) / 32)))
+    fresh = shift_block(whole, np.array([[[1.0, 0.30, 0.0, 0.0]] * 2]), reports)[1]
+    np.testing.assert_allclose(fresh, 0.0)  # nothing shown since: read as its whole record
+    up = watched(np.r_[np.full(20, 0.30), np.full(12, 0.55)], com)[-1][SHIFTED]  # rose at slot 20
+    rose, _, _, rise = shift_block(whole, up[None], np.array([[[10.0, 10 * 0.30], [32.0, 20 * 0.30 + 12 * 0.55]]]))
+    assert rose[0, 0] == 1.0
+    np.testing.assert_allclose(rise[0, 0], min(1.0, 2 * (0.55 - (20 * 0.30 + 12 * 0.55) / 32)))
     never = shift_block(whole, np.zeros((1, 2, 4)), reports)
     assert not any(column.any() for column in never)  # a device whose load never shifted reads zeros
 
