@@ -55,6 +55,9 @@ CLAIM_TOLERANCE = 1.25  # how far below the typical share of its claim a device'
 CLAIM_SCATTER = 0.3  # the log-speed margin one timed task adds: an honest device's speed swings with its hidden load,
 #                      so the mean of n timed tasks is allowed CLAIM_SCATTER / sqrt(n) more below the typical share
 CLAIM_MIN_TASKS = 2.0  # timed tasks (at the longest memory) before a claim is judged
+LOAD_AGREEMENT = 0.5  # the share of a claim's margin within which a device's loads are judged true: a reported load
+#                       takes the hidden load's swing out of the speeds, so honest devices' gaps lie within 0.36-0.43
+#                       of the margin (five 500-device worlds), a device that says it is 0.25 busier beyond 1
 FREE_MIN = 0.05  # the least share of a CPU a reported load is read to leave free
 PAIR_CHANNELS = COM + 1  # a pair's features read only n, w, f, tr, com: all a pair's state keeps
 OWNER_CHANNELS = W + 1  # an owner's features read n and w (what it reports): all an owner's state keeps
@@ -419,19 +422,37 @@ def typical_speed_gap(sums: np.ndarray) -> float | None:
     return float(np.median(total[judged] / timed[judged])) if judged.any() else None
 
 
+def claim_gap(sums: np.ndarray, speed_gap: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(timed, gap, margin), each (n,), from n collaborators' sums (n, L, C) at the longest memory: their timed tasks,
+    the mean log of their shown speed over what their claims (CPU, and the share their reported load leaves free) say,
+    less the typical one (``speed_gap``), and how far a gap may lie from 0 and be believed: log
+    :data:`CLAIM_TOLERANCE` + :data:`CLAIM_SCATTER` / sqrt(timed tasks)."""
+    timed = sums[:, -1, SK]
+    gap = sums[:, -1, SV] / np.maximum(timed, 1e-12) - speed_gap
+    return timed, gap, np.log(CLAIM_TOLERANCE) + CLAIM_SCATTER / np.sqrt(np.maximum(timed, CLAIM_MIN_TASKS))
+
+
 def verified_cpu(cpu_hz: np.ndarray, sums: np.ndarray, config: EvidenceConfig) -> np.ndarray:
     """(n,) each device's claimed CPU (n,), or where its tasks' times contradict the claim the CPU they show: a device
-    with :data:`CLAIM_MIN_TASKS` timed tasks (at the longest memory) whose mean log of shown speed over claim lies
-    more than log :data:`CLAIM_TOLERANCE` + :data:`CLAIM_SCATTER` / sqrt(its timed tasks) below ``config.speed_gap``
-    is read at its claim times exp(its gap - the typical one). Its sums (n, L, C) as a collaborator; nothing changes
-    without ``config.speed_gap``."""
+    with :data:`CLAIM_MIN_TASKS` timed tasks (at the longest memory) whose gap (:func:`claim_gap`) lies below minus
+    its margin is read at its claim times exp(its gap). Its sums (n, L, C) as a collaborator; nothing changes without
+    ``config.speed_gap``."""
     if config.speed_gap is None:
         return cpu_hz
-    timed = sums[:, -1, SK]
-    gap = sums[:, -1, SV] / np.maximum(timed, 1e-12) - config.speed_gap
-    margin = np.log(CLAIM_TOLERANCE) + CLAIM_SCATTER / np.sqrt(np.maximum(timed, CLAIM_MIN_TASKS))
+    timed, gap, margin = claim_gap(sums, config.speed_gap)
     caught = (timed >= CLAIM_MIN_TASKS) & (gap < -margin)
     return np.where(caught, cpu_hz * np.exp(np.minimum(gap, 0.0)), cpu_hz)
+
+
+def loads_contradicted(sums: np.ndarray, config: EvidenceConfig) -> np.ndarray:
+    """(n,) whether each collaborator's tasks' times contradict its claims (sums (n, L, C)): :data:`CLAIM_MIN_TASKS`
+    timed tasks at the longest memory and a gap (:func:`claim_gap`) beyond :data:`LOAD_AGREEMENT` of its margin on
+    either side. A device that says it is busier than it is runs faster than its claims say, one that says it is idler
+    runs slower. None without ``config.speed_gap`` (no times to set its loads against: they are read as said)."""
+    if config.speed_gap is None:
+        return np.zeros(len(sums), dtype=bool)
+    timed, gap, margin = claim_gap(sums, config.speed_gap)
+    return (timed >= CLAIM_MIN_TASKS) & (np.abs(gap) > LOAD_AGREEMENT * margin)
 
 
 RIDGE = 0.01  # the load's variance a regression is shrunk by (a load swings by about +-0.1 around its mean)
@@ -576,32 +597,37 @@ def _mean_weight(x: np.ndarray) -> np.ndarray:
     return (x[..., W] + 0.5) / (x[..., N] + 1.0)
 
 
-SINCE_PRIOR = 2.0  # tasks' worth of a device's whole record that its rate since its load's last shift is shrunk toward
+SINCE_PRIOR = 2.0  # tasks' worth of its whole record that a doubted device's rate since its load's last shift is
+#                   shrunk toward (shift_block)
 
 
-def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray | None) -> list[np.ndarray]:
+def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray | None,
+                doubted: np.ndarray) -> list[np.ndarray]:
     """(n, 2 + 2L) from n collaborators' sums as collaborator (n, L, C), since their load last shifted (n, L, 4)
-    (:data:`SHIFTED`, :mod:`model.shift`; None: none known) and their :data:`REPORTS` sums (n, L, 2): whether its load
-    shifted up; per lambda P(com | tr) on-time since the shift, shrunk toward its whole record's by
-    :data:`SINCE_PRIOR` tasks, less the whole record's, and the log on-time count since the shift; and how far its mean
-    load since the shift lies above its mean reported load at the longest memory (times :data:`DRIFT_SCALE`, clipped
-    to [0, 1]). Zero where it never shifted.
+    (:data:`SHIFTED`, :mod:`model.shift`; None: none known), their :data:`REPORTS` sums (n, L, 2) and whether their
+    tasks' times contradict their loads (n,) (:func:`loads_contradicted`): whether the load shifted; per lambda
+    P(com | tr) on-time since the shift less over the whole record, and the log on-time count since the shift; and how
+    far its mean load since the shift lies from its mean reported load at the longest memory (times
+    :data:`DRIFT_SCALE`, clipped to [-1, 1]). Zero where it never shifted.
 
-    The load is what a device says of itself, so its move may take trust away (a load that rose, as a degrading
-    device's does) but never gives it: a device whose load fell is judged by what it showed since, and before it has
-    shown anything that reads as its whole record. Read as it is, a fall in a load that an unreliable device reports
-    would buy it a fresh record (the ``fake-recovery`` attack)."""
+    The load is what a device says of itself. Where its tasks' times contradict it, its load's move may take trust
+    away (a load that rose, as a degrading device's does) but never gives it: a fall reads as no shift, and the rate
+    since is shrunk toward the whole record's by :data:`SINCE_PRIOR` tasks, so that before the device has shown anything
+    since, it reads as its whole record. Read as it is, a fall in a load that an unreliable device reports would buy
+    it a fresh record (the ``fake-recovery`` attack, which must first say it is busier than it is)."""
     n, lams = c.shape[:2]
     if shifted is None:
         return [np.zeros((n, 1)), np.zeros((n, lams)), np.zeros((n, lams)), np.zeros((n, 1))]
     slots, load, ton, com = (shifted[..., k] for k in range(len(SINCE_CHANNELS)))
     moved = slots[:, -1] > 0
     whole = _rate(c[..., COM], c[..., TON])
-    rate = np.where(moved[:, None], (com + SINCE_PRIOR * whole) / (ton + SINCE_PRIOR) - whole, 0.0)
+    since = np.where(doubted[:, None], (com + SINCE_PRIOR * whole) / (ton + SINCE_PRIOR), _rate(com, ton))
+    rate = np.where(moved[:, None], since - whole, 0.0)
     count = np.where(moved[:, None], _log_count(ton), 0.0)
-    rose = np.where(moved, np.clip(DRIFT_SCALE * (shifted_load(shifted) - load_memory(reports, n, lams)[:, -1]), 0.0,
-                                   1.0), 0.0)
-    return [(rose > 0)[:, None].astype(np.float64), rate, count, rose[:, None]]
+    away = np.clip(DRIFT_SCALE * (shifted_load(shifted) - load_memory(reports, n, lams)[:, -1]), -1.0, 1.0)
+    away = np.where(moved, np.where(doubted, np.maximum(away, 0.0), away), 0.0)
+    read = moved & ~(doubted & (away <= 0))
+    return [read[:, None].astype(np.float64), rate, count, away[:, None]]
 
 
 def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig, population: np.ndarray | None,
@@ -624,7 +650,7 @@ def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig
     tail = [recency[:, None], seen[:, None].astype(np.float64), np.where(reported, now, 0.0)[:, None],
             reported[:, None].astype(np.float64), load_drift(c, now), load_memory(reports, len(c), len(config.lams)),
             *([discredited_block(discredited, len(c), len(config.lams))] if config.discredited else []),
-            *(shift_block(c, shifted, reports) if config.shifts else []),
+            *(shift_block(c, shifted, reports, loads_contradicted(c, config)) if config.shifts else []),
             *(sums[role][..., channel] for role, channel in STATS)]
     return _float32_columns(head), _float32_columns(tail)
 

@@ -1,5 +1,6 @@
-"""Where a device's reported load shifts (model.shift): the CUSUM by hand, a cycling load left alone, and the same
-shifts offline, in shards, through pending slots and across a snapshot."""
+"""Where a device's reported load shifts (model.shift): the CUSUM by hand, what the head reads of it (a fall only where
+the tasks' times bear the loads out), a cycling load left alone, and the same shifts offline, in shards, through
+pending slots and across a snapshot."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pyarrow as pa
 
-from model.evidence import (REPORTS, SHIFT_OPEN, SHIFT_ROLES, SHIFT_TEST, SHIFTED, SUMMED_ROLES, EvidenceConfig,
-                            empty_state, report_increments, shift_block)
+from model.evidence import (REPORTS, SHIFT_OPEN, SHIFT_ROLES, SHIFT_TEST, SHIFTED, SK, SUMMED_ROLES, SV,
+                            EvidenceConfig, empty_state, loads_contradicted, report_increments, shift_block)
 from model.config import RankingConfig
 from model.scoring import DeviceFrame, DeviceHistory, EvidenceSnapshot, shard_of, slot_part, status_arrays
 from model.shift import step
@@ -54,29 +55,50 @@ def test_a_step_in_the_load_is_a_shift_located_where_the_step_began() -> None:
                                [0.55 * sum(0.9 ** k for k in range(12))] + [sum(0.9 ** k for k in range(12))] * 2)
 
 
-def test_a_step_down_is_a_shift_too_and_the_head_reads_only_what_came_since() -> None:
-    """A load that fell gives no trust of itself: the head reads the outcomes since, shrunk toward the whole record; a
-    load that rose is read as a rise."""
+def test_a_step_down_is_a_shift_too_and_the_head_reads_it_unless_the_times_contradict_the_loads() -> None:
+    """A fall in a load is read as a shift; one that the device's tasks' times contradict gives no trust of itself: the
+    head reads the outcomes since, shrunk toward the whole record. A rise is read either way."""
     loads = np.r_[np.full(20, 0.55), np.full(12, 0.30)]
     com = (np.arange(32) >= 20).astype(float)
     shifted = watched(loads, com)[-1][SHIFTED]
     assert shifted[-1, 0] == 12  # located at slot 20 again: the sides are alike
-    # the head's columns: rose; P(com | tr) since, shrunk toward the whole record's, less it; log count since; the rise
+    # the head's columns: read as a shift; P(com | tr) since less over the whole record; log count since; the move
     whole = np.zeros((1, 2, 18))
     whole[..., 5], whole[..., 4] = [[32.0, 32.0]], [[12.0, 12.0]]  # TON, COM over its whole record (at lambda 1)
     reports = np.array([[[10.0, 10 * 0.55], [32.0, 20 * 0.55 + 12 * 0.30]]])
-    rose, rate, count, rise = shift_block(whole, shifted[None], reports)
-    assert rose[0, 0] == 0.0 and rise[0, 0] == 0.0  # it fell: nothing said of the move itself
+    fell = 2 * (0.30 - (20 * 0.55 + 12 * 0.30) / 32)
+    read, rate, count, away = shift_block(whole, shifted[None], reports, np.array([False]))
+    assert read[0, 0] == 1.0
+    np.testing.assert_allclose(rate[0, 1], 13 / 14 - 13 / 34)
+    np.testing.assert_allclose(count[0, 1], np.log1p(12) / 3)
+    np.testing.assert_allclose(away[0, 0], max(-1.0, fell))
+    read, rate, count, away = shift_block(whole, shifted[None], reports, np.array([True]))
+    assert read[0, 0] == 0.0 and away[0, 0] == 0.0  # doubted: nothing said of the fall itself
     np.testing.assert_allclose(rate[0, 1], (12 + 2 * 13 / 34) / 14 - 13 / 34)
     np.testing.assert_allclose(count[0, 1], np.log1p(12) / 3)
-    fresh = shift_block(whole, np.array([[[1.0, 0.30, 0.0, 0.0]] * 2]), reports)[1]
+    fresh = shift_block(whole, np.array([[[1.0, 0.30, 0.0, 0.0]] * 2]), reports, np.array([True]))[1]
     np.testing.assert_allclose(fresh, 0.0)  # nothing shown since: read as its whole record
     up = watched(np.r_[np.full(20, 0.30), np.full(12, 0.55)], com)[-1][SHIFTED]  # rose at slot 20
-    rose, _, _, rise = shift_block(whole, up[None], np.array([[[10.0, 10 * 0.30], [32.0, 20 * 0.30 + 12 * 0.55]]]))
-    assert rose[0, 0] == 1.0
-    np.testing.assert_allclose(rise[0, 0], min(1.0, 2 * (0.55 - (20 * 0.30 + 12 * 0.55) / 32)))
-    never = shift_block(whole, np.zeros((1, 2, 4)), reports)
+    rise_reports = np.array([[[10.0, 10 * 0.30], [32.0, 20 * 0.30 + 12 * 0.55]]])
+    for doubted in (False, True):  # a rise is read either way
+        read, _, _, away = shift_block(whole, up[None], rise_reports, np.array([doubted]))
+        assert read[0, 0] == 1.0
+        np.testing.assert_allclose(away[0, 0], min(1.0, 2 * (0.55 - (20 * 0.30 + 12 * 0.55) / 32)))
+    never = shift_block(whole, np.zeros((1, 2, 4)), reports, np.array([False]))
     assert not any(column.any() for column in never)  # a device whose load never shifted reads zeros
+
+
+def test_the_tasks_times_contradict_loads_beyond_half_the_claims_margin_on_either_side() -> None:
+    """A device's mean log of shown speed over its claims, less the typical one, beyond half of log 1.25 + 0.3 /
+    sqrt(timed tasks) either way: a device that says it is busier than it is runs fast, one that says it is idler runs
+    slow; fewer than 2 timed tasks are not judged."""
+    sums = np.zeros((6, 2, 18))
+    timed = np.array([9.0, 9.0, 9.0, 1.0, 16.0, 16.0])
+    gap = np.array([0.0, 0.17, -0.17, 0.9, 0.14, 0.16])  # half margins: 0.1616 (9 tasks), 0.1490 (16)
+    sums[:, -1, SK], sums[:, -1, SV] = timed, timed * (gap + 0.05)
+    config = replace(CONFIG, speed_gap=0.05)
+    np.testing.assert_array_equal(loads_contradicted(sums, config), [False, True, True, False, False, True])
+    assert not loads_contradicted(sums, CONFIG).any()  # no times known: loads read as said
 
 
 def test_a_load_that_cycles_about_its_level_never_shifts() -> None:
