@@ -57,7 +57,7 @@ CLAIM_SCATTER = 0.3  # the log-speed margin one timed task adds: an honest devic
 CLAIM_MIN_TASKS = 2.0  # timed tasks (at the longest memory) before a claim is judged
 LOAD_AGREEMENT = 0.5  # the share of a claim's margin within which a device's tasks' times bear its loads out: a
 #                       reported load takes the hidden load's swing out of the speeds, so honest devices' gaps lie
-#                       within 0.36-0.43 of the margin (five 500-device worlds), and nine in ten devices that say they
+#                       within 0.36-0.44 of the margin (six 500-device worlds), and nine in ten devices that say they
 #                       are 0.25 busier than they are beyond 0.95 of it (loads_contradicted)
 FREE_MIN = 0.05  # the least share of a CPU a reported load is read to leave free
 PAIR_CHANNELS = COM + 1  # a pair's features read only n, w, f, tr, com: all a pair's state keeps
