@@ -598,8 +598,8 @@ def _mean_weight(x: np.ndarray) -> np.ndarray:
     return (x[..., W] + 0.5) / (x[..., N] + 1.0)
 
 
-SINCE_PRIOR = 2.0  # tasks' worth of its whole record that a doubted device's rate since its load's last shift is
-#                   shrunk toward (shift_block)
+SINCE_PRIOR = 2.0  # tasks' worth of its whole record that a doubted device's rate since its load rose is shrunk
+#                   toward (shift_block)
 
 
 def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray | None,
@@ -612,10 +612,10 @@ def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray |
     :data:`DRIFT_SCALE`, clipped to [-1, 1]). Zero where it never shifted.
 
     The load is what a device says of itself. Where its tasks' times contradict it, its load's move may take trust
-    away (a load that rose, as a degrading device's does) but never gives it: a fall reads as no shift, and the rate
-    since is shrunk toward the whole record's by :data:`SINCE_PRIOR` tasks, so that before the device has shown anything
-    since, it reads as its whole record. Read as it is, a fall in a load that an unreliable device reports would buy
-    it a fresh record (the ``fake-recovery`` attack, which must first say it is busier than it is)."""
+    away (a load that rose, as a degrading device's does, with the rate since shrunk toward the whole record's by
+    :data:`SINCE_PRIOR` tasks) but never gives it: a fall reads as no shift at all, every column zero. Read as it is,
+    a fall in a load that an unreliable device reports would buy it a fresh record (the ``fake-recovery`` attack,
+    which must first say it is busier than it is)."""
     n, lams = c.shape[:2]
     if shifted is None:
         return [np.zeros((n, 1)), np.zeros((n, lams)), np.zeros((n, lams)), np.zeros((n, 1))]
@@ -627,8 +627,9 @@ def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray |
     count = np.where(moved[:, None], _log_count(ton), 0.0)
     away = np.clip(DRIFT_SCALE * (shifted_load(shifted) - load_memory(reports, n, lams)[:, -1]), -1.0, 1.0)
     away = np.where(moved, np.where(doubted, np.maximum(away, 0.0), away), 0.0)
-    read = moved & ~(doubted & (away <= 0))
-    return [read[:, None].astype(np.float64), rate, count, away[:, None]]
+    read = moved & ~(doubted & (away <= 0))  # a doubted fall reads as no shift at all
+    rate, count = np.where(read[:, None], rate, 0.0), np.where(read[:, None], count, 0.0)
+    return [read[:, None].astype(np.float64), rate, count, np.where(read, away, 0.0)[:, None]]
 
 
 def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig, population: np.ndarray | None,

@@ -56,8 +56,8 @@ def test_a_step_in_the_load_is_a_shift_located_where_the_step_began() -> None:
 
 
 def test_a_step_down_is_a_shift_too_and_the_head_reads_it_unless_the_times_contradict_the_loads() -> None:
-    """A fall in a load is read as a shift; one that the device's tasks' times contradict gives no trust of itself: the
-    head reads the outcomes since, shrunk toward the whole record. A rise is read either way."""
+    """A fall in a load is read as a shift; one whose device's tasks' times contradict its loads reads as no shift at
+    all. A rise is read either way, the rate since shrunk toward the whole record's where the loads are doubted."""
     loads = np.r_[np.full(20, 0.55), np.full(12, 0.30)]
     com = (np.arange(32) >= 20).astype(float)
     shifted = watched(loads, com)[-1][SHIFTED]
@@ -72,17 +72,16 @@ def test_a_step_down_is_a_shift_too_and_the_head_reads_it_unless_the_times_contr
     np.testing.assert_allclose(rate[0, 1], 13 / 14 - 13 / 34)
     np.testing.assert_allclose(count[0, 1], np.log1p(12) / 3)
     np.testing.assert_allclose(away[0, 0], max(-1.0, fell))
-    read, rate, count, away = shift_block(whole, shifted[None], reports, np.array([True]))
-    assert read[0, 0] == 0.0 and away[0, 0] == 0.0  # doubted: nothing said of the fall itself
-    np.testing.assert_allclose(rate[0, 1], (12 + 2 * 13 / 34) / 14 - 13 / 34)
-    np.testing.assert_allclose(count[0, 1], np.log1p(12) / 3)
-    fresh = shift_block(whole, np.array([[[1.0, 0.30, 0.0, 0.0]] * 2]), reports, np.array([True]))[1]
-    np.testing.assert_allclose(fresh, 0.0)  # nothing shown since: read as its whole record
+    doubted_fall = shift_block(whole, shifted[None], reports, np.array([True]))
+    assert not any(column.any() for column in doubted_fall)  # doubted: a fall reads as no shift at all
     up = watched(np.r_[np.full(20, 0.30), np.full(12, 0.55)], com)[-1][SHIFTED]  # rose at slot 20
     rise_reports = np.array([[[10.0, 10 * 0.30], [32.0, 20 * 0.30 + 12 * 0.55]]])
-    for doubted in (False, True):  # a rise is read either way
-        read, _, _, away = shift_block(whole, up[None], rise_reports, np.array([doubted]))
+    # a rise is read either way, the rate since shrunk toward the whole record's where the loads are doubted
+    for doubted, since in ((False, 13 / 14), (True, (12 + 2 * 13 / 34) / 14)):
+        read, rate, count, away = shift_block(whole, up[None], rise_reports, np.array([doubted]))
         assert read[0, 0] == 1.0
+        np.testing.assert_allclose(rate[0, 1], since - 13 / 34)
+        np.testing.assert_allclose(count[0, 1], np.log1p(12) / 3)
         np.testing.assert_allclose(away[0, 0], min(1.0, 2 * (0.55 - (20 * 0.30 + 12 * 0.55) / 32)))
     never = shift_block(whole, np.zeros((1, 2, 4)), reports, np.array([False]))
     assert not any(column.any() for column in never)  # a device whose load never shifted reads zeros
