@@ -623,12 +623,10 @@ def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray |
     moved = slots[:, -1] > 0
     whole = _rate(c[..., COM], c[..., TON])
     since = np.where(doubted[:, None], (com + SINCE_PRIOR * whole) / (ton + SINCE_PRIOR), _rate(com, ton))
-    rate = np.where(moved[:, None], since - whole, 0.0)
-    count = np.where(moved[:, None], _log_count(ton), 0.0)
     away = np.clip(DRIFT_SCALE * (shifted_load(shifted) - load_memory(reports, n, lams)[:, -1]), -1.0, 1.0)
-    away = np.where(moved, np.where(doubted, np.maximum(away, 0.0), away), 0.0)
     read = moved & ~(doubted & (away <= 0))  # a doubted fall reads as no shift at all
-    rate, count = np.where(read[:, None], rate, 0.0), np.where(read[:, None], count, 0.0)
+    rate = np.where(read[:, None], since - whole, 0.0)
+    count = np.where(read[:, None], _log_count(ton), 0.0)
     return [read[:, None].astype(np.float64), rate, count, np.where(read, away, 0.0)[:, None]]
 
 

@@ -167,30 +167,24 @@ class Simulator:
                 truth = self.truth_table(slot, np.concatenate(pairs), per_task)
                 summary.truth_rows += truth.num_rows
                 self._emit(sinks, "truth", truth)
-            self.whitewash(slot)
-            self.fake_recovery(slot)
+            self.act_on_records(slot)
         for sink in sinks:
             sink.close()
         return summary
 
-    def whitewash(self, slot: int) -> None:
-        """Whitewashers whose record under their current id is poor (``config.attack``) rejoin under their next
-        id from the next slot on (from ``whitewash_from`` on)."""
+    def act_on_records(self, slot: int) -> None:
+        """At the end of ``slot`` (from ``whitewash_from`` on), attackers whose record is poor act on it: whitewashers
+        rejoin under their next id from the next slot on; fake recoverers whose lie has crept back drop it from the
+        next slot on, and their records start afresh."""
         attack, w = self.config.attack, self.world
-        if self.record is None or attack.kind is not AttackKind.WHITEWASHING or slot < attack.whitewash_from:
+        if self.record is None or slot < attack.whitewash_from:
             return
         everyone = np.arange(w.size)
         poor = self.record.poor(attack.whitewash_min_tasks, attack.whitewash_below)
-        w.rejoin(np.flatnonzero(w.attacker & w.present(everyone, slot) & poor), slot + 1)
-
-    def fake_recovery(self, slot: int) -> None:
-        """Fake recoverers whose record since their last drop is poor, and whose lie has crept back, drop it from the
-        next slot on (from ``whitewash_from`` on); their records start afresh."""
-        attack, w = self.config.attack, self.world
-        if self.record is None or attack.kind is not AttackKind.FAKE_RECOVERY or slot < attack.whitewash_from:
+        if attack.kind is AttackKind.WHITEWASHING:
+            w.rejoin(np.flatnonzero(w.attacker & w.present(everyone, slot) & poor), slot + 1)
             return
-        poor = self.record.poor(attack.whitewash_min_tasks, attack.whitewash_below)
-        rows = np.flatnonzero(poor & w.fakes_recovery(np.arange(w.size), slot + 1))
+        rows = np.flatnonzero(poor & w.fakes_recovery(everyone, slot + 1))
         w.dropped[rows] = slot + 1
         self.record.forget(rows)
 
