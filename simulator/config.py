@@ -80,7 +80,9 @@ class Attack:
     its record since its last drop is poor (judged as a whitewasher's: ``whitewash_min_tasks``,
     ``whitewash_below``; from ``whitewash_from`` on) it drops the excess at once, the step a recovering device's load
     takes, then creeps back over ``fake_creep`` slots (too slowly to look like a change) to drop again. It computes as
-    unreliably throughout; ``fake_load`` 0 is the control, the same devices telling the truth."""
+    unreliably throughout; ``fake_load`` 0 is the control, the same devices telling the truth. ``fake_burn``: the
+    excess is not said but run (a busy loop): its statuses tell the truth and its tasks slow with the load, the
+    attack that a check of the tasks' times against the loads cannot see, paid for in slower tasks."""
 
     kind: AttackKind
     share: float
@@ -93,6 +95,7 @@ class Attack:
     overclaimer_cpu_hz: float | None = None  # None: the slowest of SimConfig.cpu_choices_hz
     fake_load: float | None = None  # None: SimConfig.load_drift
     fake_creep: int = 20
+    fake_burn: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.share < 1:
@@ -108,6 +111,8 @@ class Attack:
             raise ValueError(f"--overclaimer-cpu-hz: must be > 0 (got {self.overclaimer_cpu_hz!r})")
         if self.fake_load is not None and self.kind is not AttackKind.FAKE_RECOVERY:
             raise ValueError(f"--fake-load: only with --attack fake-recovery=SHARE (got {self.kind.value!r})")
+        if self.fake_burn and self.kind is not AttackKind.FAKE_RECOVERY:
+            raise ValueError(f"--fake-burn: only with --attack fake-recovery=SHARE (got {self.kind.value!r})")
         if self.fake_load is not None and not self.fake_load >= 0:
             raise ValueError(f"--fake-load: must be >= 0 (got {self.fake_load!r})")
         if self.whitewash_from < 0:
@@ -274,11 +279,17 @@ class SimConfig:
 
     @property
     def fake_load(self) -> float:
-        """The load a fake recoverer adds to its reports at its busiest (0 without that attack)."""
+        """The load a fake recoverer adds at its busiest, to its reports or (``fake_burn``) to its CPU (0 without that
+        attack)."""
         attack = self.attack
         if attack is None or attack.kind is not AttackKind.FAKE_RECOVERY:
             return 0.0
         return self.load_drift if attack.fake_load is None else attack.fake_load
+
+    @property
+    def fake_burn(self) -> bool:
+        """Whether fake recoverers run their excess load rather than report it (``Attack.fake_burn``)."""
+        return self.fake_load > 0 and self.attack.fake_burn
 
     @property
     def behaviour_mix(self) -> dict[Behaviour, float]:

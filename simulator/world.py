@@ -182,20 +182,27 @@ class World:
 
     def load(self, devices: np.ndarray, slot: int) -> np.ndarray:
         """Background CPU load u in [load_mean - swing, load_mean + swing]: the usage cycle plus noise; with
-        telemetry, plus the drift of a degrading (or recovering) device's change (:meth:`drift`)."""
+        telemetry, plus the drift of a degrading (or recovering) device's change (:meth:`drift`) and a fake recoverer's
+        excess where it runs it (``Attack.fake_burn``)."""
         c = self.config
         cycle = self.params.take(devices).cycle(slot)
         noise = 2 * hash_uniform(c.seed, _LOAD, self.physical[devices], slot) - 1
-        return c.load_mean + c.load_swing * (0.6 * cycle + 0.4 * noise) + self.drift(devices, slot)
+        burnt = self.fake_excess(devices, slot) if c.fake_burn else 0.0
+        return c.load_mean + c.load_swing * (0.6 * cycle + 0.4 * noise) + self.drift(devices, slot) + burnt
 
-    def load_lie(self, devices: np.ndarray, slot: int) -> np.ndarray:
-        """What each device's status in ``slot`` adds to its load: a fake recoverer's lie (``SimConfig.fake_load``
-        at its busiest, nothing in the slot it drops it, creeping back over ``Attack.fake_creep`` slots), else 0."""
-        lie = self.config.fake_load
-        if not lie:
+    def fake_excess(self, devices: np.ndarray, slot: int) -> np.ndarray:
+        """A fake recoverer's excess load in ``slot`` (``SimConfig.fake_load`` at its busiest, nothing in the slot it
+        drops it, creeping back over ``Attack.fake_creep`` slots), else 0."""
+        excess = self.config.fake_load
+        if not excess:
             return np.zeros(len(devices))
         creep = np.clip((slot - self.dropped[devices]) / self.config.attack.fake_creep, 0.0, 1.0)
-        return np.where(self.attacker[devices], lie * creep, 0.0)
+        return np.where(self.attacker[devices], excess * creep, 0.0)
+
+    def load_lie(self, devices: np.ndarray, slot: int) -> np.ndarray:
+        """What each device's status in ``slot`` adds to its load: a fake recoverer's excess where it says rather
+        than runs it (:meth:`fake_excess`), else 0."""
+        return np.zeros(len(devices)) if self.config.fake_burn else self.fake_excess(devices, slot)
 
     def fakes_recovery(self, rows: np.ndarray, slot: int) -> np.ndarray:
         """Of fake recoverers' ids ``rows``, those whose lie has crept back to its busiest by ``slot`` (ready to drop

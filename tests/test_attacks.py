@@ -161,12 +161,43 @@ def test_a_fake_recoverer_drops_its_reported_load_after_a_poor_record_and_creeps
     assert dropped >= len(np.flatnonzero(world.attacker))  # most drop, some more than once
 
 
+def test_a_fake_recoverer_that_burns_its_load_reports_the_truth_and_its_tasks_slow() -> None:
+    """``fake_burn``: the excess is run, not said. Every status reports the device's load as it is (its status less the
+    control's is the attacker's excess, crept back after each drop re-derived from its own events; nothing for honest
+    devices), and the attackers' tasks take longer than the same devices' tasks in the control."""
+    attack = Attack(AttackKind.FAKE_RECOVERY, 0.2, fake_creep=5, fake_burn=True)
+    config = replace(SMALL, telemetry=True, attack=attack)
+    events, _, status, world = simulated_world(config)
+    control_events, _, control_status, _ = simulated_world(replace(config, attack=replace(attack, fake_load=0.0)))
+    np.testing.assert_array_equal(world.load_lie(np.arange(world.size), config.slots - 1), 0.0)
+    excess = (status["cpu_load"].to_numpy() - control_status["cpu_load"].to_numpy()).reshape(config.slots, world.size)
+    np.testing.assert_array_equal(excess[:, ~world.attacker], 0.0)
+    weights = TrustWeights()
+    collab = pc.index_in(events["collaborator"], value_set=world.ids).to_numpy()
+    slot = events["slot"].to_numpy()
+    t_col = weights.a_tr * events["tr_success"].to_numpy() + weights.a_com * events["com_success"].to_numpy()
+    for row in np.flatnonzero(world.attacker):
+        last = np.full(config.slots, -10**6)
+        for drop in _expected_drops(collab, slot, t_col, row, attack, config.slots):
+            last[drop:] = drop
+        creep = np.clip((np.arange(config.slots) - last) / attack.fake_creep, 0.0, 1.0)
+        np.testing.assert_allclose(excess[:, row], config.load_drift * creep, atol=1e-12, err_msg=f"id {row}")
+
+    def attackers_time(table: pa.Table) -> float:
+        rows = world.attacker[pc.index_in(table["collaborator"], value_set=world.ids).to_numpy()]
+        done = rows & table["tr_success"].to_numpy(zero_copy_only=False)
+        return float(table["t_total_s"].to_numpy()[done].mean())
+
+    assert attackers_time(events) > 1.05 * attackers_time(control_events)
+
+
 @pytest.mark.parametrize(("telemetry", "attack", "message"), [
     (False, {}, "--attack fake-recovery: needs statuses that carry loads"),
     (True, {"fake_load": 0.6}, "--fake-load: load_mean \\+ load_swing \\+ the lie must be <= load_max 0.95"),
     (True, {"fake_load": -0.1}, "--fake-load: must be >= 0"),
     (True, {"kind": AttackKind.SYBIL, "fake_load": 0.1}, "--fake-load: only with --attack fake-recovery"),
-    (True, {"fake_creep": 0}, "Attack.fake_creep: must be >= 1")])
+    (True, {"fake_creep": 0}, "Attack.fake_creep: must be >= 1"),
+    (True, {"kind": AttackKind.WHITEWASHING, "fake_burn": True}, "--fake-burn: only with --attack fake-recovery")])
 def test_a_fake_recovery_that_cannot_be_simulated_is_refused_by_name(telemetry: bool, attack: dict,
                                                                       message: str) -> None:
     with pytest.raises(ValueError, match=message):

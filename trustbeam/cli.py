@@ -57,6 +57,9 @@ def _add_attack_option(parser: argparse.ArgumentParser) -> None:
                         help="the load a fake recoverer's statuses add at their busiest, dropped whenever its record "
                              "is poor (default: what a recovering device sheds, 0.25; 0: the control, the same "
                              "devices telling the truth)")
+    parser.add_argument("--fake-burn", action="store_true",
+                        help="fake recoverers run their excess load (a busy loop) instead of reporting it: truthful "
+                             "statuses, tasks slowed by the load, what a check of the tasks' times cannot see")
     parser.add_argument("--churn", type=float, default=0.0, metavar="SHARE",
                         help="share of the honest devices that join after the start, each at a random slot before "
                              "the run's last tenth: the honest newcomers a whitewasher's fresh id hides among (default "
@@ -80,8 +83,11 @@ def _attack_setting(args: argparse.Namespace) -> dict:
         raise ValueError("--overclaimer-cpu-hz: only with --attack overclaiming=SHARE (got no --attack)")
     if args.fake_load is not None and not args.attack:
         raise ValueError("--fake-load: only with --attack fake-recovery=SHARE (got no --attack)")
+    if args.fake_burn and not args.attack:
+        raise ValueError("--fake-burn: only with --attack fake-recovery=SHARE (got no --attack)")
     attack = replace(parse_attack(args.attack), id_spread_m=args.id_spread_m, whitewash_from=args.whitewash_from,
-                     overclaimer_cpu_hz=args.overclaimer_cpu_hz, fake_load=args.fake_load) if args.attack else None
+                     overclaimer_cpu_hz=args.overclaimer_cpu_hz, fake_load=args.fake_load,
+                     fake_burn=args.fake_burn) if args.attack else None
     return {**attack_setting(attack, args.owner_reports, args.task_size_spread), "churn": args.churn}
 
 
@@ -300,6 +306,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 "attack": args.attack, "id_spread_m": args.id_spread_m, "owner_reports": sim.owner_reports,
                 "task_size_spread": sim.task_size_spread, "whitewash_from": args.whitewash_from, "churn": sim.churn,
                 "overclaimer_cpu_hz": args.overclaimer_cpu_hz, "fake_load": args.fake_load,
+                "fake_burn": args.fake_burn,
                 "quick": args.quick, "bm": asdict(config), "train": asdict(train),
                 "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots},
                 "seconds": round(time.perf_counter() - started, 1)}
