@@ -117,6 +117,10 @@ class EvidenceConfig:
     #                       (:mod:`model.shift`, :func:`shift_block`); training sets it where devices report loads
     shift_slack: float = 0.125  # the load's move per slot a shift's CUSUM lets pass (half the least shift it is for)
     shift_alarm: float = 0.5  # the CUSUM's sum of moves beyond the slack that makes a shift
+    fall_earned: float = 0.0  # on-time tasks (at the longest memory) a device must have served since its load fell
+    #                           before the fall is read (shift_block); 0: read at once. A load can be run at will, and
+    #                           dropped: 2 cuts what devices that burn a load to drop it win, at a cost to honest
+    #                           recovering devices, which few owners try after their fall (README, *Manipulation*)
 
     def __post_init__(self) -> None:
         if not self.lams or any(not 0 < lam <= 1 for lam in self.lams):
@@ -137,6 +141,8 @@ class EvidenceConfig:
         for name in ("shift_slack", "shift_alarm"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"EvidenceConfig.{name}: must be > 0 (got {getattr(self, name)!r})")
+        if not self.fall_earned >= 0:
+            raise ValueError(f"EvidenceConfig.fall_earned (--fall-earned): must be >= 0 (got {self.fall_earned!r})")
 
     @property
     def identity_m(self) -> float:
@@ -603,7 +609,7 @@ SINCE_PRIOR = 2.0  # tasks' worth of its whole record that a doubted device's ra
 
 
 def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray | None,
-                doubted: np.ndarray) -> list[np.ndarray]:
+                doubted: np.ndarray, fall_earned: float = 0.0) -> list[np.ndarray]:
     """(n, 2 + 2L) from n collaborators' sums as collaborator (n, L, C), since their load last shifted (n, L, 4)
     (:data:`SHIFTED`, :mod:`model.shift`; None: none known), their :data:`REPORTS` sums (n, L, 2) and whether their
     tasks' times contradict their loads (n,) (:func:`loads_contradicted`): whether the load shifted; per lambda
@@ -611,11 +617,14 @@ def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray |
     far its mean load since the shift lies from its mean reported load at the longest memory (times
     :data:`DRIFT_SCALE`, clipped to [-1, 1]). Zero where it never shifted.
 
-    The load is what a device says of itself. Where its tasks' times contradict it, its load's move may take trust
-    away (a load that rose, as a degrading device's does, with the rate since shrunk toward the whole record's by
-    :data:`SINCE_PRIOR` tasks) but never gives it: a fall reads as no shift at all, every column zero. Read as it is,
-    a fall in a load that an unreliable device reports would buy it a fresh record (the ``fake-recovery`` attack,
-    which must first say it is busier than it is)."""
+    The load is what a device says of itself, and runs at will. Where its tasks' times contradict it, its load's move
+    may take trust away (a load that rose, as a degrading device's does, with the rate since shrunk toward the whole
+    record's by :data:`SINCE_PRIOR` tasks) but never gives it: a fall reads as no shift at all, every column zero. Read
+    as it is, a fall in a load that an unreliable device reports would buy it a fresh record (the ``fake-recovery``
+    attack, which must first say it is busier than it is). With ``fall_earned`` (:attr:`EvidenceConfig.fall_earned`) a
+    fall is read only once the device has served that many on-time tasks since (until then no shift at all): a device
+    that really runs a load to drop it (``fake_burn``) tells the truth, and its fall alone, read before anything was
+    shown since, buys it trust."""
     n, lams = c.shape[:2]
     if shifted is None:
         return [np.zeros((n, 1)), np.zeros((n, lams)), np.zeros((n, lams)), np.zeros((n, 1))]
@@ -624,7 +633,8 @@ def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray |
     whole = _rate(c[..., COM], c[..., TON])
     since = np.where(doubted[:, None], (com + SINCE_PRIOR * whole) / (ton + SINCE_PRIOR), _rate(com, ton))
     away = np.clip(DRIFT_SCALE * (shifted_load(shifted) - load_memory(reports, n, lams)[:, -1]), -1.0, 1.0)
-    read = moved & ~(doubted & (away <= 0))  # a doubted fall reads as no shift at all
+    earned = ~doubted & (ton[:, -1] >= fall_earned)
+    read = moved & ((away > 0) | earned)  # a fall reads as no shift at all, doubted or not yet earned
     rate = np.where(read[:, None], since - whole, 0.0)
     count = np.where(read[:, None], _log_count(ton), 0.0)
     return [read[:, None].astype(np.float64), rate, count, np.where(read, away, 0.0)[:, None]]
@@ -650,7 +660,8 @@ def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig
     tail = [recency[:, None], seen[:, None].astype(np.float64), np.where(reported, now, 0.0)[:, None],
             reported[:, None].astype(np.float64), load_drift(c, now), load_memory(reports, len(c), len(config.lams)),
             *([discredited_block(discredited, len(c), len(config.lams))] if config.discredited else []),
-            *(shift_block(c, shifted, reports, loads_contradicted(c, config)) if config.shifts else []),
+            *(shift_block(c, shifted, reports, loads_contradicted(c, config), config.fall_earned)
+              if config.shifts else []),
             *(sums[role][..., channel] for role, channel in STATS)]
     return _float32_columns(head), _float32_columns(tail)
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from model.evidence import (REPORTS, SHIFT_OPEN, SHIFT_ROLES, SHIFT_TEST, SHIFTED, SK, SUMMED_ROLES, SV,
                             EvidenceConfig, empty_state, loads_contradicted, report_increments, shift_block)
@@ -56,8 +57,9 @@ def test_a_step_in_the_load_is_a_shift_located_where_the_step_began() -> None:
 
 
 def test_a_step_down_is_a_shift_too_and_the_head_reads_it_unless_the_times_contradict_the_loads() -> None:
-    """A fall in a load is read as a shift; one whose device's tasks' times contradict its loads reads as no shift at
-    all. A rise is read either way, the rate since shrunk toward the whole record's where the loads are doubted."""
+    """A fall in a load is read as a shift (with ``fall_earned``, once the device has served that many on-time tasks
+    since); before, or where its tasks' times contradict its loads, it reads as no shift at all. A rise is read either
+    way, the rate since shrunk toward the whole record's where the loads are doubted."""
     loads = np.r_[np.full(20, 0.55), np.full(12, 0.30)]
     com = (np.arange(32) >= 20).astype(float)
     shifted = watched(loads, com)[-1][SHIFTED]
@@ -74,6 +76,17 @@ def test_a_step_down_is_a_shift_too_and_the_head_reads_it_unless_the_times_contr
     np.testing.assert_allclose(away[0, 0], max(-1.0, fell))
     doubted_fall = shift_block(whole, shifted[None], reports, np.array([True]))
     assert not any(column.any() for column in doubted_fall)  # doubted: a fall reads as no shift at all
+    few = shifted.copy()
+    few[:, 2:] = [[1.5, 1.5], [1.9, 1.9]]  # on-time tasks and successes since: 1.9 at the longest memory
+    read, rate, _, _ = shift_block(whole, few[None], reports, np.array([False]))  # fall_earned 0: read at once
+    assert read[0, 0] == 1.0
+    np.testing.assert_allclose(rate[0], [2.5 / 3.5 - 13 / 34, 2.9 / 3.9 - 13 / 34])
+    unearned = shift_block(whole, few[None], reports, np.array([False]), fall_earned=2.0)
+    assert not any(column.any() for column in unearned)  # under fall_earned on-time tasks since: no shift at all
+    few[-1, 2:] = 2.0  # as many as it takes: read
+    read, rate, _, _ = shift_block(whole, few[None], reports, np.array([False]), fall_earned=2.0)
+    assert read[0, 0] == 1.0
+    np.testing.assert_allclose(rate[0], [2.5 / 3.5 - 13 / 34, 3 / 4 - 13 / 34])
     up = watched(np.r_[np.full(20, 0.30), np.full(12, 0.55)], com)[-1][SHIFTED]  # rose at slot 20
     rise_reports = np.array([[[10.0, 10 * 0.30], [32.0, 20 * 0.30 + 12 * 0.55]]])
     # a rise is read either way, the rate since shrunk toward the whole record's where the loads are doubted
@@ -167,3 +180,8 @@ def test_shift_states_survive_a_snapshot_and_a_reshard(tmp_path) -> None:
     shifted = whole.frame(stages, last, RankingConfig()).shifted
     np.testing.assert_array_equal(resumed.frame(stages, last, RankingConfig()).shifted, shifted)
     assert (shifted[:, -1, 0] > 0).sum() > len(whole.evidence[SHIFTED])  # devices that shifted after the snapshot
+
+
+def test_a_negative_fall_earned_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"EvidenceConfig.fall_earned \(--fall-earned\): must be >= 0 \(got -1.0\)"):
+        EvidenceConfig(fall_earned=-1.0)

@@ -66,6 +66,13 @@ def _add_attack_option(parser: argparse.ArgumentParser) -> None:
                              "0: every device there from the start, the paper)")
 
 
+def _add_fall_earned_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fall-earned", type=float, default=0.0, metavar="TASKS",
+                        help="read a fall in a device's reported load only once it has served TASKS on-time tasks "
+                             "since (default 0: at once; 2 cuts what devices that burn a load to drop it win, at a "
+                             "cost to honest recovering devices; with loads reported)")
+
+
 def _positive_metres(option: str, text: str) -> float:
     try:
         value = float(text)
@@ -207,6 +214,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         clock = SlotClock(origin_ms=clock.origin_ms if args.origin_ms is None else args.origin_ms,
                           slot_ms=clock.slot_ms if args.slot_seconds is None else int(args.slot_seconds * 1000))
     config = replace(BMConfig(), clock=clock, window=args.window, sequence=args.sequence, head=args.head)
+    config = replace(config, evidence=replace(config.evidence, fall_earned=args.fall_earned))
     with phase("history"):
         history = History.from_events(events, config.clock, config.weights, status=status)
     train = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout, epochs=args.epochs,
@@ -284,6 +292,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if text != "default":
             radius = None if text == "none" else _positive_metres(option, text)
             config = replace(config, evidence=replace(config.evidence, **{name: radius}))
+    config = replace(config, evidence=replace(config.evidence, fall_earned=args.fall_earned))
     sim = replace(sim, seed=args.seed, telemetry=args.telemetry, **({"mix": parse_mix(args.mix)} if args.mix else {}),
                   **_attack_setting(args))
     if args.events and sim.attack is not None:
@@ -541,6 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--grid", choices=["none", "paper"], default="none",
                        help="paper: blocked 5-fold CV over the paper's lr x L2 x dropout grid")
     train.add_argument("--workers", type=int, default=1, help="processes scoring grid settings in parallel")
+    _add_fall_earned_option(train)
     _add_device_option(train)
     train.add_argument("--progress", action="store_true")
     train.set_defaults(handler=cmd_train)
@@ -580,6 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="simulate the setting with telemetry (statuses carry the CPU load; periodic devices "
                                "fail when busy; changing devices' load drifts) instead of the paper's")
     _add_attack_option(evaluate)
+    _add_fall_earned_option(evaluate)
     evaluate.add_argument("--colocation-m", default="default", metavar="M|none",
                           help="ids whose reported positions lie within M metres of each other are judged as one "
                                "collaborator (default: EvidenceConfig's 0.1 m; none: every id apart)")
