@@ -525,7 +525,10 @@ def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
                                             "'sybil' cannot be injected into a recorded log"),
                                            (["--owner-reports", "0.5", "--events", "x.parquet"],
                                             "simulated runs only"),
-                                           (["--succession-m", "-3"], "--succession-m: expected metres > 0 or 'none'")])
+                                           (["--succession-m", "-3"], "--succession-m: expected metres > 0 or 'none'"),
+                                           (["--fake-burn"], "--fake-burn: only with --attack fake-recovery=SHARE"),
+                                           (["--fall-earned", "-1"], "EvidenceConfig.fall_earned (--fall-earned): "
+                                                                     "must be >= 0")])
 def test_evaluate_refuses_bad_attacks_by_name(args, message, tmp_path, capsys) -> None:
     assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--out", str(tmp_path), *args]) == 2
     assert message in capsys.readouterr().err
