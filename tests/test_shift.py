@@ -1,6 +1,6 @@
 """Where a device's reported load shifts (model.shift): the CUSUM by hand, what the head reads of it (a fall only where
-the tasks' times bear the loads out), a cycling load left alone, and the same shifts offline, in shards, through
-pending slots and across a snapshot."""
+the tasks' times bear the loads out and, with ``fall_earned``, once the device has served since), a cycling load left
+alone, and the same shifts offline, in shards, through pending slots and across a snapshot."""
 
 from __future__ import annotations
 
