@@ -24,7 +24,7 @@ from model.manipulation import attack_measures, stretch_delays, whitewash_shares
 from model.voc import InRange, in_range, scored_tasks
 from simulator.config import Attack, AttackKind, Behaviour, SimConfig, parse_attack
 from simulator.experiment import simulated_run, simulated_world
-from simulator.world import NEVER, Expected
+from simulator.world import NEVER, Expected, World
 from trustbeam.cli import main
 
 SMALL = SimConfig(devices=80, tasks=2400, slots=30, seed=5)
@@ -132,6 +132,26 @@ def _expected_drops(collab: np.ndarray, slot: np.ndarray, t_col: np.ndarray, row
     return [d for d in drops if d < slots]
 
 
+def _assert_excess_creeps_back(excess: np.ndarray, events: pa.Table, world: World, attack: Attack,
+                               config: SimConfig) -> int:
+    """Each fake recoverer's excess load per slot (``excess`` (slots, ids)) is ``load_drift`` times its creep back since
+    its last drop, the drops re-derived by hand from its own events (:func:`_expected_drops`); returns how many drops."""
+    weights = TrustWeights()
+    collab = pc.index_in(events["collaborator"], value_set=world.ids).to_numpy()
+    slot = events["slot"].to_numpy()
+    t_col = weights.a_tr * events["tr_success"].to_numpy() + weights.a_com * events["com_success"].to_numpy()
+    dropped = 0
+    for row in np.flatnonzero(world.attacker):
+        drops = _expected_drops(collab, slot, t_col, row, attack, config.slots)
+        dropped += len(drops)
+        last = np.full(config.slots, -10**6)  # the slot of the last drop up to each slot
+        for drop in drops:
+            last[drop:] = drop
+        creep = np.clip((np.arange(config.slots) - last) / attack.fake_creep, 0.0, 1.0)
+        np.testing.assert_allclose(excess[:, row], config.load_drift * creep, atol=1e-12, err_msg=f"id {row}")
+    return dropped
+
+
 def test_a_fake_recoverer_drops_its_reported_load_after_a_poor_record_and_creeps_back() -> None:
     """``fake-recovery``: an attacker reports its load plus 0.25 and drops the excess whenever its record since the last
     drop is poor, then creeps back over ``fake_creep`` slots; the lie moves nothing but the reported loads (the same
@@ -145,19 +165,7 @@ def test_a_fake_recoverer_drops_its_reported_load_after_a_poor_record_and_creeps
     lie = (status["cpu_load"].to_numpy() - truthful_status["cpu_load"].to_numpy()).reshape(config.slots, world.size)
     np.testing.assert_array_equal(lie[:, ~world.attacker], 0.0)
     assert (world.behaviour[world.attacker] == Behaviour.STABLE_UNRELIABLE).all()
-    weights = TrustWeights()
-    collab = pc.index_in(events["collaborator"], value_set=world.ids).to_numpy()
-    slot = events["slot"].to_numpy()
-    t_col = weights.a_tr * events["tr_success"].to_numpy() + weights.a_com * events["com_success"].to_numpy()
-    dropped = 0
-    for row in np.flatnonzero(world.attacker):
-        drops = _expected_drops(collab, slot, t_col, row, attack, config.slots)
-        dropped += len(drops)
-        last = np.full(config.slots, -10**6)  # the slot of the last drop up to each slot
-        for drop in drops:
-            last[drop:] = drop
-        creep = np.clip((np.arange(config.slots) - last) / attack.fake_creep, 0.0, 1.0)
-        np.testing.assert_allclose(lie[:, row], config.load_drift * creep, atol=1e-12, err_msg=f"id {row}")
+    dropped = _assert_excess_creeps_back(lie, events, world, attack, config)
     assert dropped >= len(np.flatnonzero(world.attacker))  # most drop, some more than once
 
 
@@ -172,16 +180,7 @@ def test_a_fake_recoverer_that_burns_its_load_reports_the_truth_and_its_tasks_sl
     np.testing.assert_array_equal(world.load_lie(np.arange(world.size), config.slots - 1), 0.0)
     excess = (status["cpu_load"].to_numpy() - control_status["cpu_load"].to_numpy()).reshape(config.slots, world.size)
     np.testing.assert_array_equal(excess[:, ~world.attacker], 0.0)
-    weights = TrustWeights()
-    collab = pc.index_in(events["collaborator"], value_set=world.ids).to_numpy()
-    slot = events["slot"].to_numpy()
-    t_col = weights.a_tr * events["tr_success"].to_numpy() + weights.a_com * events["com_success"].to_numpy()
-    for row in np.flatnonzero(world.attacker):
-        last = np.full(config.slots, -10**6)
-        for drop in _expected_drops(collab, slot, t_col, row, attack, config.slots):
-            last[drop:] = drop
-        creep = np.clip((np.arange(config.slots) - last) / attack.fake_creep, 0.0, 1.0)
-        np.testing.assert_allclose(excess[:, row], config.load_drift * creep, atol=1e-12, err_msg=f"id {row}")
+    _assert_excess_creeps_back(excess, events, world, attack, config)
 
     def attackers_time(table: pa.Table) -> float:
         rows = world.attacker[pc.index_in(table["collaborator"], value_set=world.ids).to_numpy()]
