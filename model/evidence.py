@@ -120,7 +120,7 @@ class EvidenceConfig:
     fall_earned: float = 0.0  # on-time tasks (at the longest memory) a device must have served since its load fell
     #                           before the fall is read (shift_block); 0: read at once. A load can be run at will, and
     #                           dropped: 2 cuts what devices that burn a load to drop it win, at a cost to honest
-    #                           recovering devices, which few owners try after their fall (README, *Manipulation*)
+    #                           recovering devices, whose falls wait about ten slots unread (README, *Manipulation*)
 
     def __post_init__(self) -> None:
         if not self.lams or any(not 0 < lam <= 1 for lam in self.lams):
