@@ -41,13 +41,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from model.channel import OnTimeCurve
+from model.cycle import CYCLE, CYCLE_MEMORY
+from model.cycle import CHANNELS as CYCLE_CHANNELS
 from model.graphs import SlotGraph
 
 CHANNELS = ("n", "w", "f", "tr", "com", "ton", "tk", "ck", "tu", "cu", "tuu", "ts", "cs", "tx", "cx", "txx", "sk",
-            "sv")
-N, W, F, TR, COM, TON, TK, CK, TU, CU, TUU, TS, CS, TX, CX, TXX, SK, SV = range(len(CHANNELS))
+            "sv", "tz", "cz", "tzz")
+N, W, F, TR, COM, TON, TK, CK, TU, CU, TUU, TS, CS, TX, CX, TXX, SK, SV, TZ, CZ, TZZ = range(len(CHANNELS))
 LOADED = (TK, CK, TU, CU, TUU)  # the collaborator's ton and com where its load u was reported, times u and u^2
 SIZED = (TS, CS, TX, CX, TXX)  # ton and com of tasks of known size, times x (their size class, +-1) and x^2
+CYCLED = (TZ, CZ, TZZ)  # ton and com times z, where the collaborator's usage cycle put its load in the task's slot
+#                         (model.cycle.cycle_deviation), and ton times z^2 (with EvidenceConfig.cycles: with_status)
 CLAIMS = (SK, SV)  # the collaborator's tasks with a reported offload time and a claimed CPU, and their summed log of
 #                    the speed shown over the CPU claimed (the collaborator's roles only: with_status)
 CLAIM_TOLERANCE = 1.25  # how far below the typical share of its claim a device's shown speed may lie and be believed,
@@ -85,7 +89,7 @@ SHIFT_ROLES = (SHIFT_TEST, SHIFT_OPEN, SHIFTED)
 TEST_CHANNELS = ("open", "up", "down")
 SINCE_CHANNELS = ("slots", "load", "ton", "com")  # slots with a report, their loads, on-time transmissions, successes
 OPEN_CHANNELS = ("slots", *(f"{side}_{c}" for side in ("up", "down") for c in SINCE_CHANNELS))  # slots: both sides'
-SUMMED_ROLES = (*ROLES, REPORTS, REPORTED)  # the states that each slot's increments add to
+SUMMED_ROLES = (*ROLES, REPORTS, REPORTED, CYCLE)  # the states that each slot's increments add to
 STATE_ROLES = (*SUMMED_ROLES, *SHIFT_ROLES)  # the states a holder of evidence keeps
 POPULATION = -1  # the population role's one key (device keys and history rows are >= 0)
 NEVER = 10 ** 9  # slots since the last update of a key never seen
@@ -117,6 +121,9 @@ class EvidenceConfig:
     #                       (:mod:`model.shift`, :func:`shift_block`); training sets it where devices report loads
     shift_slack: float = 0.125  # the load's move per slot a shift's CUSUM lets pass (half the least shift it is for)
     shift_alarm: float = 0.5  # the CUSUM's sum of moves beyond the slack that makes a shift
+    cycles: bool = False  # fit each device's reported loads' usage cycle and read the head its success rate at the
+    #                       load the cycle brings next (:mod:`model.cycle`, :func:`cycle_block`); training sets it where
+    #                       devices report loads
     fall_earned: float = 0.0  # on-time tasks (at the longest memory) a device must have served since its load fell
     #                           before the fall is read (shift_block); 0: read at once. A load can be run at will, and
     #                           dropped: 2 cuts what devices that burn a load to drop it win, at a cost to honest
@@ -153,10 +160,11 @@ class EvidenceConfig:
     def collaborator_normalized(self) -> int:
         """Width of the collaborator's normalized columns: its head block (9L), then recency, seen, load, reported,
         the load's drift and its memory (4 + 2L), with ``discredited`` :func:`discredited_block` (4L) and with
-        ``shifts`` :func:`shift_block` (2 + 2L); its raw :data:`STATS` follow them in its rows of the head's
-        inputs."""
+        ``shifts`` :func:`shift_block` (2 + 2L) and with ``cycles`` :func:`cycle_block` (1 + 2L); its raw
+        :data:`STATS` follow them in its rows of the head's inputs."""
         lams = len(self.lams)
-        return lams * 11 + 4 + (4 * lams if self.discredited else 0) + (2 * lams + 2 if self.shifts else 0)
+        return (lams * 11 + 4 + (4 * lams if self.discredited else 0) + (2 * lams + 2 if self.shifts else 0)
+                + (2 * lams + 1 if self.cycles else 0))
 
     @property
     def normalized(self) -> int:
@@ -177,8 +185,8 @@ def channels_of(role: str) -> int:
     """How many channels a role's sums keep: the first :data:`PAIR_CHANNELS` of :data:`CHANNELS` for a pair, the
     first :data:`OWNER_CHANNELS` for an owner (what their features read: a pair's state is most of a shard's), all of
     them for the collaborator, the population and :data:`REPORTED`, :data:`REPORT_CHANNELS` for :data:`REPORTS`, and
-    the :data:`SHIFT_ROLES`' own."""
-    return {"pair": PAIR_CHANNELS, "owner": OWNER_CHANNELS, REPORTS: len(REPORT_CHANNELS),
+    the :data:`SHIFT_ROLES`' and :data:`model.cycle.CYCLE`'s own."""
+    return {"pair": PAIR_CHANNELS, "owner": OWNER_CHANNELS, REPORTS: len(REPORT_CHANNELS), CYCLE: CYCLE_CHANNELS,
             SHIFT_TEST: len(TEST_CHANNELS), SHIFT_OPEN: len(OPEN_CHANNELS), SHIFTED: len(SINCE_CHANNELS)
             }.get(role, len(CHANNELS))
 
@@ -196,9 +204,12 @@ def memories(lams: tuple[float, ...], loads_reported: bool) -> tuple[float, ...]
 
 def role_lams(role: str, lams: tuple[float, ...] | np.ndarray) -> np.ndarray:
     """The forgetting factors a role's sums are kept at: the config's, and for :data:`REPORTED` also
-    :data:`JUDGING_MEMORY` (last); :data:`SHIFT_TEST` forgets nothing (one factor, 1)."""
+    :data:`JUDGING_MEMORY` (last); :data:`SHIFT_TEST` forgets nothing (one factor, 1); :data:`model.cycle.CYCLE`
+    keeps its fit's own (:data:`model.cycle.CYCLE_MEMORY`)."""
     if role == SHIFT_TEST:
         return np.ones(1)
+    if role == CYCLE:
+        return np.full(1, CYCLE_MEMORY)
     return np.asarray((*lams, JUDGING_MEMORY) if role == REPORTED else lams, np.float64)
 
 
@@ -401,18 +412,22 @@ def role_increments(graph: SlotGraph, n: int, config: EvidenceConfig) -> dict[st
     return out
 
 
-def with_status(increments: np.ndarray, load: np.ndarray, cpu_hz: np.ndarray) -> np.ndarray:
+def with_status(increments: np.ndarray, load: np.ndarray, cpu_hz: np.ndarray, cycle: np.ndarray | None = None
+                ) -> np.ndarray:
     """A collaborator role's increments (k, C) with the :data:`LOADED` channels filled from its ton and com and
-    its reported load (k,) (NaN: none reported, and those channels stay zero), and the :data:`CLAIMS` speeds set
-    against the CPU it claimed (k,) (NaN: none known, and those channels are zeroed), times the share its reported
-    load leaves free where it reported one (a busy device is slower, and says so). The statuses are known where the
-    collaborator's are kept (its shard, online), not where the slot's events are gathered, so the role's holder calls
-    this on the increments :func:`role_increments` made."""
+    its reported load (k,) (NaN: none reported, and those channels stay zero), the :data:`CYCLED` ones from where its
+    usage cycle put its load in the slot (k,) (:func:`model.cycle.cycle_deviation`; None: zero), and the
+    :data:`CLAIMS` speeds set against the CPU it claimed (k,) (NaN: none known, and those channels are zeroed), times
+    the share its reported load leaves free where it reported one (a busy device is slower, and says so). The statuses
+    are known where the collaborator's are kept (its shard, online), not where the slot's events are gathered, so the
+    role's holder calls this on the increments :func:`role_increments` made."""
     out = increments.copy()
     known = np.isfinite(load)
     u = np.where(known, load, 0.0)
     ton, com = np.where(known, increments[:, TON], 0.0), np.where(known, increments[:, COM], 0.0)
     out[:, TK], out[:, CK], out[:, TU], out[:, CU], out[:, TUU] = ton, com, ton * u, com * u, ton * u * u
+    z = np.zeros(len(u)) if cycle is None else np.where(known, cycle, 0.0)
+    out[:, TZ], out[:, CZ], out[:, TZZ] = ton * z, com * z, ton * z * z
     claimed = np.isfinite(cpu_hz) & (np.nan_to_num(cpu_hz) > 0)
     free = np.clip(1.0 - u, FREE_MIN, 1.0)
     log_claim = np.log(np.where(claimed, cpu_hz, 1.0) * free)
@@ -640,12 +655,33 @@ def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray |
     return [read[:, None].astype(np.float64), rate, count, np.where(read, away, 0.0)[:, None]]
 
 
+CYCLE_RIDGE = 0.1  # the cycle's variance a regression on it is shrunk by (a cycle's z swings by about +-1)
+
+
+def cycle_block(c: np.ndarray, deviation: np.ndarray | None) -> list[np.ndarray]:
+    """(n, 1 + 2L) from n collaborators' sums as collaborator (n, L, C) and where their usage cycle puts their load
+    next slot (n,) (:func:`model.cycle.cycle_deviation`, z; None: none known): z, and per lambda the weighted
+    least-squares line of P(com | ton) on where the cycle put the load at each task (:data:`CYCLED`), its slope shrunk
+    by :data:`CYCLE_RIDGE`: its value at z, and its slope (over 2, clipped to [-1, 1]). A device whose reliability
+    follows its usage shows it here before the slot does: the cycle is read without the slots' noise, which the last
+    load and the regression on the loads reported (:func:`load_rate`) carry."""
+    n, lams = c.shape[:2]
+    if deviation is None:
+        return [np.zeros((n, 1)), np.zeros((n, lams)), np.zeros((n, lams))]
+    tk, ck, tz, cz, tzz = (c[..., k] for k in (TK, CK, *CYCLED))
+    centred = tzz - tz ** 2 / np.maximum(tk, 1e-9)
+    slope = np.where(tk > 0, (cz - ck * tz / np.maximum(tk, 1e-9)) / (centred + CYCLE_RIDGE * tk + 1e-9), 0.0)
+    rate = (ck + 1.0) / (tk + 2.0) + slope * (deviation[:, None] - tz / np.maximum(tk, 1e-9))
+    return [deviation[:, None], np.clip(rate, 0.0, 1.0), np.clip(slope / 2.0, -1.0, 1.0)]
+
+
 def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig, population: np.ndarray | None,
                         load_now: np.ndarray | None, reports: np.ndarray | None, discredited: np.ndarray | None,
-                        shifted: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """(normalized features (n, 9L), tail (n, 4 + 2L [+ 4L] [+ 2 + 2L] + len(STATS) * L): recency, seen, load,
-    reported, the load's drift per lambda (:func:`load_drift`), its load's memory per lambda (:func:`load_memory`),
-    with ``config.discredited`` :func:`discredited_block`, with ``config.shifts`` :func:`shift_block`, the STATS)
+                        shifted: np.ndarray | None, cycle: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(normalized features (n, 9L), tail (n, 4 + 2L [+ 4L] [+ 2 + 2L] [+ 1 + 2L] + len(STATS) * L): recency, seen,
+    load, reported, the load's drift per lambda (:func:`load_drift`), its load's memory per lambda
+    (:func:`load_memory`), with ``config.discredited`` :func:`discredited_block`, with ``config.shifts``
+    :func:`shift_block`, with ``config.cycles`` :func:`cycle_block`, the STATS)
     float32 of n collaborators: everything of :func:`pair_evidence_features` that depends on j alone."""
     now = np.full(len(c), np.nan) if load_now is None else np.asarray(load_now, np.float64)
     at_load, slope = load_rate(c, now)
@@ -662,6 +698,7 @@ def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig
             *([discredited_block(discredited, len(c), len(config.lams))] if config.discredited else []),
             *(shift_block(c, shifted, reports, loads_contradicted(c, config), config.fall_earned)
               if config.shifts else []),
+            *(cycle_block(c, cycle) if config.cycles else []),
             *(sums[role][..., channel] for role, channel in STATS)]
     return _float32_columns(head), _float32_columns(tail)
 
@@ -688,7 +725,7 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
                            load_now: np.ndarray | None = None, src: np.ndarray | None = None,
                            dst: np.ndarray | None = None, pair_at: np.ndarray | None = None,
                            reports: np.ndarray | None = None, discredited: np.ndarray | None = None,
-                           shifted: np.ndarray | None = None) -> np.ndarray:
+                           shifted: np.ndarray | None = None, cycle: np.ndarray | None = None) -> np.ndarray:
     """The pair head's evidence input, (P, ``config.features``) float32.
 
     collaborator, owner, pair: (P, L, C) decayed sums of the candidate j as collaborator, the owner i
@@ -696,8 +733,9 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
     whole log's sums (None: none known); load_now: (P,) j's latest reported load (NaN or None: none); reports:
     (P, L, 2) j's :data:`REPORTS` sums (None: none known); discredited: (P, L, 4) j's :data:`DISCREDITED` sums
     (read where ``config.discredited``; None: none known); shifted: (P, L, 4) j's :data:`SHIFTED` sums (read where
-    ``config.shifts``; None: none known).
-    With ``src`` and ``dst`` (P,), collaborator, since, load_now, reports, discredited and shifted are per device
+    ``config.shifts``; None: none known); cycle: (P,) where j's usage cycle puts its load next slot
+    (:func:`model.cycle.cycle_deviation`; read where ``config.cycles``; None: none known).
+    With ``src`` and ``dst`` (P,), collaborator, since, load_now, reports, discredited, shifted and cycle are per device
     (n, ...) and read at ``dst``, owner at ``src``; with ``pair_at`` (P,), pair holds distinct pairs' sums (m, L, C)
     read at it: what depends on one device (or one pair) is computed once, not once per candidate pair.
     Normalized part, per lambda: j's log task count, mean T_col, log flagged count, P(tr), P(com | tr), log
@@ -705,18 +743,19 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
     on its load (:func:`load_rate`); i's log count and mean reported T_col; the pair's log count, mean
     T_col, P(tr) and P(com | tr); then j's recency, whether j was ever seen and its load now (and whether
     it reported one), its load's drift per lambda (:func:`load_drift`), its load's memory per lambda
-    (:func:`load_memory`), with ``config.discredited`` :func:`discredited_block` and with ``config.shifts``
-    :func:`shift_block`. Then the raw sums of :data:`STATS`, each per lambda.
+    (:func:`load_memory`), with ``config.discredited`` :func:`discredited_block`, with ``config.shifts``
+    :func:`shift_block` and with ``config.cycles`` :func:`cycle_block`. Then the raw sums of :data:`STATS`, each per
+    lambda.
     """
     return EvidenceBlocks.of(collaborator, owner, pair, since, config, population, load_now, reports,
-                             discredited, shifted).features(src, dst, pair_at)
+                             discredited, shifted, cycle).features(src, dst, pair_at)
 
 
 @dataclass(frozen=True)
 class EvidenceBlocks:
     """The parts of :func:`pair_evidence_features` that depend on one device or one pair, computed once (float32),
-    so that candidate pairs can be read in chunks: (n, 9L) and (n, 4 + 2L [+ 4L] [+ 2 + 2L] + len(STATS) L) per
-    collaborator, (n, 2L) per owner, (m, 4L) per pair."""
+    so that candidate pairs can be read in chunks: (n, 9L) and (n, 4 + 2L [+ 4L] [+ 2 + 2L] [+ 1 + 2L] + len(STATS) L)
+    per collaborator, (n, 2L) per owner, (m, 4L) per pair."""
 
     collaborator_head: np.ndarray
     collaborator_tail: np.ndarray
@@ -727,9 +766,10 @@ class EvidenceBlocks:
     def of(cls, collaborator: np.ndarray, owner: np.ndarray, pair: np.ndarray, since: np.ndarray,
            config: EvidenceConfig, population: np.ndarray | None = None,
            load_now: np.ndarray | None = None, reports: np.ndarray | None = None,
-           discredited: np.ndarray | None = None, shifted: np.ndarray | None = None) -> "EvidenceBlocks":
+           discredited: np.ndarray | None = None, shifted: np.ndarray | None = None,
+           cycle: np.ndarray | None = None) -> "EvidenceBlocks":
         head, tail = _collaborator_block(collaborator, since, config, population, load_now, reports, discredited,
-                                         shifted)
+                                         shifted, cycle)
         return cls(head, tail, _owner_block(owner), _pair_block(pair))
 
     def features(self, src: np.ndarray | None = None, dst: np.ndarray | None = None,

@@ -22,6 +22,7 @@ import pyarrow as pa
 from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import PHYSICS_COLUMNS, pair_physics
 from model.credibility import credibility, discredited
+from model.cycle import CYCLE, cycle_deviation, cycle_increments
 from model.evidence import (DISCREDITED, NEVER, POPULATION, REPORTED, REPORTS, SHIFT_ROLES, SHIFTED, STATE_ROLES,
                             EvidenceConfig, EvidenceTrack, channels_of, empty_state, pair_evidence_features,
                             report_increments, role_increments, role_lams, verified_cpu, with_status)
@@ -114,22 +115,30 @@ class History:
 
     def tracks(self, config: EvidenceConfig) -> dict[str, EvidenceTrack]:
         """The evidence of every role after each slot with tasks, every device's :data:`REPORTS` at the same slots,
-        and with ``config.shifts`` where its load shifted (:mod:`model.shift`; computed once per config)."""
+        with ``config.shifts`` where its load shifted (:mod:`model.shift`) and with ``config.cycles`` its loads'
+        harmonic sums (:mod:`model.cycle`; computed once per config)."""
         key = replace(config, speed_gap=None)  # how claims are judged changes no sum
         if key not in self._tracks:
             n = len(self.index)
             updates: dict[str, list] = {role: [] for role in STATE_ROLES}
             devices = np.arange(n)
-            live = {role: empty_state(role, config.lams) for role in (REPORTS, *SHIFT_ROLES)}  # where shifts are read
+            live = {role: empty_state(role, config.lams) for role in (REPORTS, *SHIFT_ROLES, CYCLE)}  # as they go
             for t, graph in enumerate(self.graphs):
                 if graph is not None and len(graph.src):
                     load = self.load(devices, np.full(n, t))  # every device's latest reported load by the slot's end
                     cpu = self.claimed_cpu(devices, np.full(n, t))
+                    cycle = None
+                    if config.cycles and self.status is not None:  # where each one's cycle put its load in the slot
+                        reported, sums = cycle_increments(devices, load, self.first_slot + t)
+                        updates[CYCLE].append((t, reported, sums))
+                        live[CYCLE].update(reported, t, sums)
+                        cycle = cycle_deviation(live[CYCLE].query(devices, t)[0], self.first_slot + t)
                     slot_increments = role_increments(graph, n, config)
                     for role, (keys, increments) in slot_increments.items():
                         if role in ("collaborator", REPORTED):  # the loads and CPUs its collaborators had reported
                             at = keys % n if role == REPORTED else keys
-                            increments = with_status(increments, load[at], cpu[at])
+                            increments = with_status(increments, load[at], cpu[at],
+                                                     None if cycle is None else cycle[at])
                         updates[role].append((t, keys, increments))
                     if self.status is not None:
                         reported, loads = report_increments(devices, load)
@@ -155,6 +164,7 @@ class History:
         population, _ = tracks["population"].query(np.full(len(src), POPULATION), end)
         reports, _ = tracks[REPORTS].query(dst, end)
         shifted = tracks[SHIFTED].query(dst, end)[0] if config.shifts else None
+        cycle = cycle_deviation(tracks[CYCLE].query(dst, end)[0], self.first_slot + end + 1) if config.cycles else None
         end = np.broadcast_to(end, np.shape(dst))
         discredited = np.zeros((len(dst), len(config.lams), len(DISCREDITED))) if config.discredited else None
         for slot in np.unique(end):
@@ -165,7 +175,8 @@ class History:
                 if discredited is not None:
                     discredited[rows] = self.together(config, int(slot), credited.discredited)[dst[rows]]
         return pair_evidence_features(collaborator, owner, pair, since, config, population,
-                                      self.load(dst, end), reports=reports, discredited=discredited, shifted=shifted)
+                                      self.load(dst, end), reports=reports, discredited=discredited, shifted=shifted,
+                                      cycle=cycle)
 
     def collaborator_sums(self, dst: np.ndarray, end: np.ndarray, config: EvidenceConfig
                           ) -> tuple[np.ndarray, np.ndarray]:

@@ -44,6 +44,7 @@ from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
 from model.credibility import credibility, discredited
+from model.cycle import CYCLE, cycle_deviation, cycle_increments
 from model.evidence import (DISCREDITED, N, POPULATION, REPORTED, REPORTS, ROLES, SHIFT_ROLES, SHIFTED, STATE_ROLES,
                             SUMMED_ROLES, W, EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay,
                             empty_state, find, key_order, positions, report_increments, role_increments, verified_cpu,
@@ -203,6 +204,7 @@ class DeviceFrame:
     population: np.ndarray  # (1, L, C) the population's evidence this frame holds (one shard holds it all)
     reports: np.ndarray  # (n, L, 2) each device's REPORTS sums (model.evidence.load_memory)
     shifted: np.ndarray  # (n, L, 4) each device's SHIFTED sums: since its load last shifted (model.shift)
+    cycle: np.ndarray  # (n, 1, C) each device's CYCLE sums, its loads' harmonic fit (model.cycle; C = 0 without cycles)
     # what owners reported themselves of their pairs (model.credibility), each frame's of its devices as collaborators:
     reported: np.ndarray  # (r,) pair keys
     reported_pairs: np.ndarray  # (r, 2) their collaborator and owner keys
@@ -335,24 +337,35 @@ class DeviceHistory:
                 tags = {"pair": self.parts[slot].pair_owners, REPORTED: self.parts[slot].reported_pairs}.get(role)
                 if len(keys):
                     self.evidence[role].update(keys, slot, increments, tags)
+            self.folded_through = slot  # the next slot's increments read the evidence through this one (its cycles)
         self.folded_through = max(self.folded_through, through_slot)
 
-    def increments(self, role: str, slot: int) -> tuple[np.ndarray, np.ndarray]:
+    def increments(self, role: str, slot: int, among: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(keys, increments) of a role in a held slot: its part's, the collaborators' with their load channels
         filled from the loads they reported by the slot's end and their speeds set against the CPUs they claimed
         (:func:`model.evidence.with_status`; the shard holds
-        their statuses); for :data:`REPORTS`, every device's latest reported load by then, where the slot had tasks
-        (as offline: :meth:`model.history.History.tracks`)."""
+        their statuses); for :data:`REPORTS` (and with ``cycles`` :data:`model.cycle.CYCLE`), every device's latest
+        reported load by then, where the slot had tasks (as offline: :meth:`model.history.History.tracks`), or only
+        those of ``among`` (sorted keys) where it is given."""
         part, end = self.parts[slot], int(self.clock.end_ms(slot))
-        if role == REPORTS:
-            keys = np.unique(self.status.keys) if part.has_tasks else np.zeros(0, np.int64)
-            return report_increments(keys, self.status.latest_load(keys, end))
+        if role in (REPORTS, CYCLE):
+            summed = part.has_tasks and (role == REPORTS or self.evidence_config.cycles)
+            keys = (np.unique(self.status.keys) if among is None else among) if summed else np.zeros(0, np.int64)
+            load = self.status.latest_load(keys, end)
+            return report_increments(keys, load) if role == REPORTS else cycle_increments(keys, load, slot)
         keys, increments = part.evidence[role]
         if role not in ("collaborator", REPORTED) or not len(keys):
             return keys, increments
         collaborators = part.reported_pairs[:, 0] if role == REPORTED else keys
         return keys, with_status(increments, self.status.latest_load(collaborators, end),
-                                 self.status.latest_value(collaborators, end, CPU))
+                                 self.status.latest_value(collaborators, end, CPU),
+                                 self.cycle_at(collaborators, slot) if self.evidence_config.cycles else None)
+
+    def cycle_at(self, keys: np.ndarray, slot: int) -> np.ndarray:
+        """(k,) where each device's usage cycle put its load in held ``slot``, its report of the slot counted
+        (:func:`model.cycle.cycle_deviation`); ``keys`` in any order, repeated or not."""
+        unique, inverse = np.unique(keys, return_inverse=True)
+        return cycle_deviation(self._evidence(CYCLE, unique, slot)[0], slot)[inverse]
 
     def watch(self, states: dict[str, EvidenceState], slot: int, keys: np.ndarray, loads: np.ndarray) -> None:
         """:func:`model.shift.watch` of held ``slot`` on the :data:`SHIFT_ROLES` of ``states``, for the devices ``keys``
@@ -392,8 +405,8 @@ class DeviceHistory:
         plus the pending parts up to the slot (a :data:`SHIFT_ROLES` state is watched on instead: :meth:`shifts`)."""
         values, since = self.evidence[role].query(keys, slot)
         lams = self.evidence[role].lams
-        for s in sorted(p for p in self.parts if self.folded_through < p <= slot):
-            part_keys, increments = self.increments(role, s)
+        for s in sorted(p for p in self.parts if self.folded_through < p <= slot):  # a status role's, of keys alone
+            part_keys, increments = self.increments(role, s, keys if role in (REPORTS, CYCLE) else None)
             at = np.searchsorted(keys, part_keys)
             hit = (at < len(keys)) & (keys[np.minimum(at, max(len(keys) - 1, 0))] == part_keys) if len(keys) else \
                 np.zeros(len(part_keys), bool)
@@ -433,11 +446,13 @@ class DeviceHistory:
             reports, shifted = (states[role].query(keys, slot)[0] for role in (REPORTS, SHIFTED))
         else:
             reports, shifted = self._evidence(REPORTS, keys, slot)[0], self.evidence[SHIFTED].query(keys, slot)[0]
+        cycle = self._evidence(CYCLE, keys, slot)[0] if self.evidence_config.cycles else \
+            np.zeros((len(keys), 1, 0))
         reported, reported_pairs, reported_evidence, monitored, reported_since = self.reported(slot)
         at, held = find(keys, reported_pairs[:, 0])
         np.minimum.at(since, at[held], reported_since[held])  # an owner's report of it says it served too
         return DeviceFrame(keys, ids, y, status, heard_ms, profile[:, 1:], recent, collaborator, since, owner, pairs,
-                           tags[first].astype(np.int64), pair_evidence, population, reports, shifted, reported,
+                           tags[first].astype(np.int64), pair_evidence, population, reports, shifted, cycle, reported,
                            reported_pairs, reported_evidence, monitored)
 
     def reported(self, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -591,13 +606,23 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
             status[:, CPU] = verified_cpu(status[:, CPU], collaborator, evidence)
         physics = pair_physics(status, status, frame.profile[:, :2], params, src, dst)
         blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, evidence, population,
-                                   frame.status[:, LOAD], frame.reports, disbelieved, frame.shifted)
+                                   frame.status[:, LOAD], frame.reports, disbelieved, frame.shifted,
+                                   frame_cycle(frame, slot) if evidence.cycles else None)
         t_beh, step = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
         t_res = resource_trust(status[:, WILLINGNESS], status[:, COMM_OK], status[:, COMP_OK])[dst]  # per device
         voc = physics.value(params)
     return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc,
                       believed, frame.profile[:, 0], step if stages.size_corrected else None,
                       evidence.size_split_bits, status[:, CPU])
+
+
+def frame_cycle(frame: DeviceFrame, slot: int) -> np.ndarray:
+    """(n,) where each device's usage cycle puts its load in the slot after ``slot``
+    (:func:`model.cycle.cycle_deviation`), for a model that reads it; a frame of a history that keeps none is refused."""
+    if not frame.cycle.shape[-1]:
+        raise ValueError("the model reads the loads' cycles (EvidenceConfig.cycles), and this frame's history keeps "
+                         "none: make the history with the model's evidence config")
+    return cycle_deviation(frame.cycle, slot + 1)
 
 
 def credited_evidence(frame: DeviceFrame, with_discredited: bool = False

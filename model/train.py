@@ -401,17 +401,17 @@ class Prepared:
     speed_gap: float | None = None  # the training period's typical log of shown speed over claimed CPU (None: no
     #                                 times; model.evidence.typical_speed_gap)
     shifts: bool = False  # whether devices reported their loads in the training period (the head then reads what a
-    #                       device showed since its load last shifted: model.shift)
+    #                       device showed since its load last shifted, model.shift, and its usage cycle, model.cycle)
 
     def configure(self, config: BMConfig) -> BMConfig:
         """The config whose evidence keeps these memories, counts transmissions against this on-time factor, reads
         what was reported and not believed (where owners report), parts tasks by size at the training period's
         typical size, judges claimed CPUs against the typical gap to the speeds shown and, where loads are
-        reported, watches them for shifts."""
+        reported, watches them for shifts and fits their cycles."""
         return replace(config, evidence=replace(config.evidence, lams=self.lams,
                                                 on_time=self.on_time.factor, discredited=self.discredited,
                                                 size_split_bits=self.size_split, speed_gap=self.speed_gap,
-                                                shifts=self.shifts))
+                                                shifts=self.shifts, cycles=self.shifts))
 
 
 def build(config: BMConfig, prepared: Prepared, train: TrainConfig) -> BM:

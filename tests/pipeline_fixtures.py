@@ -44,14 +44,14 @@ def write_checkpoint(directory: Path, config: SimConfig = SIM, reads_y: bool = T
     matters (the head's Y weights start at zero), its size correction adopted: parity needs no training. ``reads_y``
     False: the head's Y weights zeroed again, as a head kept from the warm-up has them (the model uses no encoder).
     Where owners report the run's tasks, the head reads what was reported and not believed, and where statuses carry
-    the load the evidence also keeps the long memory and watches the loads for shifts, as training makes them; its size evidence parts
-    tasks at the nominal (median) size, where training would part sizes that vary (where every task has that size,
-    all are of one class)."""
+    the load the evidence also keeps the long memory, watches the loads for shifts and fits their cycles, as training
+    makes them; its size evidence parts tasks at the nominal (median) size, where training would part sizes that vary
+    (where every task has that size, all are of one class)."""
     torch.manual_seed(0)
     features = np.random.default_rng(0).normal(size=(config.devices, SMALL.node2vec.dim)).astype(np.float32)
     evidence = replace(SMALL.evidence, lams=memories(SMALL.evidence.lams, config.telemetry),
                        discredited=config.owner_reports > 0, size_split_bits=config.task_size_bits,
-                       shifts=config.telemetry)
+                       shifts=config.telemetry, cycles=config.telemetry)
     model = BM(replace(SMALL, clock=config.clock, evidence=evidence), features)
     with torch.no_grad():
         for parameter in model.parameters():

@@ -120,9 +120,9 @@ def test_role_increments_by_hand() -> None:
     # no loads yet; the sizes: x = +1 for the flagged tasks, larger than the 1-Mbit split (the graded one, smaller,
     # transmitted none)
     ton = 2 * factor
-    # and the timed tasks with their summed log speed (the claim taken off by the holder: with_status)
+    # and the timed tasks with their summed log speed (the claim taken off by the holder: with_status); no cycles yet
     np.testing.assert_allclose(sums[0], [3, 2 * 0.8 + 0.5, 2, 2, 1, ton, 0, 0, 0, 0, 0, ton, 1, ton, 1, ton, 2,
-                                         2 * np.log(2e9)])
+                                         2 * np.log(2e9), 0, 0, 0])
     unsplit = role_increments(graph, n=3, config=replace(config, size_split_bits=None))["collaborator"][1]
     assert not unsplit[:, list(SIZED)].any()  # no split known: no size evidence
     keys, sums = roles["owner"]

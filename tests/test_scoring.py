@@ -55,12 +55,13 @@ def sybil_log():
 
 def scored_log(config: SimConfig):
     """A run's events, statuses, history and an untrained model; where its tasks' sizes vary, the model's size
-    evidence parts them at the nominal (median) size, as training would."""
+    evidence parts them at the nominal (median) size, and where statuses carry loads it fits their cycles, as training
+    would."""
     events, _, status = simulated_run(config)
     history = History.from_events(events, SIM.clock, SMALL.weights, status=status)
     torch.manual_seed(0)
     split = config.task_size_bits if config.task_size_spread > 1 else None
-    model = BM(replace(SMALL, evidence=replace(SMALL.evidence, size_split_bits=split)),
+    model = BM(replace(SMALL, evidence=replace(SMALL.evidence, size_split_bits=split, cycles=config.telemetry)),
                np.random.default_rng(0).normal(size=(len(history.index), 8)).astype(np.float32)).eval()
     with torch.no_grad():  # Y (and so the sequences and their telemetry) counts: its weights start at zero
         for net in model.head.members:
@@ -212,8 +213,8 @@ def assert_scores_equal_prediction(log) -> None:
 def test_shards_give_the_same_frame_as_one_history(log) -> None:
     events, status, history, model = log
     stages, ranking = TorchStages(model, history.index), RankingConfig()
-    whole = DeviceHistory(SMALL.evidence)
-    shards = [DeviceHistory(SMALL.evidence) for _ in range(3)]
+    whole = DeviceHistory(model.config.evidence)
+    shards = [DeviceHistory(model.config.evidence) for _ in range(3)]
     slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
     for slot in range(6):
         part = slot_part(stages, events.filter(slot_of == slot), slot)
@@ -244,7 +245,7 @@ def test_bad_mouthers_lose_their_credibility_alike_offline_and_in_the_scorer() -
     index = DeviceIndex(tuple(world.ids.to_pylist()))
     model = BM(SMALL, np.zeros((world.size, 8), np.float32)).eval()
     stages = TorchStages(model, index)
-    history = DeviceHistory(SMALL.evidence)
+    history = DeviceHistory(model.config.evidence)
     history.add_status(*status_arrays(status))
     slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
     for slot in range(config.slots):
@@ -301,7 +302,7 @@ def test_an_updated_slot_replaces_its_evidence_instead_of_adding_it(log) -> None
     stages = TorchStages(model, history.index)
     slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
     first = events.filter(slot_of == 1)
-    updated, fresh = DeviceHistory(SMALL.evidence), DeviceHistory(SMALL.evidence)
+    updated, fresh = DeviceHistory(model.config.evidence), DeviceHistory(model.config.evidence)
     updated.add_part(slot_part(stages, first.slice(0, 20), 1))  # the slot's early events, then all of them
     updated.add_part(slot_part(stages, first, 1))
     fresh.add_part(slot_part(stages, first, 1))
@@ -319,7 +320,7 @@ def test_evidence_snapshots_round_trip_and_reshard(log, tmp_path) -> None:
     split = SIM.task_size_bits / 2
     stages.config = replace(stages.config, evidence=replace(stages.config.evidence, size_split_bits=split))
     slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
-    whole = DeviceHistory(SMALL.evidence)
+    whole = DeviceHistory(model.config.evidence)
     whole.add_status(*status_arrays(status))  # every device's reported loads count too
     for slot in range(4):
         whole.add_part(slot_part(stages, events.filter(slot_of == slot), slot))
@@ -334,7 +335,7 @@ def test_evidence_snapshots_round_trip_and_reshard(log, tmp_path) -> None:
     for role in ("collaborator", "owner", "pair", REPORTS):
         for name in ("keys", "slots", "values", "tags"):
             np.testing.assert_array_equal(getattr(merged.states[role], name), getattr(whole.evidence[role], name))
-    seeded = DeviceHistory(SMALL.evidence)
+    seeded = DeviceHistory(model.config.evidence)
     seeded.seed(shards[1])
     assert seeded.folded_through == 3 and len(seeded.evidence["pair"]) == len(shards[1].states["pair"])
     # a snapshot saved before the size channels (the first 11): they start at zero, the rest as saved
@@ -345,7 +346,7 @@ def test_evidence_snapshots_round_trip_and_reshard(log, tmp_path) -> None:
     np.testing.assert_array_equal(upgraded[..., :11], whole.evidence["collaborator"].values[..., :11])
     assert upgraded.shape == whole.evidence["collaborator"].values.shape and not upgraded[..., 11:].any()
     assert whole.evidence["collaborator"].values[..., 11:].any()  # the sizes the snapshot had not kept
-    resumed = DeviceHistory(SMALL.evidence)  # and a job resumed from it folds the next slots' sums onto it
+    resumed = DeviceHistory(model.config.evidence)  # and a job resumed from it folds the next slots' sums onto it
     resumed.seed(EvidenceSnapshot.load(tmp_path / "before.npz"))
     resumed.add_part(slot_part(stages, events.filter(slot_of == 4), 4))
     resumed.fold(4)
@@ -512,7 +513,7 @@ def test_a_slot_scored_in_pieces_gives_the_records_of_scoring_it_whole(log) -> N
 
     events, status, history, model = log
     stages, ranking = TorchStages(model, history.index), RankingConfig(range_m=300.0, scores_per_owner=1000)
-    whole = DeviceHistory(SMALL.evidence)
+    whole = DeviceHistory(model.config.evidence)
     whole.add_status(*status_arrays(status))
     slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
     for slot in range(8):

@@ -1,6 +1,7 @@
 """Where a device's reported load shifts (model.shift): the CUSUM by hand, what the head reads of it (a fall only where
 the tasks' times bear the loads out and, with ``fall_earned``, once the device has served since), a cycling load left
-alone, and the same shifts offline, in shards, through pending slots and across a snapshot."""
+alone, and the same shifts (and the loads' cycles, model.cycle) offline, in shards, through pending slots and across
+a snapshot."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from model.cycle import CYCLE
 from model.evidence import (REPORTS, SHIFT_OPEN, SHIFT_ROLES, SHIFT_TEST, SHIFTED, SK, SUMMED_ROLES, SV,
-                            EvidenceConfig, empty_state, loads_contradicted, report_increments, shift_block)
+                            EvidenceConfig, channels_of, empty_state, loads_contradicted, report_increments,
+                            shift_block)
 from model.config import RankingConfig
 from model.scoring import DeviceFrame, DeviceHistory, EvidenceSnapshot, shard_of, slot_part, status_arrays
 from model.shift import step
@@ -122,10 +125,12 @@ def test_a_load_that_cycles_about_its_level_never_shifts() -> None:
         assert not any(a[SHIFTED].any() for a in after), period
 
 
-def test_shifts_alike_offline_in_shards_and_through_pending_slots() -> None:
+def test_shifts_and_cycles_alike_offline_in_shards_and_through_pending_slots() -> None:
+    """The shift states, and the loads' harmonic sums (model.cycle) beside them, the same in one history, joined from
+    three shards and offline."""
     events, status, history, model = scored_log(SIM)
     stages = TorchStages(model, history.index)
-    config = replace(SMALL.evidence, shifts=True)
+    config = replace(SMALL.evidence, shifts=True, cycles=True)
     whole = DeviceHistory(config)
     shards = [DeviceHistory(config) for _ in range(3)]
     keys, ids, times, values = status_arrays(status)
@@ -151,12 +156,16 @@ def test_shifts_alike_offline_in_shards_and_through_pending_slots() -> None:
     np.testing.assert_allclose(one.shifted, offline, rtol=1e-9, atol=1e-12)
     assert (one.shifted[:, -1, 0] > 0).sum() >= 3  # the changing devices' loads drift by 0.25 within these slots
     assert set(SUMMED_ROLES).isdisjoint(SHIFT_ROLES)
+    np.testing.assert_allclose(one.cycle, joined.cycle, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(one.cycle, history.tracks(config)[CYCLE].query(rows, last - history.first_slot)[0],
+                               rtol=1e-9, atol=1e-12)
+    assert one.cycle.shape == (len(one.keys), 1, channels_of(CYCLE)) and (one.cycle[:, 0, 0] > 0).all()
 
 
-def test_shift_states_survive_a_snapshot_and_a_reshard(tmp_path) -> None:
+def test_shift_states_and_cycles_survive_a_snapshot_and_a_reshard(tmp_path) -> None:
     events, status, history, model = scored_log(SIM)
     stages = TorchStages(model, history.index)
-    config = replace(SMALL.evidence, shifts=True)
+    config = replace(SMALL.evidence, shifts=True, cycles=True)
     whole = DeviceHistory(config)
     whole.add_status(*status_arrays(status))
     slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
@@ -167,7 +176,7 @@ def test_shift_states_survive_a_snapshot_and_a_reshard(tmp_path) -> None:
     assert len(whole.evidence[SHIFTED]) >= 1 and len(whole.evidence[SHIFT_OPEN]) >= 1  # a shift, and sides open
     EvidenceSnapshot(whole.folded_through, whole.evidence).save(tmp_path / "evidence.npz")
     merged = EvidenceSnapshot.merge([EvidenceSnapshot.load(tmp_path / "evidence.npz").select(k, 3) for k in range(3)])
-    for role in SHIFT_ROLES:
+    for role in (*SHIFT_ROLES, CYCLE):
         for name in ("keys", "slots", "values"):
             np.testing.assert_array_equal(getattr(merged.states[role], name), getattr(whole.evidence[role], name))
     resumed = DeviceHistory(config)  # a job restarted from the snapshot goes on watching where the first one was
@@ -177,8 +186,10 @@ def test_shift_states_survive_a_snapshot_and_a_reshard(tmp_path) -> None:
         for part in parts[9:]:
             target.add_part(part)
     last = SIM.slots - 1
-    shifted = whole.frame(stages, last, RankingConfig()).shifted
-    np.testing.assert_array_equal(resumed.frame(stages, last, RankingConfig()).shifted, shifted)
+    frame, again = (target.frame(stages, last, RankingConfig()) for target in (whole, resumed))
+    shifted = frame.shifted
+    np.testing.assert_array_equal(again.shifted, shifted)
+    np.testing.assert_array_equal(again.cycle, frame.cycle)
     assert (shifted[:, -1, 0] > 0).sum() > len(whole.evidence[SHIFTED])  # devices that shifted after the snapshot
 
 
