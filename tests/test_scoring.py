@@ -465,6 +465,23 @@ def test_every_recent_owner_gets_a_ranking_even_with_nothing_in_range(log) -> No
             assert empty < sum(len(r.rankings) for r in results) / 2
 
 
+def test_a_model_that_reads_the_cycles_refuses_a_history_that_keeps_none() -> None:
+    """The scorer of a model that reads the loads' cycles (EvidenceConfig.cycles) refuses, by name, a frame whose
+    history was made without them, rather than read a cycle of zero for every device."""
+    events, status, history, model = scored_log(SIM)
+    assert model.config.evidence.cycles
+    stages, ranking = TorchStages(model, history.index), RankingConfig(range_m=300.0)
+    plain = DeviceHistory(replace(model.config.evidence, cycles=False))
+    plain.add_status(*status_arrays(status))
+    slot_of = SIM.clock.slot_of(events["event_time_ms"].to_numpy())
+    for slot in range(4):
+        plain.add_part(slot_part(stages, events.filter(slot_of == slot), slot))
+    frame = plain.frame(stages, 3, ranking)
+    assert frame.cycle.shape[-1] == 0 and frame.recent_owner.any()
+    with pytest.raises(ValueError, match=r"EvidenceConfig.cycles"):
+        score_slot(stages, frame, 3, ranking, SystemParams(), "v1")
+
+
 def test_status_is_taken_as_of_the_slot_end() -> None:
     history = DeviceHistory(SMALL.evidence)
     values = np.arange(3 * 9, dtype=float).reshape(3, 9) / 30  # the last column is the reported load
