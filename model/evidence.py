@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from model.channel import OnTimeCurve
-from model.cycle import CYCLE, CYCLE_MEMORY
-from model.cycle import CHANNELS as CYCLE_CHANNELS
 from model.graphs import SlotGraph
+from model.usage_cycle import CHANNELS as CYCLE_CHANNELS
+from model.usage_cycle import CYCLE, CYCLE_MEMORY
 
 CHANNELS = ("n", "w", "f", "tr", "com", "ton", "tk", "ck", "tu", "cu", "tuu", "ts", "cs", "tx", "cx", "txx", "sk",
             "sv", "tz", "cz", "tzz")
@@ -51,7 +51,8 @@ N, W, F, TR, COM, TON, TK, CK, TU, CU, TUU, TS, CS, TX, CX, TXX, SK, SV, TZ, CZ,
 LOADED = (TK, CK, TU, CU, TUU)  # the collaborator's ton and com where its load u was reported, times u and u^2
 SIZED = (TS, CS, TX, CX, TXX)  # ton and com of tasks of known size, times x (their size class, +-1) and x^2
 CYCLED = (TZ, CZ, TZZ)  # ton and com times z, where the collaborator's usage cycle put its load in the task's slot
-#                         (model.cycle.cycle_deviation), and ton times z^2 (with EvidenceConfig.cycles: with_status)
+#                         (model.usage_cycle.cycle_deviation), and ton times z^2 (with EvidenceConfig.cycles:
+#                         with_status)
 CLAIMS = (SK, SV)  # the collaborator's tasks with a reported offload time and a claimed CPU, and their summed log of
 #                    the speed shown over the CPU claimed (the collaborator's roles only: with_status)
 CLAIM_TOLERANCE = 1.25  # how far below the typical share of its claim a device's shown speed may lie and be believed,
@@ -122,8 +123,8 @@ class EvidenceConfig:
     shift_slack: float = 0.125  # the load's move per slot a shift's CUSUM lets pass (half the least shift it is for)
     shift_alarm: float = 0.5  # the CUSUM's sum of moves beyond the slack that makes a shift
     cycles: bool = False  # fit each device's reported loads' usage cycle and read the head its success rate at the
-    #                       load the cycle brings next (:mod:`model.cycle`, :func:`cycle_block`); training sets it where
-    #                       devices report loads
+    #                       load the cycle brings next (:mod:`model.usage_cycle`, :func:`cycle_block`); training sets it
+    #                       where devices report loads
     fall_earned: float = 0.0  # on-time tasks (at the longest memory) a device must have served since its load fell
     #                           before the fall is read (shift_block); 0: read at once. A load can be run at will, and
     #                           dropped: 2 cuts what devices that burn a load to drop it win, at a cost to honest
@@ -185,7 +186,7 @@ def channels_of(role: str) -> int:
     """How many channels a role's sums keep: the first :data:`PAIR_CHANNELS` of :data:`CHANNELS` for a pair, the
     first :data:`OWNER_CHANNELS` for an owner (what their features read: a pair's state is most of a shard's), all of
     them for the collaborator, the population and :data:`REPORTED`, :data:`REPORT_CHANNELS` for :data:`REPORTS`, and
-    the :data:`SHIFT_ROLES`' and :data:`model.cycle.CYCLE`'s own."""
+    the :data:`SHIFT_ROLES`' and :data:`model.usage_cycle.CYCLE`'s own."""
     return {"pair": PAIR_CHANNELS, "owner": OWNER_CHANNELS, REPORTS: len(REPORT_CHANNELS), CYCLE: CYCLE_CHANNELS,
             SHIFT_TEST: len(TEST_CHANNELS), SHIFT_OPEN: len(OPEN_CHANNELS), SHIFTED: len(SINCE_CHANNELS)
             }.get(role, len(CHANNELS))
@@ -204,8 +205,8 @@ def memories(lams: tuple[float, ...], loads_reported: bool) -> tuple[float, ...]
 
 def role_lams(role: str, lams: tuple[float, ...] | np.ndarray) -> np.ndarray:
     """The forgetting factors a role's sums are kept at: the config's, and for :data:`REPORTED` also
-    :data:`JUDGING_MEMORY` (last); :data:`SHIFT_TEST` forgets nothing (one factor, 1); :data:`model.cycle.CYCLE`
-    keeps its fit's own (:data:`model.cycle.CYCLE_MEMORY`)."""
+    :data:`JUDGING_MEMORY` (last); :data:`SHIFT_TEST` forgets nothing (one factor, 1);
+    :data:`model.usage_cycle.CYCLE` keeps its fit's own (:data:`model.usage_cycle.CYCLE_MEMORY`)."""
     if role == SHIFT_TEST:
         return np.ones(1)
     if role == CYCLE:
@@ -416,7 +417,7 @@ def with_status(increments: np.ndarray, load: np.ndarray, cpu_hz: np.ndarray, cy
                 ) -> np.ndarray:
     """A collaborator role's increments (k, C) with the :data:`LOADED` channels filled from its ton and com and
     its reported load (k,) (NaN: none reported, and those channels stay zero), the :data:`CYCLED` ones from where its
-    usage cycle put its load in the slot (k,) (:func:`model.cycle.cycle_deviation`; None: zero), and the
+    usage cycle put its load in the slot (k,) (:func:`model.usage_cycle.cycle_deviation`; None: zero), and the
     :data:`CLAIMS` speeds set against the CPU it claimed (k,) (NaN: none known, and those channels are zeroed), times
     the share its reported load leaves free where it reported one (a busy device is slower, and says so). The statuses
     are known where the collaborator's are kept (its shard, online), not where the slot's events are gathered, so the
@@ -660,7 +661,7 @@ CYCLE_RIDGE = 0.1  # the cycle's variance a regression on it is shrunk by (a cyc
 
 def cycle_block(c: np.ndarray, deviation: np.ndarray | None) -> list[np.ndarray]:
     """(n, 1 + 2L) from n collaborators' sums as collaborator (n, L, C) and where their usage cycle puts their load
-    next slot (n,) (:func:`model.cycle.cycle_deviation`, z; None: none known): z, and per lambda the weighted
+    next slot (n,) (:func:`model.usage_cycle.cycle_deviation`, z; None: none known): z, and per lambda the weighted
     least-squares line of P(com | ton) on where the cycle put the load at each task (:data:`CYCLED`), its slope shrunk
     by :data:`CYCLE_RIDGE`: its value at z, and its slope (over 2, clipped to [-1, 1]). A device whose reliability
     follows its usage shows it here before the slot does: the cycle is read without the slots' noise, which the last
@@ -734,7 +735,7 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
     (P, L, 2) j's :data:`REPORTS` sums (None: none known); discredited: (P, L, 4) j's :data:`DISCREDITED` sums
     (read where ``config.discredited``; None: none known); shifted: (P, L, 4) j's :data:`SHIFTED` sums (read where
     ``config.shifts``; None: none known); cycle: (P,) where j's usage cycle puts its load next slot
-    (:func:`model.cycle.cycle_deviation`; read where ``config.cycles``; None: none known).
+    (:func:`model.usage_cycle.cycle_deviation`; read where ``config.cycles``; None: none known).
     With ``src`` and ``dst`` (P,), collaborator, since, load_now, reports, discredited, shifted and cycle are per device
     (n, ...) and read at ``dst``, owner at ``src``; with ``pair_at`` (P,), pair holds distinct pairs' sums (m, L, C)
     read at it: what depends on one device (or one pair) is computed once, not once per candidate pair.

@@ -22,7 +22,6 @@ import pyarrow as pa
 from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import PHYSICS_COLUMNS, pair_physics
 from model.credibility import credibility, discredited
-from model.cycle import CYCLE, cycle_deviation, cycle_increments
 from model.evidence import (DISCREDITED, NEVER, POPULATION, REPORTED, REPORTS, SHIFT_ROLES, SHIFTED, STATE_ROLES,
                             EvidenceConfig, EvidenceTrack, channels_of, empty_state, pair_evidence_features,
                             report_increments, role_increments, role_lams, verified_cpu, with_status)
@@ -30,6 +29,7 @@ from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
 from model.shift import watch
 from model.status import CPU, LOAD, TELEMETRY, X, Y, StatusLog, status_values, telemetry_of
+from model.usage_cycle import CYCLE, cycle_deviation, cycle_increments
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class History:
     def tracks(self, config: EvidenceConfig) -> dict[str, EvidenceTrack]:
         """The evidence of every role after each slot with tasks, every device's :data:`REPORTS` at the same slots,
         with ``config.shifts`` where its load shifted (:mod:`model.shift`) and with ``config.cycles`` its loads'
-        harmonic sums (:mod:`model.cycle`; computed once per config)."""
+        harmonic sums (:mod:`model.usage_cycle`; computed once per config)."""
         key = replace(config, speed_gap=None)  # how claims are judged changes no sum
         if key not in self._tracks:
             n = len(self.index)

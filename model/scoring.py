@@ -44,7 +44,6 @@ from model.candidates import Pieces, candidate_pairs
 from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
 from model.credibility import credibility, discredited
-from model.cycle import CYCLE, cycle_deviation, cycle_increments
 from model.evidence import (DISCREDITED, N, POPULATION, REPORTED, REPORTS, ROLES, SHIFT_ROLES, SHIFTED, STATE_ROLES,
                             SUMMED_ROLES, W, EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay,
                             empty_state, find, key_order, positions, report_increments, role_increments, verified_cpu,
@@ -59,6 +58,7 @@ from model.stages import Stages, Windows
 from model.status import COMM_OK, COMP_OK, CPU, LOAD, WILLINGNESS, X, Y, StatusLog, status_values, telemetry_of
 from model.timing import timed
 from model.trust import resource_trust
+from model.usage_cycle import CYCLE, cycle_deviation, cycle_increments
 
 PROFILE_COLUMNS = ("task_size_bits", "density_cycles_per_bit", "trust_threshold")
 
@@ -204,7 +204,7 @@ class DeviceFrame:
     population: np.ndarray  # (1, L, C) the population's evidence this frame holds (one shard holds it all)
     reports: np.ndarray  # (n, L, 2) each device's REPORTS sums (model.evidence.load_memory)
     shifted: np.ndarray  # (n, L, 4) each device's SHIFTED sums: since its load last shifted (model.shift)
-    cycle: np.ndarray  # (n, 1, C) each device's CYCLE sums, its loads' harmonic fit (model.cycle; C = 0 without cycles)
+    cycle: np.ndarray  # (n, 1, C) each device's CYCLE sums, its loads' harmonic fit (model.usage_cycle; C = 0: none)
     # what owners reported themselves of their pairs (model.credibility), each frame's of its devices as collaborators:
     reported: np.ndarray  # (r,) pair keys
     reported_pairs: np.ndarray  # (r, 2) their collaborator and owner keys
@@ -344,9 +344,9 @@ class DeviceHistory:
         """(keys, increments) of a role in a held slot: its part's, the collaborators' with their load channels
         filled from the loads they reported by the slot's end and their speeds set against the CPUs they claimed
         (:func:`model.evidence.with_status`; the shard holds
-        their statuses); for :data:`REPORTS` (and with ``cycles`` :data:`model.cycle.CYCLE`), every device's latest
-        reported load by then, where the slot had tasks (as offline: :meth:`model.history.History.tracks`), or only
-        those of ``among`` (sorted keys) where it is given."""
+        their statuses); for :data:`REPORTS` (and with ``cycles`` :data:`model.usage_cycle.CYCLE`), every device's
+        latest reported load by then, where the slot had tasks (as offline: :meth:`model.history.History.tracks`), or
+        only those of ``among`` (sorted keys) where it is given."""
         part, end = self.parts[slot], int(self.clock.end_ms(slot))
         if role in (REPORTS, CYCLE):
             summed = part.has_tasks and (role == REPORTS or self.evidence_config.cycles)
@@ -363,7 +363,7 @@ class DeviceHistory:
 
     def cycle_at(self, keys: np.ndarray, slot: int) -> np.ndarray:
         """(k,) where each device's usage cycle put its load in held ``slot``, its report of the slot counted
-        (:func:`model.cycle.cycle_deviation`); ``keys`` in any order, repeated or not."""
+        (:func:`model.usage_cycle.cycle_deviation`); ``keys`` in any order, repeated or not."""
         unique, inverse = np.unique(keys, return_inverse=True)
         return cycle_deviation(self._evidence(CYCLE, unique, slot)[0], slot)[inverse]
 
@@ -618,7 +618,8 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
 
 def frame_cycle(frame: DeviceFrame, slot: int) -> np.ndarray:
     """(n,) where each device's usage cycle puts its load in the slot after ``slot``
-    (:func:`model.cycle.cycle_deviation`), for a model that reads it; a frame of a history that keeps none is refused."""
+    (:func:`model.usage_cycle.cycle_deviation`), for a model that reads it; a frame of a history that keeps none is
+    refused."""
     if not frame.cycle.shape[-1]:
         raise ValueError("the model reads the loads' cycles (EvidenceConfig.cycles), and this frame's history keeps "
                          "none: make the history with the model's evidence config")

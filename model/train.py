@@ -401,7 +401,8 @@ class Prepared:
     speed_gap: float | None = None  # the training period's typical log of shown speed over claimed CPU (None: no
     #                                 times; model.evidence.typical_speed_gap)
     shifts: bool = False  # whether devices reported their loads in the training period (the head then reads what a
-    #                       device showed since its load last shifted, model.shift, and its usage cycle, model.cycle)
+    #                       device showed since its load last shifted, model.shift, and its usage cycle,
+    #                       model.usage_cycle)
 
     def configure(self, config: BMConfig) -> BMConfig:
         """The config whose evidence keeps these memories, counts transmissions against this on-time factor, reads

@@ -1,7 +1,7 @@
 """Where a device's reported load shifts (model.shift): the CUSUM by hand, what the head reads of it (a fall only where
 the tasks' times bear the loads out and, with ``fall_earned``, once the device has served since), a cycling load left
-alone, and the same shifts (and the loads' cycles, model.cycle) offline, in shards, through pending slots and across
-a snapshot."""
+alone, and the same shifts (and the loads' cycles, model.usage_cycle) offline, in shards, through pending slots and
+across a snapshot."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from model.cycle import CYCLE
 from model.evidence import (REPORTS, SHIFT_OPEN, SHIFT_ROLES, SHIFT_TEST, SHIFTED, SK, SUMMED_ROLES, SV,
                             EvidenceConfig, channels_of, empty_state, loads_contradicted, report_increments,
                             shift_block)
@@ -19,6 +18,7 @@ from model.config import RankingConfig
 from model.scoring import DeviceFrame, DeviceHistory, EvidenceSnapshot, shard_of, slot_part, status_arrays
 from model.shift import step
 from model.stages import TorchStages
+from model.usage_cycle import CYCLE
 from tests.test_bm import SMALL
 from tests.test_scoring import SIM, scored_log
 
@@ -126,8 +126,8 @@ def test_a_load_that_cycles_about_its_level_never_shifts() -> None:
 
 
 def test_shifts_and_cycles_alike_offline_in_shards_and_through_pending_slots() -> None:
-    """The shift states, and the loads' harmonic sums (model.cycle) beside them, the same in one history, joined from
-    three shards and offline."""
+    """The shift states, and the loads' harmonic sums (model.usage_cycle) beside them, the same in one history, joined
+    from three shards and offline."""
     events, status, history, model = scored_log(SIM)
     stages = TorchStages(model, history.index)
     config = replace(SMALL.evidence, shifts=True, cycles=True)

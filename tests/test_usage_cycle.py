@@ -1,6 +1,6 @@
-"""A device's usage cycle from its reported loads (model.cycle): the fit's forecast of a wave by hand, noise left out,
-too few reports read as none, the phase the same wherever the slots start; each task counted where the cycle stood,
-and what the head reads of it (model.evidence.cycle_block)."""
+"""A device's usage cycle from its reported loads (model.usage_cycle): the fit's forecast of a wave by hand, noise left
+out, too few reports read as none, the phase the same wherever the slots start; each task counted where the cycle
+stood, and what the head reads of it (model.evidence.cycle_block)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from model.cycle import CYCLE, CYCLE_SCALE, FREQUENCIES, MIN_SLOTS, cycle_deviation, cycle_increments
 from model.evidence import (COM, CK, CYCLE_RIDGE, CZ, TK, TON, TZ, TZZ, EvidenceConfig, channels_of, cycle_block,
                             empty_state, with_status)
+from model.usage_cycle import CYCLE, CYCLE_SCALE, FREQUENCIES, MIN_SLOTS, cycle_deviation, cycle_increments
 
 PERIODS = [1 / FREQUENCIES[0], 1 / FREQUENCIES[6], 1 / FREQUENCIES[-1], 17.3]  # on the grid, and one between
 

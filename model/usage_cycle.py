@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-CYCLE = "cycle"  # the state of each device's harmonic sums (model.evidence.SUMMED_ROLES)
+CYCLE = "usage_cycle"  # the state of each device's harmonic sums (model.evidence.SUMMED_ROLES)
 CYCLE_MEMORY = 0.96  # the fit's forgetting per slot: about 25 slots of reports, a cycle or more (a prototype on seed
 #                      100's loads: 0.95-0.97 forecast the cycle best, within 0.023 against 0.055 for the last load)
 FREQUENCIES = np.linspace(1 / 40, 1 / 8, 17)  # cycles per slot: periods of 8 to 40 slots, the fit's grid
