@@ -127,18 +127,18 @@ class History:
                 if graph is not None and len(graph.src):
                     load = self.load(devices, np.full(n, t))  # every device's latest reported load by the slot's end
                     cpu = self.claimed_cpu(devices, np.full(n, t))
-                    cycle = None
-                    if config.cycles and self.status is not None:  # where each one's cycle put its load in the slot
+                    fitted = config.cycles and self.status is not None
+                    if fitted:  # the cycles' sums through this slot's reports
                         reported, sums = cycle_increments(devices, load, self.first_slot + t)
                         updates[CYCLE].append((t, reported, sums))
                         live[CYCLE].update(reported, t, sums)
-                        cycle = cycle_deviation(live[CYCLE].query(devices, t)[0], self.first_slot + t)
                     slot_increments = role_increments(graph, n, config)
                     for role, (keys, increments) in slot_increments.items():
-                        if role in ("collaborator", REPORTED):  # the loads and CPUs its collaborators had reported
-                            at = keys % n if role == REPORTED else keys
-                            increments = with_status(increments, load[at], cpu[at],
-                                                     None if cycle is None else cycle[at])
+                        if role in ("collaborator", REPORTED):  # the loads and CPUs its collaborators had reported,
+                            at = keys % n if role == REPORTED else keys  # and where their cycles put their loads
+                            cycle = cycle_deviation(live[CYCLE].query(at, t)[0], self.first_slot + t) if fitted \
+                                else None
+                            increments = with_status(increments, load[at], cpu[at], cycle)
                         updates[role].append((t, keys, increments))
                     if self.status is not None:
                         reported, loads = report_increments(devices, load)
