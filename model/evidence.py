@@ -486,19 +486,26 @@ def mean_load(sums: np.ndarray) -> np.ndarray:
     return sums[..., TU] / np.maximum(sums[..., TK], 1e-9)
 
 
+def line_rate(sums: np.ndarray, channels: tuple[int, ...], ridge: float, at: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(rate at ``at``, slope) per lambda from a collaborator's sums (P, L, C) of a line's ``channels`` (ton, com,
+    ton x, com x, ton x^2 where x is known) and where to read it (P,) (NaN: nowhere, the base rate): the weighted
+    least-squares line of P(com | ton) on x, its slope shrunk toward zero by ``ridge`` times the tasks,
+    Laplace-smoothed at x's mean; (0.5, 0) where nothing is known."""
+    tk, ck, tx, cx, txx = (sums[..., c] for c in channels)
+    centred = txx - tx ** 2 / np.maximum(tk, 1e-9)  # sum of ton * (x - mean x)^2
+    slope = (cx - ck * tx / np.maximum(tk, 1e-9)) / (centred + ridge * tk + 1e-9)
+    mean_x = tx / np.maximum(tk, 1e-9)
+    base = (ck + 1.0) / (tk + 2.0)
+    x = np.where(np.isfinite(at), at, np.nan)[:, None]
+    rate = np.where(np.isfinite(x) & (tk > 0), base + slope * (np.nan_to_num(x) - mean_x), base)
+    return np.clip(rate, 0.0, 1.0), np.where(tk > 0, slope, 0.0)
+
+
 def load_rate(sums: np.ndarray, load_now: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rate at the load now, slope) per lambda from a collaborator's :data:`LOADED` sums (P, L, C) and its
-    latest reported load (P,) (NaN: none): the weighted least-squares line of P(com | ton) on the load, its
-    slope shrunk toward zero by :data:`RIDGE`, Laplace-smoothed at its intercept; (0.5, 0) where nothing is
-    known."""
-    tk, ck, tu, cu, tuu = (sums[..., c] for c in LOADED)
-    centred = tuu - tu ** 2 / np.maximum(tk, 1e-9)  # sum of ton * (u - mean u)^2
-    slope = (cu - ck * tu / np.maximum(tk, 1e-9)) / (centred + RIDGE * tk + 1e-9)
-    mean_u = mean_load(sums)
-    base = (ck + 1.0) / (tk + 2.0)
-    u = np.where(np.isfinite(load_now), load_now, np.nan)[:, None]
-    rate = np.where(np.isfinite(u) & (tk > 0), base + slope * (np.nan_to_num(u) - mean_u), base)
-    return np.clip(rate, 0.0, 1.0), np.where(tk > 0, slope, 0.0)
+    latest reported load (P,) (NaN: none): :func:`line_rate` on the load, its slope shrunk by :data:`RIDGE`."""
+    return line_rate(sums, LOADED, RIDGE, load_now)
 
 
 DRIFT_SCALE = 2.0  # a load moved by 0.5 (a changing device's drift is 0.25) reads as 1
@@ -663,17 +670,14 @@ def cycle_block(c: np.ndarray, deviation: np.ndarray | None) -> list[np.ndarray]
     """(n, 1 + 2L) from n collaborators' sums as collaborator (n, L, C) and where their usage cycle puts their load
     next slot (n,) (:func:`model.usage_cycle.cycle_deviation`, z; None: none known): z, and per lambda the weighted
     least-squares line of P(com | ton) on where the cycle put the load at each task (:data:`CYCLED`), its slope shrunk
-    by :data:`CYCLE_RIDGE`: its value at z, and its slope (over 2, clipped to [-1, 1]). A device whose reliability
-    follows its usage shows it here before the slot does: the cycle is read without the slots' noise, which the last
-    load and the regression on the loads reported (:func:`load_rate`) carry."""
+    by :data:`CYCLE_RIDGE` (:func:`line_rate`): its value at z, and its slope (over 2, clipped to [-1, 1]). A device
+    whose reliability follows its usage shows it here before the slot does: the cycle is read without the slots'
+    noise, which the last load and the regression on the loads reported (:func:`load_rate`) carry."""
     n, lams = c.shape[:2]
     if deviation is None:
         return [np.zeros((n, 1)), np.zeros((n, lams)), np.zeros((n, lams))]
-    tk, ck, tz, cz, tzz = (c[..., k] for k in (TK, CK, *CYCLED))
-    centred = tzz - tz ** 2 / np.maximum(tk, 1e-9)
-    slope = np.where(tk > 0, (cz - ck * tz / np.maximum(tk, 1e-9)) / (centred + CYCLE_RIDGE * tk + 1e-9), 0.0)
-    rate = (ck + 1.0) / (tk + 2.0) + slope * (deviation[:, None] - tz / np.maximum(tk, 1e-9))
-    return [deviation[:, None], np.clip(rate, 0.0, 1.0), np.clip(slope / 2.0, -1.0, 1.0)]
+    rate, slope = line_rate(c, (TK, CK, *CYCLED), CYCLE_RIDGE, deviation)
+    return [deviation[:, None], rate, np.clip(slope / 2.0, -1.0, 1.0)]
 
 
 def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig, population: np.ndarray | None,
