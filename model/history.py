@@ -23,7 +23,7 @@ from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import PHYSICS_COLUMNS, pair_physics
 from model.credibility import credibility, discredited
 from model.evidence import (DISCREDITED, NEVER, POPULATION, REPORTED, REPORTS, SHIFT_ROLES, SHIFTED, STATE_ROLES,
-                            EvidenceConfig, EvidenceTrack, channels_of, empty_state, pair_evidence_features,
+                            EvidenceConfig, EvidenceTrack, channels_of, empty_state, fall_pool, pair_evidence_features,
                             report_increments, role_increments, role_lams, verified_cpu, with_status)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
@@ -54,6 +54,7 @@ class History:
     _tracks: dict = field(default_factory=dict, compare=False, repr=False)  # EvidenceConfig -> tracks
     _credited: dict = field(default_factory=dict, compare=False, repr=False)  # (EvidenceConfig, slot) -> credited
     _groups: dict = field(default_factory=dict, compare=False, repr=False)  # (radii, slot) -> model.identity groups
+    _falls: dict = field(default_factory=dict, compare=False, repr=False)  # (EvidenceConfig, slot) -> fall pool
 
     @classmethod
     def from_events(cls, events: pa.Table, clock: SlotClock, weights: TrustWeights,
@@ -167,8 +168,11 @@ class History:
         cycle = cycle_deviation(tracks[CYCLE].query(dst, end)[0], self.first_slot + end + 1) if config.cycles else None
         end = np.broadcast_to(end, np.shape(dst))
         discredited = np.zeros((len(dst), len(config.lams), len(DISCREDITED))) if config.discredited else None
+        falls = np.zeros((len(dst), 3)) if config.shifts and config.fall_credit else None
         for slot in np.unique(end):
             rows = end == slot
+            if falls is not None:
+                falls[rows] = self.falls(config, int(slot))
             if len(tracks[REPORTED].keys):  # what owners reported themselves, weighed by their credibility then
                 credited = self.credited(config, int(slot))
                 population[rows] += credited.population
@@ -176,7 +180,19 @@ class History:
                     discredited[rows] = self.together(config, int(slot), credited.discredited)[dst[rows]]
         return pair_evidence_features(collaborator, owner, pair, since, config, population,
                                       self.load(dst, end), reports=reports, discredited=discredited, shifted=shifted,
-                                      cycle=cycle)
+                                      cycle=cycle, falls=falls)
+
+    def falls(self, config: EvidenceConfig, slot: int) -> np.ndarray:
+        """(3,) the fleet's recent falls as of the end of relative slot ``slot`` (:func:`model.evidence.fall_pool`, of
+        what monitors saw of every device, as a streaming shard pools its own; cached)."""
+        key = (config, slot)
+        if key not in self._falls:
+            devices = np.arange(len(self.index))
+            tracks = self.tracks(config)
+            self._falls[key] = fall_pool(tracks["collaborator"].query(devices, slot)[0],
+                                         tracks[SHIFTED].query(devices, slot)[0],
+                                         tracks[REPORTS].query(devices, slot)[0], config)
+        return self._falls[key]
 
     def collaborator_sums(self, dst: np.ndarray, end: np.ndarray, config: EvidenceConfig
                           ) -> tuple[np.ndarray, np.ndarray]:

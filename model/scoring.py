@@ -46,8 +46,8 @@ from model.context import pair_physics
 from model.credibility import credibility, discredited
 from model.evidence import (DISCREDITED, N, POPULATION, REPORTED, REPORTS, ROLES, SHIFT_ROLES, SHIFTED, STATE_ROLES,
                             SUMMED_ROLES, W, EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay,
-                            empty_state, find, key_order, positions, report_increments, role_increments, verified_cpu,
-                            with_status)
+                            empty_state, fall_pool, find, key_order, positions, report_increments, role_increments,
+                            verified_cpu, with_status)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
 from model.published import PairScores, SlotScores
@@ -205,6 +205,7 @@ class DeviceFrame:
     reports: np.ndarray  # (n, L, 2) each device's REPORTS sums (model.evidence.load_memory)
     shifted: np.ndarray  # (n, L, 4) each device's SHIFTED sums: since its load last shifted (model.shift)
     cycle: np.ndarray  # (n, 1, C) each device's CYCLE sums, its loads' harmonic fit (model.usage_cycle; C = 0: none)
+    falls: np.ndarray  # (3,) how this frame's devices fared since their loads' recent falls (model.evidence.fall_pool)
     # what owners reported themselves of their pairs (model.credibility), each frame's of its devices as collaborators:
     reported: np.ndarray  # (r,) pair keys
     reported_pairs: np.ndarray  # (r, 2) their collaborator and owner keys
@@ -213,7 +214,7 @@ class DeviceFrame:
 
     PAIR_FIELDS = ("pairs", "pair_owners", "pair_evidence")
     REPORTED_FIELDS = ("reported", "reported_pairs", "reported_evidence", "reported_monitored")
-    WHOLE_FIELDS = ("population",)  # not per device: summed when frames are joined, kept whole in a piece
+    WHOLE_FIELDS = ("population", "falls")  # not per device: summed when frames are joined, kept whole in a piece
 
     @classmethod
     def concat(cls, frames: list["DeviceFrame"]) -> "DeviceFrame":
@@ -448,12 +449,14 @@ class DeviceHistory:
             reports, shifted = self._evidence(REPORTS, keys, slot)[0], self.evidence[SHIFTED].query(keys, slot)[0]
         cycle = self._evidence(CYCLE, keys, slot)[0] if self.evidence_config.cycles else \
             np.zeros((len(keys), 1, 0))
+        falls = fall_pool(collaborator, shifted if self.evidence_config.shifts else None, reports,
+                          self.evidence_config)
         reported, reported_pairs, reported_evidence, monitored, reported_since = self.reported(slot)
         at, held = find(keys, reported_pairs[:, 0])
         np.minimum.at(since, at[held], reported_since[held])  # an owner's report of it says it served too
         return DeviceFrame(keys, ids, y, status, heard_ms, profile[:, 1:], recent, collaborator, since, owner, pairs,
-                           tags[first].astype(np.int64), pair_evidence, population, reports, shifted, cycle, reported,
-                           reported_pairs, reported_evidence, monitored)
+                           tags[first].astype(np.int64), pair_evidence, population, reports, shifted, cycle, falls,
+                           reported, reported_pairs, reported_evidence, monitored)
 
     def reported(self, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The :data:`DeviceFrame.REPORTED_FIELDS` at the end of ``slot``: every owner-reported pair of this history's
@@ -607,7 +610,7 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
         physics = pair_physics(status, status, frame.profile[:, :2], params, src, dst)
         blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, evidence, population,
                                    frame.status[:, LOAD], frame.reports, disbelieved, frame.shifted,
-                                   frame_cycle(frame, slot) if evidence.cycles else None)
+                                   frame_cycle(frame, slot) if evidence.cycles else None, frame.falls)
         t_beh, step = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
         t_res = resource_trust(status[:, WILLINGNESS], status[:, COMM_OK], status[:, COMP_OK])[dst]  # per device
         voc = physics.value(params)

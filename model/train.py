@@ -412,7 +412,7 @@ class Prepared:
         return replace(config, evidence=replace(config.evidence, lams=self.lams,
                                                 on_time=self.on_time.factor, discredited=self.discredited,
                                                 size_split_bits=self.size_split, speed_gap=self.speed_gap,
-                                                shifts=self.shifts, cycles=self.shifts))
+                                                shifts=self.shifts, cycles=self.shifts, fall_credit=self.shifts))
 
 
 def build(config: BMConfig, prepared: Prepared, train: TrainConfig) -> BM:

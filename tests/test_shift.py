@@ -1,7 +1,7 @@
 """Where a device's reported load shifts (model.shift): the CUSUM by hand, what the head reads of it (a fall only where
 the tasks' times bear the loads out and, with ``fall_earned``, once the device has served since), a cycling load left
-alone, and the same shifts (and the loads' cycles, model.usage_cycle) offline, in shards, through pending slots and
-across a snapshot."""
+alone, a fall weighed by how the fleet's recent falls fared, and the same shifts (the loads' cycles, model.usage_cycle,
+and the fleet's falls beside them) offline, in shards, through pending slots and across a snapshot."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from model.evidence import (REPORTS, SHIFT_OPEN, SHIFT_ROLES, SHIFT_TEST, SHIFTED, SK, SUMMED_ROLES, SV,
-                            EvidenceConfig, channels_of, empty_state, loads_contradicted, report_increments,
-                            shift_block)
+from model.evidence import (COM, REPORTS, SHIFT_OPEN, SHIFT_ROLES, SHIFT_TEST, SHIFTED, SK, SUMMED_ROLES, SV, TON,
+                            EvidenceConfig, channels_of, empty_state, fall_credit, fall_pool, loads_contradicted,
+                            report_increments, shift_block)
 from model.config import RankingConfig
 from model.scoring import DeviceFrame, DeviceHistory, EvidenceSnapshot, shard_of, slot_part, status_arrays
 from model.shift import step
@@ -103,6 +103,42 @@ def test_a_step_down_is_a_shift_too_and_the_head_reads_it_unless_the_times_contr
     assert not any(column.any() for column in never)  # a device whose load never shifted reads zeros
 
 
+def test_a_fall_is_read_as_far_as_the_fleets_recent_falls_bear_it_out() -> None:
+    """The fleet's pool: on-time tasks and successes since a fall at the level memory, of devices whose load fell
+    within RECENT_FALL slots and whose times bear their loads out, and the successes their whole records would have
+    given those tasks; its credit by hand; a fall's columns weighed by it, a rise's not."""
+    config = replace(CONFIG, speed_gap=0.0)
+    shifted = np.zeros((5, 2, 4))
+    shifted[0] = [[2.5, 0.75, 2.0, 1.0], [3.0, 0.9, 2.5, 1.5]]  # fell 3 slots ago: its mean load since 0.3
+    shifted[1] = [[6.0, 1.8, 4.0, 4.0], [15.0, 4.5, 6.0, 6.0]]  # fell 15 slots ago: no longer recent
+    shifted[2] = [[2.5, 1.75, 2.0, 2.0], [3.0, 2.1, 2.0, 2.0]]  # rose: its mean load since 0.7
+    shifted[4] = shifted[0]  # fell as device 0 did, but its tasks' times contradict its loads
+    reports = np.tile([[10.0, 5.5], [20.0, 11.0]], (5, 1, 1))  # a mean reported load of 0.55 at the longest memory
+    sums = np.zeros((5, 2, 18))
+    sums[:, -1, COM], sums[:, -1, TON] = 4.0, 9.0  # a whole record of 4 successes in 9 on-time tasks: rate 5 / 11
+    sums[4, -1, SK], sums[4, -1, SV] = 9.0, 9.0 * 0.5  # runs far faster than it says: doubted
+    pool = fall_pool(sums, shifted, reports, config)
+    np.testing.assert_allclose(pool, [2.0, 1.0, 2.0 * 5 / 11])
+    assert not fall_pool(sums, None, reports, config).any()
+    # credit: (successes - expected + 10 x 0.1) / (tasks + 10), over 0.1, within [0, 1]
+    np.testing.assert_allclose(fall_credit(pool), (1.0 - 10 / 11 + 1.0) / 12 / 0.1)
+    np.testing.assert_allclose(fall_credit(np.array([[0.0, 0.0, 0.0], [10.0, 2.0, 3.0], [10.0, 8.0, 5.0],
+                                                     [10.0, 4.0, 3.5]])), [1.0, 0.0, 1.0, 0.75])
+    fall = watched(np.r_[np.full(20, 0.55), np.full(12, 0.30)], (np.arange(32) >= 20).astype(float))[-1][SHIFTED]
+    rise = watched(np.r_[np.full(20, 0.30), np.full(12, 0.55)], (np.arange(32) >= 20).astype(float))[-1][SHIFTED]
+    whole = np.zeros((2, 2, 18))
+    whole[..., TON], whole[..., COM] = 32.0, 12.0
+    both = np.stack([fall, rise])
+    levels = np.array([[[10.0, 5.5], [32.0, 20 * 0.55 + 12 * 0.30]], [[10.0, 3.0], [32.0, 20 * 0.30 + 12 * 0.55]]])
+    full = shift_block(whole, both, levels, np.zeros(2, bool))
+    for credit in (0.0, 0.25):
+        weighed = shift_block(whole, both, levels, np.zeros(2, bool), credit=credit)
+        for column, before in zip(weighed, full):
+            np.testing.assert_allclose(column[0], credit * before[0])  # the fall, as far as credited
+            np.testing.assert_array_equal(column[1], before[1])  # the rise, in full
+    assert full[0][0, 0] == 1.0 and full[1][0].any()
+
+
 def test_the_tasks_times_contradict_loads_beyond_half_the_claims_margin_on_either_side() -> None:
     """A device's mean log of shown speed over its claims, less the typical one, beyond half of log 1.25 + 0.3 /
     sqrt(timed tasks) either way: a device that says it is busier than it is runs fast, one that says it is idler runs
@@ -126,8 +162,8 @@ def test_a_load_that_cycles_about_its_level_never_shifts() -> None:
 
 
 def test_shifts_and_cycles_alike_offline_in_shards_and_through_pending_slots() -> None:
-    """The shift states, and the loads' harmonic sums (model.usage_cycle) beside them, the same in one history, joined
-    from three shards and offline."""
+    """The shift states, the loads' harmonic sums (model.usage_cycle) beside them and the fleet's recent falls, the same
+    in one history, joined from three shards and offline."""
     events, status, history, model = scored_log(SIM)
     stages = TorchStages(model, history.index)
     config = replace(SMALL.evidence, shifts=True, cycles=True)
@@ -160,6 +196,14 @@ def test_shifts_and_cycles_alike_offline_in_shards_and_through_pending_slots() -
     np.testing.assert_allclose(one.cycle, history.tracks(config)[CYCLE].query(rows, last - history.first_slot)[0],
                                rtol=1e-9, atol=1e-12)
     assert one.cycle.shape == (len(one.keys), 1, channels_of(CYCLE)) and (one.cycle[:, 0, 0] > 0).all()
+    pools = []
+    for slot in range(7, SIM.slots):  # the fleet's recent falls (model.evidence.fall_pool), pooled alike
+        pool = whole.frame(stages, slot, RankingConfig()).falls
+        np.testing.assert_allclose(DeviceFrame.concat([s.frame(stages, slot, RankingConfig()) for s in shards]).falls,
+                                   pool, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(history.falls(config, slot - history.first_slot), pool, rtol=1e-9, atol=1e-12)
+        pools.append(pool)
+    assert min(pool[0] for pool in pools) > 0  # falls within the last RECENT_FALL slots, with tasks since, each slot
 
 
 def test_shift_states_and_cycles_survive_a_snapshot_and_a_reshard(tmp_path) -> None:
