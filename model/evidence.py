@@ -785,10 +785,10 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
     (P, L, 2) j's :data:`REPORTS` sums (None: none known); discredited: (P, L, 4) j's :data:`DISCREDITED` sums
     (read where ``config.discredited``; None: none known); shifted: (P, L, 4) j's :data:`SHIFTED` sums (read where
     ``config.shifts``; None: none known); cycle: (P,) where j's usage cycle puts its load next slot
-    (:func:`model.usage_cycle.cycle_deviation`; read where ``config.cycles``; None: none known); falls: (3,) or (P, 3)
-    the fleet's :func:`fall_pool` (read where ``config.fall_credit``; None: none known, falls read in full).
-    With ``src`` and ``dst`` (P,), collaborator, since, load_now, reports, discredited, shifted, cycle and falls (where
-    per row) are per device
+    (:func:`model.usage_cycle.cycle_deviation`; read where ``config.cycles``; None: none known); falls: (3,) the
+    fleet's :func:`fall_pool`, or one per row of collaborator (P or n, 3) (read where ``config.fall_credit``; None:
+    none known, falls read in full).
+    With ``src`` and ``dst`` (P,), collaborator, since, load_now, reports, discredited, shifted and cycle are per device
     (n, ...) and read at ``dst``, owner at ``src``; with ``pair_at`` (P,), pair holds distinct pairs' sums (m, L, C)
     read at it: what depends on one device (or one pair) is computed once, not once per candidate pair.
     Normalized part, per lambda: j's log task count, mean T_col, log flagged count, P(tr), P(com | tr), log

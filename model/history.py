@@ -22,9 +22,10 @@ import pyarrow as pa
 from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import PHYSICS_COLUMNS, pair_physics
 from model.credibility import credibility, discredited
-from model.evidence import (DISCREDITED, NEVER, POPULATION, REPORTED, REPORTS, SHIFT_ROLES, SHIFTED, STATE_ROLES,
-                            EvidenceConfig, EvidenceTrack, channels_of, empty_state, fall_pool, pair_evidence_features,
-                            report_increments, role_increments, role_lams, verified_cpu, with_status)
+from model.evidence import (DISCREDITED, FALL_POOL, NEVER, POPULATION, REPORTED, REPORTS, SHIFT_ROLES, SHIFTED,
+                            STATE_ROLES, EvidenceConfig, EvidenceTrack, channels_of, empty_state, fall_pool,
+                            pair_evidence_features, report_increments, role_increments, role_lams, verified_cpu,
+                            with_status)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
 from model.shift import watch
@@ -168,7 +169,7 @@ class History:
         cycle = cycle_deviation(tracks[CYCLE].query(dst, end)[0], self.first_slot + end + 1) if config.cycles else None
         end = np.broadcast_to(end, np.shape(dst))
         discredited = np.zeros((len(dst), len(config.lams), len(DISCREDITED))) if config.discredited else None
-        falls = np.zeros((len(dst), 3)) if config.shifts and config.fall_credit else None
+        falls = np.zeros((len(dst), len(FALL_POOL))) if config.shifts and config.fall_credit else None
         for slot in np.unique(end):
             rows = end == slot
             if falls is not None:
