@@ -129,8 +129,8 @@ class EvidenceConfig:
     #                           before the fall is read (shift_block); 0: read at once. A load can be run at will, and
     #                           dropped: 2 cuts what devices that burn a load to drop it win, at a cost to honest
     #                           recovering devices, whose falls wait about ten slots unread (README, *Manipulation*)
-    fall_credit: bool = False  # read a fall only as far as the fleet's recent falls have been borne out (fall_credit);
-    #                            training sets it where devices report loads
+    fall_credit: bool = False  # read a fall only as far as the falls of its cohort, the fleet's falls about as old,
+    #                            have been borne out (fall_credit); training sets it where devices report loads
 
     def __post_init__(self) -> None:
         if not self.lams or any(not 0 < lam <= 1 for lam in self.lams):
@@ -629,40 +629,56 @@ def _mean_weight(x: np.ndarray) -> np.ndarray:
     return (x[..., W] + 0.5) / (x[..., N] + 1.0)
 
 
-RECENT_FALL = 10.0  # slots with a report since a device's load fell within which its outcomes tell how falls fare
-FALL_MARGIN = 0.1  # the gain of P(com | ton) since a recent fall over the device's whole record, pooled over the
-#                    fleet's recent falls, at which falls are read in full (fall_credit)
-FALL_PRIOR = 10.0  # on-time tasks' worth of that gain the pool starts from: falls are believed until the fallen fail
-FALL_POOL = ("ton", "com", "expected")  # fall_pool's sums
+FALL_AGES = 40  # the fleet's falls are pooled by their age, 0 to 39 slots with a report since (fall_pool's rows)
+COHORT = 5  # a fall is judged by the falls within this many slots of its own age, its cohort (fall_credit)
+FALL_MARGIN = 0.1  # the gain of P(com | ton) since a fall over the device's whole record, pooled over its cohort, at
+#                    which a fall is read in full (fall_credit)
+FALL_PRIOR = 10.0  # on-time tasks' worth of that gain a cohort starts from: falls are believed until the fallen fail
+FALL_POOL = ("ton", "com", "expected")  # fall_pool's sums per age
+
+
+def fall_age(shifted: np.ndarray, lams: tuple[float, ...]) -> np.ndarray:
+    """(n,) the slots with a report since each device's load last shifted, from its :data:`SHIFTED` sums (n, L, 4):
+    the longest memory's count of them, its forgetting undone (0 where it never shifted)."""
+    slots, lam = shifted[:, -1, 0], lams[-1]
+    if lam == 1.0:
+        return slots
+    return np.log(np.maximum(1.0 - slots * (1.0 - lam), 1e-12)) / np.log(lam)
 
 
 def fall_pool(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray | None, config: EvidenceConfig
               ) -> np.ndarray:
-    """(3,) :data:`FALL_POOL`: how the devices whose load fell within :data:`RECENT_FALL` slots have fared since,
-    from n devices' sums as collaborator (n, L, C), :data:`SHIFTED` (n, L, 4) and :data:`REPORTS` (n, L, 2) sums: their
-    on-time tasks since the fall and the successes among them at the level memory, and the successes their whole
+    """(:data:`FALL_AGES`, 3) :data:`FALL_POOL` per age: how the devices whose load fell that many slots ago have fared
+    since, from n devices' sums as collaborator (n, L, C), :data:`SHIFTED` (n, L, 4) and :data:`REPORTS` (n, L, 2) sums:
+    their on-time tasks since the fall and the successes among them at the level memory, and the successes their whole
     records (at the longest memory) would have given those tasks. Falls read as no shift (where the tasks' times
     contradict the loads: :func:`loads_contradicted`) are left out. Sums over devices, so a fleet's pool is its shards'
     summed (:class:`model.scoring.DeviceFrame`)."""
+    pool = np.zeros((FALL_AGES, len(FALL_POOL)))
     if shifted is None or not len(c):
-        return np.zeros(len(FALL_POOL))
+        return pool
     level = config.lams.index(config.level_memory)
-    slots = shifted[:, -1, 0]
+    age = np.rint(fall_age(shifted, config.lams)).astype(np.int64)
     away = shifted_load(shifted) - load_memory(reports, len(c), len(config.lams))[:, -1]
-    fell = (slots > 0) & (slots <= RECENT_FALL) & (away < 0) & ~loads_contradicted(c, config)
+    fell = (shifted[:, -1, 0] > 0) & (age < FALL_AGES) & (away < 0) & ~loads_contradicted(c, config)
     ton, com = shifted[fell, level, 2], shifted[fell, level, 3]
     whole = _rate(c[fell, -1, COM], c[fell, -1, TON])
-    return np.array([ton.sum(), com.sum(), (ton * whole).sum()])
+    np.add.at(pool, age[fell], np.stack([ton, com, ton * whole], axis=1))
+    return pool
 
 
-def fall_credit(pool: np.ndarray) -> np.ndarray:
-    """(...) how far a fall is read, in [0, 1], from the fleet's :func:`fall_pool` (..., 3): the gain of the recently
-    fallen devices' success rate over what their records gave, shrunk toward :data:`FALL_MARGIN` by
+def fall_credit(pool: np.ndarray, age: np.ndarray) -> np.ndarray:
+    """(n,) how far each device's fall is read, in [0, 1], from the fleet's :func:`fall_pool` (:data:`FALL_AGES`, 3)
+    and the fall's age (n,) (:func:`fall_age`): over the falls of its cohort (ages within :data:`COHORT` of its own),
+    the gain of their success rate since over what their records gave, shrunk toward :data:`FALL_MARGIN` by
     :data:`FALL_PRIOR` tasks, over that margin. An honest device sheds load as it recovers, and after its fall serves
-    better than its record: falls are read in full. Devices that drop a load they ran to buy a fresh record
-    (``fake-burn``) serve as before: once their outcomes since come in, falls stop buying trust, for every device
-    that falls while they do."""
-    ton, com, expected = np.moveaxis(np.asarray(pool, np.float64), -1, 0)
+    better than its record, at its own time: its cohort's falls are read in full. Devices that drop a load they ran to
+    buy a fresh record (``fake-burn``), in a wave, serve as before: once their outcomes since come in, their falls,
+    and any other in the wave, stop buying trust, for as long as the wave's falls are pooled."""
+    own = np.clip(np.rint(age).astype(np.int64), 0, FALL_AGES - 1)  # (n,)
+    cumulative = np.concatenate([np.zeros((1, len(FALL_POOL))), np.cumsum(pool, axis=0)])  # (A + 1, 3)
+    cohort = cumulative[np.minimum(own + COHORT + 1, FALL_AGES)] - cumulative[np.maximum(own - COHORT, 0)]  # (n, 3)
+    ton, com, expected = cohort.T
     gain = (com - expected + FALL_PRIOR * FALL_MARGIN) / (ton + FALL_PRIOR)
     return np.clip(gain / FALL_MARGIN, 0.0, 1.0)
 
@@ -688,7 +704,7 @@ def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray |
     fall is read only once the device has served that many on-time tasks since (until then no shift at all): a device
     that really runs a load to drop it (``fake_burn``) tells the truth, and its fall alone, read before anything was
     shown since, buys it trust. ``credit`` (n,) or scalar (:func:`fall_credit`) weighs a fall's columns: how far the
-    fleet's recent falls have been borne out."""
+    falls of its cohort have been borne out."""
     n, lams = c.shape[:2]
     if shifted is None:
         return [np.zeros((n, 1)), np.zeros((n, lams)), np.zeros((n, lams)), np.zeros((n, 1))]
@@ -724,12 +740,12 @@ def cycle_block(c: np.ndarray, deviation: np.ndarray | None) -> list[np.ndarray]
 
 def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig, population: np.ndarray | None,
                         load_now: np.ndarray | None, reports: np.ndarray | None, discredited: np.ndarray | None,
-                        shifted: np.ndarray | None, cycle: np.ndarray | None, falls: np.ndarray | None
+                        shifted: np.ndarray | None, cycle: np.ndarray | None, credit: np.ndarray | None
                         ) -> tuple[np.ndarray, np.ndarray]:
     """(normalized features (n, 9L), tail (n, 4 + 2L [+ 4L] [+ 2 + 2L] [+ 1 + 2L] + len(STATS) * L): recency, seen,
     load, reported, the load's drift per lambda (:func:`load_drift`), its load's memory per lambda
     (:func:`load_memory`), with ``config.discredited`` :func:`discredited_block`, with ``config.shifts``
-    :func:`shift_block` (its falls weighed by :func:`fall_credit` of ``falls`` where ``config.fall_credit``), with
+    :func:`shift_block` (its falls weighed by ``credit`` (n,), :func:`fall_credit`, where ``config.fall_credit``), with
     ``config.cycles`` :func:`cycle_block`, the STATS)
     float32 of n collaborators: everything of :func:`pair_evidence_features` that depends on j alone."""
     now = np.full(len(c), np.nan) if load_now is None else np.asarray(load_now, np.float64)
@@ -746,7 +762,7 @@ def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig
             reported[:, None].astype(np.float64), load_drift(c, now), load_memory(reports, len(c), len(config.lams)),
             *([discredited_block(discredited, len(c), len(config.lams))] if config.discredited else []),
             *(shift_block(c, shifted, reports, loads_contradicted(c, config), config.fall_earned,
-                          fall_credit(falls) if config.fall_credit and falls is not None else 1.0)
+                          credit if config.fall_credit and credit is not None else 1.0)
               if config.shifts else []),
             *(cycle_block(c, cycle) if config.cycles else []),
             *(sums[role][..., channel] for role, channel in STATS)]
@@ -776,7 +792,7 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
                            dst: np.ndarray | None = None, pair_at: np.ndarray | None = None,
                            reports: np.ndarray | None = None, discredited: np.ndarray | None = None,
                            shifted: np.ndarray | None = None, cycle: np.ndarray | None = None,
-                           falls: np.ndarray | None = None) -> np.ndarray:
+                           credit: np.ndarray | None = None) -> np.ndarray:
     """The pair head's evidence input, (P, ``config.features``) float32.
 
     collaborator, owner, pair: (P, L, C) decayed sums of the candidate j as collaborator, the owner i
@@ -785,12 +801,11 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
     (P, L, 2) j's :data:`REPORTS` sums (None: none known); discredited: (P, L, 4) j's :data:`DISCREDITED` sums
     (read where ``config.discredited``; None: none known); shifted: (P, L, 4) j's :data:`SHIFTED` sums (read where
     ``config.shifts``; None: none known); cycle: (P,) where j's usage cycle puts its load next slot
-    (:func:`model.usage_cycle.cycle_deviation`; read where ``config.cycles``; None: none known); falls: (3,) the
-    fleet's :func:`fall_pool`, or one per row of collaborator (P or n, 3) (read where ``config.fall_credit``; None:
-    none known, falls read in full).
-    With ``src`` and ``dst`` (P,), collaborator, since, load_now, reports, discredited, shifted and cycle are per device
-    (n, ...) and read at ``dst``, owner at ``src``; with ``pair_at`` (P,), pair holds distinct pairs' sums (m, L, C)
-    read at it: what depends on one device (or one pair) is computed once, not once per candidate pair.
+    (:func:`model.usage_cycle.cycle_deviation`; read where ``config.cycles``; None: none known); credit: (P,) how
+    far j's fall is read (:func:`fall_credit`; read where ``config.fall_credit``; None: in full).
+    With ``src`` and ``dst`` (P,), collaborator, since, load_now, reports, discredited, shifted, cycle and credit are
+    per device (n, ...) and read at ``dst``, owner at ``src``; with ``pair_at`` (P,), pair holds distinct pairs' sums
+    (m, L, C) read at it: what depends on one device (or one pair) is computed once, not once per candidate pair.
     Normalized part, per lambda: j's log task count, mean T_col, log flagged count, P(tr), P(com | tr), log
     on-time-weighted count and P(com | tr) against it, P(com | tr) at its load now and the slope of its rate
     on its load (:func:`load_rate`); i's log count and mean reported T_col; the pair's log count, mean
@@ -801,7 +816,7 @@ def pair_evidence_features(collaborator: np.ndarray, owner: np.ndarray, pair: np
     lambda.
     """
     return EvidenceBlocks.of(collaborator, owner, pair, since, config, population, load_now, reports,
-                             discredited, shifted, cycle, falls).features(src, dst, pair_at)
+                             discredited, shifted, cycle, credit).features(src, dst, pair_at)
 
 
 @dataclass(frozen=True)
@@ -820,9 +835,9 @@ class EvidenceBlocks:
            config: EvidenceConfig, population: np.ndarray | None = None,
            load_now: np.ndarray | None = None, reports: np.ndarray | None = None,
            discredited: np.ndarray | None = None, shifted: np.ndarray | None = None,
-           cycle: np.ndarray | None = None, falls: np.ndarray | None = None) -> "EvidenceBlocks":
+           cycle: np.ndarray | None = None, credit: np.ndarray | None = None) -> "EvidenceBlocks":
         head, tail = _collaborator_block(collaborator, since, config, population, load_now, reports, discredited,
-                                         shifted, cycle, falls)
+                                         shifted, cycle, credit)
         return cls(head, tail, _owner_block(owner), _pair_block(pair))
 
     def features(self, src: np.ndarray | None = None, dst: np.ndarray | None = None,

@@ -22,8 +22,8 @@ import pyarrow as pa
 from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import PHYSICS_COLUMNS, pair_physics
 from model.credibility import credibility, discredited
-from model.evidence import (DISCREDITED, FALL_POOL, NEVER, POPULATION, REPORTED, REPORTS, SHIFT_ROLES, SHIFTED,
-                            STATE_ROLES, EvidenceConfig, EvidenceTrack, channels_of, empty_state, fall_pool,
+from model.evidence import (DISCREDITED, NEVER, POPULATION, REPORTED, REPORTS, SHIFT_ROLES, SHIFTED, STATE_ROLES,
+                            EvidenceConfig, EvidenceTrack, channels_of, empty_state, fall_age, fall_credit, fall_pool,
                             pair_evidence_features, report_increments, role_increments, role_lams, verified_cpu,
                             with_status)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
@@ -55,7 +55,7 @@ class History:
     _tracks: dict = field(default_factory=dict, compare=False, repr=False)  # EvidenceConfig -> tracks
     _credited: dict = field(default_factory=dict, compare=False, repr=False)  # (EvidenceConfig, slot) -> credited
     _groups: dict = field(default_factory=dict, compare=False, repr=False)  # (radii, slot) -> model.identity groups
-    _falls: dict = field(default_factory=dict, compare=False, repr=False)  # (EvidenceConfig, slot) -> fall pool
+    _falls: dict = field(default_factory=dict, compare=False, repr=False)  # (EvidenceConfig, slot) -> falls by age
 
     @classmethod
     def from_events(cls, events: pa.Table, clock: SlotClock, weights: TrustWeights,
@@ -169,11 +169,11 @@ class History:
         cycle = cycle_deviation(tracks[CYCLE].query(dst, end)[0], self.first_slot + end + 1) if config.cycles else None
         end = np.broadcast_to(end, np.shape(dst))
         discredited = np.zeros((len(dst), len(config.lams), len(DISCREDITED))) if config.discredited else None
-        falls = np.zeros((len(dst), len(FALL_POOL))) if config.shifts and config.fall_credit else None
+        credit = np.ones(len(dst)) if config.shifts and config.fall_credit else None
         for slot in np.unique(end):
             rows = end == slot
-            if falls is not None:
-                falls[rows] = self.falls(config, int(slot))
+            if credit is not None:
+                credit[rows] = fall_credit(self.falls(config, int(slot)), fall_age(shifted[rows], config.lams))
             if len(tracks[REPORTED].keys):  # what owners reported themselves, weighed by their credibility then
                 credited = self.credited(config, int(slot))
                 population[rows] += credited.population
@@ -181,11 +181,12 @@ class History:
                     discredited[rows] = self.together(config, int(slot), credited.discredited)[dst[rows]]
         return pair_evidence_features(collaborator, owner, pair, since, config, population,
                                       self.load(dst, end), reports=reports, discredited=discredited, shifted=shifted,
-                                      cycle=cycle, falls=falls)
+                                      cycle=cycle, credit=credit)
 
     def falls(self, config: EvidenceConfig, slot: int) -> np.ndarray:
-        """(3,) the fleet's recent falls as of the end of relative slot ``slot`` (:func:`model.evidence.fall_pool`, of
-        what monitors saw of every device, as a streaming shard pools its own; cached)."""
+        """(FALL_AGES, 3) the fleet's falls by age as of the end of relative slot ``slot``
+        (:func:`model.evidence.fall_pool`, of what monitors saw of every device, as a streaming shard pools its own;
+        cached)."""
         key = (config, slot)
         if key not in self._falls:
             devices = np.arange(len(self.index))

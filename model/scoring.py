@@ -46,8 +46,8 @@ from model.context import pair_physics
 from model.credibility import credibility, discredited
 from model.evidence import (DISCREDITED, N, POPULATION, REPORTED, REPORTS, ROLES, SHIFT_ROLES, SHIFTED, STATE_ROLES,
                             SUMMED_ROLES, W, EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay,
-                            empty_state, fall_pool, find, key_order, positions, report_increments, role_increments,
-                            verified_cpu, with_status)
+                            empty_state, fall_age, fall_credit, fall_pool, find, key_order, positions,
+                            report_increments, role_increments, verified_cpu, with_status)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
 from model.published import PairScores, SlotScores
@@ -205,7 +205,8 @@ class DeviceFrame:
     reports: np.ndarray  # (n, L, 2) each device's REPORTS sums (model.evidence.load_memory)
     shifted: np.ndarray  # (n, L, 4) each device's SHIFTED sums: since its load last shifted (model.shift)
     cycle: np.ndarray  # (n, 1, C) each device's CYCLE sums, its loads' harmonic fit (model.usage_cycle; C = 0: none)
-    falls: np.ndarray  # (3,) how this frame's devices fared since their loads' recent falls (model.evidence.fall_pool)
+    falls: np.ndarray  # (FALL_AGES, 3) how this frame's devices fared since their loads fell, by the falls' age
+    #                    (model.evidence.fall_pool)
     # what owners reported themselves of their pairs (model.credibility), each frame's of its devices as collaborators:
     reported: np.ndarray  # (r,) pair keys
     reported_pairs: np.ndarray  # (r, 2) their collaborator and owner keys
@@ -610,7 +611,9 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
         physics = pair_physics(status, status, frame.profile[:, :2], params, src, dst)
         blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, evidence, population,
                                    frame.status[:, LOAD], frame.reports, disbelieved, frame.shifted,
-                                   frame_cycle(frame, slot) if evidence.cycles else None, frame.falls)
+                                   frame_cycle(frame, slot) if evidence.cycles else None,
+                                   fall_credit(frame.falls, fall_age(frame.shifted, evidence.lams))
+                                   if evidence.fall_credit and evidence.shifts else None)
         t_beh, step = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
         t_res = resource_trust(status[:, WILLINGNESS], status[:, COMM_OK], status[:, COMP_OK])[dst]  # per device
         voc = physics.value(params)

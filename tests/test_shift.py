@@ -11,9 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from model.evidence import (COM, REPORTS, SHIFT_OPEN, SHIFT_ROLES, SHIFT_TEST, SHIFTED, SK, SUMMED_ROLES, SV, TON,
-                            EvidenceConfig, channels_of, empty_state, fall_credit, fall_pool, loads_contradicted,
-                            report_increments, shift_block)
+from model.evidence import (COM, FALL_AGES, REPORTS, SHIFT_OPEN, SHIFT_ROLES, SHIFT_TEST, SHIFTED, SK, SUMMED_ROLES,
+                            SV, TON, EvidenceConfig, channels_of, empty_state, fall_age, fall_credit, fall_pool,
+                            loads_contradicted, report_increments, shift_block)
 from model.config import RankingConfig
 from model.scoring import DeviceFrame, DeviceHistory, EvidenceSnapshot, shard_of, slot_part, status_arrays
 from model.shift import step
@@ -103,27 +103,37 @@ def test_a_step_down_is_a_shift_too_and_the_head_reads_it_unless_the_times_contr
     assert not any(column.any() for column in never)  # a device whose load never shifted reads zeros
 
 
-def test_a_fall_is_read_as_far_as_the_fleets_recent_falls_bear_it_out() -> None:
-    """The fleet's pool: on-time tasks and successes since a fall at the level memory, of devices whose load fell
-    within RECENT_FALL slots and whose times bear their loads out, and the successes their whole records would have
-    given those tasks; its credit by hand; a fall's columns weighed by it, a rise's not."""
+def test_a_fall_is_read_as_far_as_the_falls_of_its_cohort_bear_it_out() -> None:
+    """The fleet's pool by the falls' age: on-time tasks and successes since a fall at the level memory, of devices
+    whose load fell and whose times bear their loads out, and the successes their whole records would have given those
+    tasks; the credit of a fall of each age, from the falls within COHORT slots of its own, by hand; a fall's columns
+    weighed by it, a rise's not."""
     config = replace(CONFIG, speed_gap=0.0)
-    shifted = np.zeros((5, 2, 4))
+    shifted = np.zeros((6, 2, 4))
     shifted[0] = [[2.5, 0.75, 2.0, 1.0], [3.0, 0.9, 2.5, 1.5]]  # fell 3 slots ago: its mean load since 0.3
-    shifted[1] = [[6.0, 1.8, 4.0, 4.0], [15.0, 4.5, 6.0, 6.0]]  # fell 15 slots ago: no longer recent
+    shifted[1] = [[6.0, 1.8, 4.0, 4.0], [15.0, 4.5, 6.0, 6.0]]  # fell 15 slots ago
     shifted[2] = [[2.5, 1.75, 2.0, 2.0], [3.0, 2.1, 2.0, 2.0]]  # rose: its mean load since 0.7
     shifted[4] = shifted[0]  # fell as device 0 did, but its tasks' times contradict its loads
-    reports = np.tile([[10.0, 5.5], [20.0, 11.0]], (5, 1, 1))  # a mean reported load of 0.55 at the longest memory
-    sums = np.zeros((5, 2, 18))
+    shifted[5] = [[9.0, 2.7, 1.0, 0.0], [45.0, 13.5, 9.0, 1.0]]  # fell 45 slots ago: older than any pooled
+    reports = np.tile([[10.0, 5.5], [20.0, 11.0]], (6, 1, 1))  # a mean reported load of 0.55 at the longest memory
+    sums = np.zeros((6, 2, 18))
     sums[:, -1, COM], sums[:, -1, TON] = 4.0, 9.0  # a whole record of 4 successes in 9 on-time tasks: rate 5 / 11
     sums[4, -1, SK], sums[4, -1, SV] = 9.0, 9.0 * 0.5  # runs far faster than it says: doubted
+    np.testing.assert_array_equal(fall_age(shifted, config.lams), [3, 15, 3, 0, 3, 45])  # lambda 1: the count itself
+    np.testing.assert_allclose(fall_age(np.array([[[1 + 0.9 + 0.81, 0, 0, 0]]]), (0.9,)), [3.0])  # forgetting undone
     pool = fall_pool(sums, shifted, reports, config)
-    np.testing.assert_allclose(pool, [2.0, 1.0, 2.0 * 5 / 11])
+    expected = np.zeros((FALL_AGES, 3))
+    expected[3], expected[15] = [2.0, 1.0, 2.0 * 5 / 11], [4.0, 4.0, 4.0 * 5 / 11]
+    np.testing.assert_allclose(pool, expected)
     assert not fall_pool(sums, None, reports, config).any()
-    # credit: (successes - expected + 10 x 0.1) / (tasks + 10), over 0.1, within [0, 1]
-    np.testing.assert_allclose(fall_credit(pool), (1.0 - 10 / 11 + 1.0) / 12 / 0.1)
-    np.testing.assert_allclose(fall_credit(np.array([[0.0, 0.0, 0.0], [10.0, 2.0, 3.0], [10.0, 8.0, 5.0],
-                                                     [10.0, 4.0, 3.5]])), [1.0, 0.0, 1.0, 0.75])
+    # credit: over the cohort, (successes - expected + 10 x 0.1) / (tasks + 10), over 0.1, within [0, 1]
+    young = (1.0 - 10 / 11 + 1.0) / 12 / 0.1
+    np.testing.assert_allclose(fall_credit(pool, np.array([3.0, 8.0, 9.0, 15.0, 30.0])), [young, young, 1.0, 1.0, 1.0])
+    wave = np.zeros((FALL_AGES, 3))
+    wave[20] = [10.0, 2.0, 3.0]  # falls 20 slots old that did worse than their records
+    np.testing.assert_allclose(fall_credit(wave, np.array([14.0, 15.0, 20.0, 25.0, 26.0])), [1.0, 0.0, 0.0, 0.0, 1.0])
+    wave[20] = [10.0, 4.0, 3.5]
+    np.testing.assert_allclose(fall_credit(wave, np.array([20.0])), [0.75])
     fall = watched(np.r_[np.full(20, 0.55), np.full(12, 0.30)], (np.arange(32) >= 20).astype(float))[-1][SHIFTED]
     rise = watched(np.r_[np.full(20, 0.30), np.full(12, 0.55)], (np.arange(32) >= 20).astype(float))[-1][SHIFTED]
     whole = np.zeros((2, 2, 18))
@@ -203,7 +213,7 @@ def test_shifts_and_cycles_alike_offline_in_shards_and_through_pending_slots() -
                                    pool, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(history.falls(config, slot - history.first_slot), pool, rtol=1e-9, atol=1e-12)
         pools.append(pool)
-    assert min(pool[0] for pool in pools) > 0  # falls within the last RECENT_FALL slots, with tasks since, each slot
+    assert min(pool[:, 0].sum() for pool in pools) > 0  # falls with tasks since, each slot
 
 
 def test_shift_states_and_cycles_survive_a_snapshot_and_a_reshard(tmp_path) -> None:
