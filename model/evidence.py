@@ -653,9 +653,10 @@ def fall_pool(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray | N
     their on-time tasks since the fall and the successes among them at the level memory, and the successes their whole
     records (at the longest memory) would have given those tasks. Falls read as no shift (where the tasks' times
     contradict the loads: :func:`loads_contradicted`) are left out. Sums over devices, so a fleet's pool is its shards'
-    summed (:class:`model.scoring.DeviceFrame`)."""
+    summed (:class:`model.scoring.DeviceFrame`). Zeros where ``config`` reads no credit (``shifts`` and
+    ``fall_credit``)."""
     pool = np.zeros((FALL_AGES, len(FALL_POOL)))
-    if shifted is None or not len(c):
+    if shifted is None or not (config.shifts and config.fall_credit) or not len(c):
         return pool
     level = config.lams.index(config.level_memory)
     age = np.rint(fall_age(shifted, config.lams)).astype(np.int64)

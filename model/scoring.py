@@ -450,8 +450,7 @@ class DeviceHistory:
             reports, shifted = self._evidence(REPORTS, keys, slot)[0], self.evidence[SHIFTED].query(keys, slot)[0]
         cycle = self._evidence(CYCLE, keys, slot)[0] if self.evidence_config.cycles else \
             np.zeros((len(keys), 1, 0))
-        falls = fall_pool(collaborator, shifted if self.evidence_config.shifts else None, reports,
-                          self.evidence_config)
+        falls = fall_pool(collaborator, shifted, reports, self.evidence_config)
         reported, reported_pairs, reported_evidence, monitored, reported_since = self.reported(slot)
         at, held = find(keys, reported_pairs[:, 0])
         np.minimum.at(since, at[held], reported_since[held])  # an owner's report of it says it served too

@@ -108,7 +108,7 @@ def test_a_fall_is_read_as_far_as_the_falls_of_its_cohort_bear_it_out() -> None:
     whose load fell and whose times bear their loads out, and the successes their whole records would have given those
     tasks; the credit of a fall of each age, from the falls within COHORT slots of its own, by hand; a fall's columns
     weighed by it, a rise's not."""
-    config = replace(CONFIG, speed_gap=0.0)
+    config = replace(CONFIG, speed_gap=0.0, fall_credit=True)
     shifted = np.zeros((6, 2, 4))
     shifted[0] = [[2.5, 0.75, 2.0, 1.0], [3.0, 0.9, 2.5, 1.5]]  # fell 3 slots ago: its mean load since 0.3
     shifted[1] = [[6.0, 1.8, 4.0, 4.0], [15.0, 4.5, 6.0, 6.0]]  # fell 15 slots ago
@@ -126,6 +126,7 @@ def test_a_fall_is_read_as_far_as_the_falls_of_its_cohort_bear_it_out() -> None:
     expected[3], expected[15] = [2.0, 1.0, 2.0 * 5 / 11], [4.0, 4.0, 4.0 * 5 / 11]
     np.testing.assert_allclose(pool, expected)
     assert not fall_pool(sums, None, reports, config).any()
+    assert not fall_pool(sums, shifted, reports, CONFIG).any()  # a config that reads no credit pools nothing
     # credit: over the cohort, (successes - expected + 10 x 0.1) / (tasks + 10), over 0.1, within [0, 1]
     young = (1.0 - 10 / 11 + 1.0) / 12 / 0.1
     np.testing.assert_allclose(fall_credit(pool, np.array([3.0, 8.0, 9.0, 15.0, 30.0])), [young, young, 1.0, 1.0, 1.0])
@@ -176,7 +177,7 @@ def test_shifts_and_cycles_alike_offline_in_shards_and_through_pending_slots() -
     in one history, joined from three shards and offline."""
     events, status, history, model = scored_log(SIM)
     stages = TorchStages(model, history.index)
-    config = replace(SMALL.evidence, shifts=True, cycles=True)
+    config = replace(SMALL.evidence, shifts=True, cycles=True, fall_credit=True)
     whole = DeviceHistory(config)
     shards = [DeviceHistory(config) for _ in range(3)]
     keys, ids, times, values = status_arrays(status)
