@@ -8,7 +8,7 @@ behaviour parameters or class: it infers them from the collaborator's computatio
 (com | tr) before the forecast's slot, on a grid of hypotheses per class, and forecasts the posterior
 mean of the truth ``a1 * P(tr) + a2 * P(tr) * E[b] * on_time``. Its error against the truth is the floor
 (the "ceiling" of accuracy) for any learner of that data, up to the grid's resolution and the
-load it cannot know.
+load it cannot know. With telemetry it also reads what the loads reveal (:class:`Revealed`).
 
 Selective devices misbehave toward a hidden 30 % of owners: under a selective hypothesis each owner's
 targeting is a latent flag, marginalized per owner, and the forecast for an owner uses that owner's
@@ -29,6 +29,126 @@ from simulator.config import Behaviour
 from simulator.world import World, on_time_factor
 
 EPS = 1e-9
+PERIODS = np.arange(PERIOD[0], PERIOD[1] + 1e-9, 0.05)  # the grid a device's usage cycle's period is fitted on
+KEPT_CHANGES = 64  # a device's likeliest changes (by its loads) that its hypotheses carry, per class
+MIN_REPORTS = 6  # reports a device's loads are fitted from at least
+CHANGING = (int(Behaviour.DEGRADING), int(Behaviour.RECOVERING))
+
+
+@dataclass(frozen=True)
+class Revealed:
+    """What the loads a device reports reveal, per id: its usage cycle (period, phase: :meth:`BehaviourParams.cycle`),
+    and the changes its load could be making (a degrading device takes ``load_drift`` on over its change, a
+    recovering one sheds it): per id, candidate changes (class, start, span) with their log-likelihoods against no
+    change (``steady``: that of no change, 0 or -inf), as the loads weigh them."""
+
+    period: np.ndarray  # (n,)
+    phase: np.ndarray  # (n,)
+    steady: np.ndarray  # (n,) log weight of no change
+    changes: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]  # per id: kind, start, span, log weight (k,)
+
+    @classmethod
+    def exact(cls, world: World) -> "Revealed":
+        """The simulator's own values, a changing device's change certain (an optimistic reading: what many slots
+        of reports tend to)."""
+        p = world.params
+        changing = np.isin(p.kind, CHANGING)
+        changes = [tuple(np.array([v]) for v in (p.kind[i], p.start[i], p.span[i], 0.0)) if changing[i] else
+                   tuple(np.zeros(0) for _ in range(4)) for i in range(world.size)]
+        return cls(p.period, p.phase, np.where(changing, -np.inf, 0.0), changes)
+
+    @classmethod
+    def fitted(cls, world: World, status: pa.Table, before: int) -> "Revealed":
+        """Each id's loads reported in slots before ``before`` (:func:`reported_loads`): its cycle the least-squares
+        sine (with a level and a trend) over :data:`PERIODS`; then, at that period, each change the simulator's
+        prior allows (every start and span of whole slots) weighed against none by the Gaussian log-likelihood of
+        the loads less its drift, fitted by a level and the sine, at the noise the simulator draws. An id with fewer
+        than :data:`MIN_REPORTS` reports keeps the prior's mean period, phase 0, and every change as likely as
+        none."""
+        config = world.config
+        loads, reported = reported_loads(world, status, before)
+        t = np.arange(loads.shape[1], dtype=np.float64)
+        enough = reported.sum(axis=1) >= MIN_REPORTS
+        period, phase = np.full(world.size, float(np.mean(PERIOD))), np.zeros(world.size)
+        best = np.full(world.size, np.inf)
+        for candidate in PERIODS:
+            wave = [np.sin(2 * np.pi * t / candidate), np.cos(2 * np.pi * t / candidate)]
+            coef, error = _least_squares(loads, reported, np.stack([np.ones_like(t), t / len(t), *wave], axis=1))
+            better = enough & (error < best)
+            best[better], period[better] = error[better], candidate
+            phase[better] = np.arctan2(coef[better, 3], coef[better, 2])  # a sin + b cos = r sin(. + atan2(b, a))
+        angle = 2 * np.pi * t[None, :] / period[:, None]  # (n, T) each id's own cycle
+        basis = np.stack([np.ones_like(angle), np.sin(angle), np.cos(angle)], axis=-1)  # (n, T, 3)
+        coef, _ = _least_squares(loads, reported, basis)
+        residual = reported * (loads - np.einsum("nti,ni->nt", basis, coef))  # the loads off the steady fit
+        start, span = (a.ravel() for a in np.meshgrid(np.arange(np.ceil(START[0] * config.slots),
+                                                                 np.floor(START[1] * config.slots) + 1),
+                                                       np.arange(max(1.0, np.ceil(SPAN[0] * config.slots)),
+                                                                 np.floor(SPAN[1] * config.slots) + 1), indexing="ij"))
+        ramps = np.clip((t[None, :] - start[:, None]) / span[:, None], 0.0, 1.0)  # (R, T)
+        along = residual @ ramps.T  # (n, R) <ramp, the residual> (weighted)
+        gram = np.einsum("nt,nti,ntj->nij", reported, basis, basis) + 1e-9 * np.eye(3)
+        cross = np.einsum("nt,nti,rt->nir", reported, basis, ramps)  # (n, 3, R)
+        power = reported @ (ramps ** 2).T - np.einsum("nir,nir->nr", cross, np.linalg.solve(gram, cross))  # (n, R)
+        noise = (0.4 * config.load_swing) ** 2 / 3  # the variance of a slot's noise (World.load)
+        changes = []
+        for i in range(world.size):
+            kinds, starts, spans, weights = [], [], [], []
+            for kind, drift in zip(CHANGING, (config.load_drift, -config.load_drift)):  # a recovering device's drift
+                gain = (2 * drift * along[i] - drift ** 2 * power[i]) / (2 * noise) if enough[i] else \
+                    np.zeros(len(start))                                  # falls as its ramp rises
+                kept = np.argsort(-gain, kind="stable")[:KEPT_CHANGES]  # carrying the class's whole likelihood,
+                whole = logsumexp(gain) - np.log(len(start))  # each start and span equally likely a priori
+                kinds.append(np.full(len(kept), kind))
+                starts.append(start[kept])
+                spans.append(span[kept])
+                weights.append(gain[kept] - logsumexp(gain[kept]) + whole)
+            changes.append(tuple(np.concatenate(v) for v in (kinds, starts, spans, weights)))
+        return cls(period, phase, np.zeros(world.size), changes)
+
+    def cycle(self, rows: np.ndarray, slot: np.ndarray | int) -> np.ndarray:
+        """The usage cycle of ids ``rows`` at ``slot`` (:meth:`BehaviourParams.cycle`)."""
+        return np.sin(2 * np.pi * np.asarray(slot) / self.period[rows] + self.phase[rows])
+
+    def drift(self, rows: np.ndarray, slot: int, shares: dict[Behaviour, float], load_drift: float) -> np.ndarray:
+        """The load ids ``rows``' changes are expected to add at ``slot`` (:meth:`World.drift`), each change weighed
+        by its loads' likelihood and its class's share ``shares``."""
+        unique, inverse = np.unique(rows, return_inverse=True)
+        out = np.zeros(len(unique))
+        steady = 1.0 - sum(shares[Behaviour(k)] for k in CHANGING)
+        for at, row in enumerate(unique):
+            kind, start, span, weight = self.changes[row]
+            if not len(kind):
+                continue
+            with np.errstate(divide="ignore"):  # a class the mix leaves out: log 0
+                log_w = np.log([shares[Behaviour(int(k))] for k in kind] + [steady]) + np.r_[weight, self.steady[row]]
+            w = np.exp(log_w - logsumexp(log_w))[:-1]
+            ramp = np.clip((slot - start) / span, 0.0, 1.0)
+            out[at] = load_drift * (w @ np.where(kind == Behaviour.DEGRADING, ramp, 1 - ramp))
+        return out[inverse]
+
+
+def reported_loads(world: World, status: pa.Table, before: int) -> tuple[np.ndarray, np.ndarray]:
+    """(loads, reported), each (ids, before): the load each id of ``world`` reported in each slot before ``before``,
+    and 1 where it reported one (0 and 0 where not)."""
+    rows = pc.index_in(status["device"], value_set=world.ids).to_numpy(zero_copy_only=False)
+    slot = world.config.clock.slot_of(status["time_ms"].to_numpy())
+    load = status["cpu_load"].to_numpy(zero_copy_only=False).astype(np.float64)
+    keep = (slot < before) & np.isfinite(load) & (rows >= 0)
+    loads = np.zeros((world.size, max(before, 1)))
+    reported = np.zeros_like(loads)
+    loads[rows[keep], slot[keep]], reported[rows[keep], slot[keep]] = load[keep], 1.0
+    return loads, reported
+
+
+def _least_squares(values: np.ndarray, weight: np.ndarray, basis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(coefficients (n, k), weighted squared error (n,)) of each row of ``values`` (n, T) on ``basis`` ((T, k), or
+    (n, T, k) a row's own), weighted by ``weight`` (n, T)."""
+    per_row = basis if basis.ndim == 3 else np.broadcast_to(basis, (len(values), *basis.shape))
+    gram = np.einsum("nt,nti,ntj->nij", weight, per_row, per_row) + 1e-9 * np.eye(basis.shape[-1])
+    coef = np.linalg.solve(gram, np.einsum("nt,nti->ni", weight * values, per_row)[:, :, None])[:, :, 0]
+    error = (weight * (values - np.einsum("nti,ni->nt", per_row, coef)) ** 2).sum(axis=1)
+    return coef, error
 
 
 @dataclass(frozen=True)
@@ -170,14 +290,19 @@ class BayesFilter:
     With telemetry (``world.config.telemetry``) the devices' reported loads reveal, to the filter as to any
     learner that reads them, each device's usage cycle (its period and phase: a periodic device's reliability
     follows it) and whether and when a device is changing (its load drifts with its change: the class, start
-    and span of a degrading or recovering device). The filter is given those exactly, which is what many
-    slots of reports tell (an optimistic reading of the first slots); the forecast's on-time factor is at
-    the load the cycle and the drift predict, without the per-slot noise."""
+    and span of a degrading or recovering device). Given the run's ``status`` and a slot ``fitted_before``, the
+    filter reads them from the loads each device reported before that slot (:meth:`Revealed.fitted`), as a
+    learner must; without, it is handed them exactly (:meth:`Revealed.exact`, what many slots of reports tend
+    to). The forecast's on-time factor is at the load the cycle and the drift predict, without the per-slot
+    noise."""
 
-    def __init__(self, world: World, events: pa.Table, grid: Grid = Grid()) -> None:
+    def __init__(self, world: World, events: pa.Table, grid: Grid = Grid(), status: pa.Table | None = None,
+                 fitted_before: int = 0) -> None:
         self.world = world
         config = world.config
         self.revealed = config.telemetry
+        self.reveals = Revealed.fitted(world, status, fitted_before) if self.revealed and status is not None else \
+            Revealed.exact(world)  # what the filter reads off the reports of each id
         self.hypotheses = hypotheses(config.behaviour_mix, config.slots, grid, self.revealed)
         self.selective_targets = config.selective_targets
         transmitted = events.filter(pc.equal(events["tr_success"], True))
@@ -191,6 +316,7 @@ class BayesFilter:
         self.collab = collab[order]
         self.tasks = (slot[order], owner[order], com[order], on_time[order])
         self.counted: dict[int, Counted] = {}  # per collaborator: where its last forecast's first slot stood
+        self._hypotheses: dict[int, Hypotheses] = {}  # per collaborator: device_hypotheses, with telemetry
 
     def tasks_of(self, collab: int) -> Tasks:
         lo, hi = np.searchsorted(self.collab, [collab, collab + 1])
@@ -224,27 +350,44 @@ class BayesFilter:
         config = self.world.config
         if not self.revealed:
             return np.full(len(collabs), config.load_mean)
-        cycle = self.world.params.take(collabs).cycle(slot)
-        return config.load_mean + config.load_swing * 0.6 * cycle + self.world.drift(collabs, slot)
+        return (config.load_mean + config.load_swing * 0.6 * self.reveals.cycle(collabs, slot)
+                + self.reveals.drift(collabs, slot, class_prior(config.behaviour_mix), config.load_drift))
 
     def device_hypotheses(self, collab: int) -> Hypotheses:
         """The hypotheses about one collaborator: the shared grid, or with telemetry the grid with what its
-        reports reveal filled in (its cycle; its change, and that it is the only class a drifting device can
-        be, and one a steady device cannot)."""
+        reports reveal filled in (:class:`Revealed`): its cycle; the classes that do not change at the weight of no
+        change, and each change its loads could be making as its class's levels at that change's weight
+        (cached)."""
         h = self.hypotheses
         if not self.revealed:
             return h
-        own = self.world.params.take(np.array([collab]))
-        n = len(h.log_prior)
-        filled = {name: np.full(n, getattr(own, name)[0]) for name in ("start", "span", "period", "phase")}
-        params = BehaviourParams(**{**{f: getattr(h.params, f) for f in ("kind", "high", "low", "on_len", "off_len",
-                                                                          "offset")}, **filled})
-        kind = int(own.kind[0])
-        changing = (int(Behaviour.DEGRADING), int(Behaviour.RECOVERING))
-        allowed = h.params.kind == kind if kind in changing else ~np.isin(h.params.kind, changing)
-        selective = h.selective_log_prior if kind not in changing else np.full(len(h.selective_high), -np.inf)
-        return Hypotheses(params, np.where(allowed, h.log_prior, -np.inf), h.selective_high, h.selective_low,
-                          selective)
+        if collab not in self._hypotheses:
+            self._hypotheses[collab] = self._revealed_hypotheses(collab)
+        return self._hypotheses[collab]
+
+    def _revealed_hypotheses(self, collab: int) -> Hypotheses:
+        h = self.hypotheses
+        reveals = self.reveals
+        changing = np.isin(h.params.kind, CHANGING)
+        steady = np.flatnonzero(~changing)  # every other class, at the weight of no change
+        kind, start, span, weight = reveals.changes[collab]
+        rows = [steady]
+        log_prior = [h.log_prior[steady] + reveals.steady[collab]]
+        starts, spans = [np.zeros(len(steady))], [np.ones(len(steady))]
+        for k, st, sp, w in zip(kind, start, span, weight):  # each change: its class's levels at its ramp
+            levels = np.flatnonzero(h.params.kind == k)
+            rows.append(levels)
+            log_prior.append(h.log_prior[levels] + w)
+            starts.append(np.full(len(levels), st))
+            spans.append(np.full(len(levels), sp))
+        rows = np.concatenate(rows)
+        n = len(rows)
+        params = BehaviourParams(**{f: getattr(h.params, f)[rows] for f in ("kind", "high", "low", "on_len", "off_len",
+                                                                            "offset")},
+                                 start=np.concatenate(starts), span=np.concatenate(spans),
+                                 period=np.full(n, reveals.period[collab]), phase=np.full(n, reveals.phase[collab]))
+        return Hypotheses(params, np.concatenate(log_prior), h.selective_high, h.selective_low,
+                          h.selective_log_prior + reveals.steady[collab])
 
     def expected_behaviour(self, tasks: Tasks, owners: np.ndarray, slots: np.ndarray, collab: int = 0,
                            counted: Counted | None = None) -> np.ndarray:

@@ -41,13 +41,15 @@ def simulated_run(sim_config: SimConfig) -> tuple[pa.Table, pa.Table, pa.Table]:
     return simulated_world(sim_config)[:3]
 
 
-def bayes_reference(world: World, events: pa.Table, history: History, train: TrainConfig
+def bayes_reference(world: World, events: pa.Table, status: pa.Table, history: History, train: TrainConfig
                     ) -> tuple[np.ndarray, Scorer]:
     """The Bayes filter's forecast of every test edge (in :func:`model.targets.targets` order), and its scorer of any
-    pairs (what it would select: the ceiling of what attackers can be denied from the log)."""
+    pairs (what it would select: the ceiling of what attackers can be denied from the log); with telemetry, each
+    device's usage cycle read from the loads it reported before the test period
+    (:func:`simulator.bayes.fitted_cycles`)."""
     _, test_slots = time_split(history, train.test_fraction)
     query = targets(history, test_slots).query
-    bayes = BayesFilter(world, events)
+    bayes = BayesFilter(world, events, status=status, fitted_before=history.first_slot + test_slots[0])
 
     def score(src: np.ndarray, dst: np.ndarray, end: int, profile: np.ndarray) -> np.ndarray:
         return bayes.forecast(src, dst, np.full(len(src), history.first_slot + end + 1))
@@ -71,7 +73,7 @@ def evaluate_simulated(sim_config: SimConfig, config: BMConfig, train: TrainConf
         references: dict[str, np.ndarray] = {}
         reference_scorers: dict[str, Scorer] = {}
         if "bayes" in methods:
-            references["bayes"], reference_scorers["bayes"] = bayes_reference(world, events, history, train)
+            references["bayes"], reference_scorers["bayes"] = bayes_reference(world, events, status, history, train)
         results.append(evaluate_run(history, replace(config, clock=sim_config.clock),
                                     replace(train, seed=train.seed + run), methods,
                                     Simulated(truth, world, events, behaviour), voc, references, reference_scorers))

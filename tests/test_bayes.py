@@ -6,7 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
+from scipy.special import logsumexp
 
 from model.baselines import RULES, predict_edges
 from model.config import TrustWeights
@@ -15,8 +18,8 @@ from model.graphs import DeviceIndex
 from model.history import History
 from model.targets import targets
 from model.train import time_split
-from simulator.bayes import BayesFilter, Grid, Tasks, _by_class, hypotheses, midpoints
-from simulator.behaviour import HIGH, BehaviourParams
+from simulator.bayes import BayesFilter, Grid, Revealed, Tasks, _by_class, hypotheses, midpoints
+from simulator.behaviour import HIGH, PERIOD, BehaviourParams
 from simulator.config import Behaviour, SimConfig, parse_attack
 from simulator.experiment import simulated_run
 from simulator.world import World
@@ -133,7 +136,7 @@ def test_forecasts_slot_after_slot_go_on_from_the_sums_before_and_equal_fresh_on
                                   BayesFilter(world, events).forecast(owners, collabs, many))
     busy = max(going_on.counted, key=lambda c: going_on.counted[c].tasks)
     assert going_on.counted[busy].tasks > 0 and going_on.counted[busy].log_likelihood.shape == \
-        going_on.hypotheses.log_prior.shape
+        going_on.device_hypotheses(busy).log_prior.shape
 
 
 def test_with_telemetry_the_reports_reveal_cycles_and_changes() -> None:
@@ -155,6 +158,46 @@ def test_with_telemetry_the_reports_reveal_cycles_and_changes() -> None:
     forecast = bayes.forecast(query.src, query.dst, query.end + 1)
     rule = predict_edges(RULES["channel_beta"](history, train_slots), history, test_slots)
     assert np.sqrt(np.mean((forecast - hidden) ** 2)) < 0.85 * np.sqrt(np.mean((rule - hidden) ** 2))
+
+
+def test_cycles_and_changes_are_read_from_the_loads_reported_before_a_slot() -> None:
+    """Each device's cycle fitted to the loads it reported (the cycle plus a slot's noise, and a changing device's
+    drift) is its own within a few hundredths of the period's range; a changing device's loads make its own change
+    (its class, about its start) far likelier than none, a steady device's make no change likelier than any; the
+    loads of slots from ``fitted_before`` on are not read; and the filter reading all this forecasts about as well
+    as the one handed the truth."""
+    config = SimConfig(devices=60, tasks=3000, slots=60, seed=12, telemetry=True)
+    events, truth, status = simulated_run(config)
+    world = World(config)
+    read = Revealed.fitted(world, status, 50)
+    assert np.median(np.abs(read.period - world.params.period)) < 1.0  # slots, of a range of 8-40
+    assert np.median(np.abs(np.angle(np.exp(1j * (read.phase - world.params.phase))))) < 0.3  # radians
+    misread = []
+    for device in range(world.size):
+        kind, start, _, weight = read.changes[device]
+        likeliest = int(np.argmax(weight))
+        if world.behaviour[device] in (Behaviour.DEGRADING, Behaviour.RECOVERING):
+            assert kind[likeliest] == world.behaviour[device] and weight[likeliest] > 10
+            misread.append(abs(start[likeliest] - world.params.start[device]))
+        else:
+            assert logsumexp(weight) < 0
+    assert np.median(misread) < 3  # slots
+    later = status.filter(pc.greater_equal(status["time_ms"], int(config.clock.start_ms(50))))
+    noised = pa.concat_tables([status.filter(pc.less(status["time_ms"], int(config.clock.start_ms(50)))),
+                               later.set_column(later.schema.get_field_index("cpu_load"), "cpu_load",
+                                                pa.array(np.ones(later.num_rows)))])
+    np.testing.assert_array_equal(Revealed.fitted(world, noised, 50).period, read.period)
+    unheard = Revealed.fitted(world, status.slice(0, 0), 50)
+    assert np.all(unheard.period == np.mean(PERIOD)) and not unheard.phase.any()  # the prior's mean, phase 0
+    history = History.from_events(events, config.clock, TrustWeights(), index=DeviceIndex(tuple(world.ids.to_pylist())),
+                                  first_slot=0, status=status)
+    query = targets(history, list(range(50, 60))).query
+    hidden = truth_for(history, list(range(50, 60)), truth)
+    exact = BayesFilter(world, events).forecast(query.src, query.dst, query.end + 1)
+    fitted = BayesFilter(world, events, status=status, fitted_before=50).forecast(query.src, query.dst, query.end + 1)
+    assert not np.array_equal(fitted, exact)
+    rmse = [float(np.sqrt(np.mean((f - hidden) ** 2))) for f in (exact, fitted)]
+    assert rmse[1] < 1.1 * rmse[0]
 
 
 def test_the_filter_knows_an_attacks_share_of_the_behaviours() -> None:
