@@ -366,6 +366,7 @@ class BayesFilter:
         return self._hypotheses[collab]
 
     def _revealed_hypotheses(self, collab: int) -> Hypotheses:
+        """:meth:`device_hypotheses` with telemetry, computed."""
         h = self.hypotheses
         reveals = self.reveals
         changing = np.isin(h.params.kind, CHANGING)
