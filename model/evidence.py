@@ -155,6 +155,12 @@ class EvidenceConfig:
             raise ValueError(f"EvidenceConfig.fall_earned (--fall-earned): must be >= 0 (got {self.fall_earned!r})")
 
     @property
+    def credits_falls(self) -> bool:
+        """Whether a fall is weighed by its cohort's credit (:func:`fall_credit`): ``fall_credit`` where shifts are
+        read at all."""
+        return self.shifts and self.fall_credit
+
+    @property
     def identity_m(self) -> float:
         """How far apart two ids judged together (model.identity) may stand at most, chains aside."""
         return max(self.colocation_m or 0.0, self.succession_m or 0.0)
@@ -653,10 +659,9 @@ def fall_pool(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray | N
     their on-time tasks since the fall and the successes among them at the level memory, and the successes their whole
     records (at the longest memory) would have given those tasks. Falls read as no shift (where the tasks' times
     contradict the loads: :func:`loads_contradicted`) are left out. Sums over devices, so a fleet's pool is its shards'
-    summed (:class:`model.scoring.DeviceFrame`). Zeros where ``config`` reads no credit (``shifts`` and
-    ``fall_credit``)."""
+    summed (:class:`model.scoring.DeviceFrame`). Zeros where ``config`` reads no credit (``credits_falls``)."""
     pool = np.zeros((FALL_AGES, len(FALL_POOL)))
-    if shifted is None or not (config.shifts and config.fall_credit) or not len(c):
+    if shifted is None or not config.credits_falls or not len(c):
         return pool
     level = config.lams.index(config.level_memory)
     age = np.rint(fall_age(shifted, config.lams)).astype(np.int64)
@@ -763,7 +768,7 @@ def _collaborator_block(c: np.ndarray, since: np.ndarray, config: EvidenceConfig
             reported[:, None].astype(np.float64), load_drift(c, now), load_memory(reports, len(c), len(config.lams)),
             *([discredited_block(discredited, len(c), len(config.lams))] if config.discredited else []),
             *(shift_block(c, shifted, reports, loads_contradicted(c, config), config.fall_earned,
-                          credit if config.fall_credit and credit is not None else 1.0)
+                          credit if config.credits_falls and credit is not None else 1.0)
               if config.shifts else []),
             *(cycle_block(c, cycle) if config.cycles else []),
             *(sums[role][..., channel] for role, channel in STATS)]

@@ -169,7 +169,7 @@ class History:
         cycle = cycle_deviation(tracks[CYCLE].query(dst, end)[0], self.first_slot + end + 1) if config.cycles else None
         end = np.broadcast_to(end, np.shape(dst))
         discredited = np.zeros((len(dst), len(config.lams), len(DISCREDITED))) if config.discredited else None
-        credit = np.ones(len(dst)) if config.shifts and config.fall_credit else None
+        credit = np.ones(len(dst)) if config.credits_falls else None
         for slot in np.unique(end):
             rows = end == slot
             if credit is not None:

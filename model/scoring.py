@@ -612,7 +612,7 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
                                    frame.status[:, LOAD], frame.reports, disbelieved, frame.shifted,
                                    frame_cycle(frame, slot) if evidence.cycles else None,
                                    fall_credit(frame.falls, fall_age(frame.shifted, evidence.lams))
-                                   if evidence.fall_credit and evidence.shifts else None)
+                                   if evidence.credits_falls else None)
         t_beh, step = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
         t_res = resource_trust(status[:, WILLINGNESS], status[:, COMM_OK], status[:, COMP_OK])[dst]  # per device
         voc = physics.value(params)
