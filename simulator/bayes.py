@@ -24,7 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy.special import logsumexp
 
-from simulator.behaviour import HIGH, LOW, OFF_LEN, ON_LEN, PERIOD, SPAN, START, BehaviourParams, class_prior
+from simulator.behaviour import (HIGH, LOW, OFF_LEN, ON_LEN, PERIOD, SPAN, START, BehaviourParams, change_ramp,
+                                 class_prior, drift_share, usage_cycle)
 from simulator.config import Behaviour
 from simulator.world import World, on_time_factor
 
@@ -85,7 +86,7 @@ class Revealed:
                                                                  np.floor(START[1] * config.slots) + 1),
                                                        np.arange(max(1.0, np.ceil(SPAN[0] * config.slots)),
                                                                  np.floor(SPAN[1] * config.slots) + 1), indexing="ij"))
-        ramps = np.clip((t[None, :] - start[:, None]) / span[:, None], 0.0, 1.0)  # (R, T)
+        ramps = change_ramp(t[None, :], start[:, None], span[:, None])  # (R, T)
         along = residual @ ramps.T  # (n, R) <ramp, the residual> (weighted)
         gram = np.einsum("nt,nti,ntj->nij", reported, basis, basis) + 1e-9 * np.eye(3)
         cross = np.einsum("nt,nti,rt->nir", reported, basis, ramps)  # (n, 3, R)
@@ -108,7 +109,7 @@ class Revealed:
 
     def cycle(self, rows: np.ndarray, slot: np.ndarray | int) -> np.ndarray:
         """The usage cycle of ids ``rows`` at ``slot`` (:meth:`BehaviourParams.cycle`)."""
-        return np.sin(2 * np.pi * np.asarray(slot) / self.period[rows] + self.phase[rows])
+        return usage_cycle(slot, self.period[rows], self.phase[rows])
 
     def drift(self, rows: np.ndarray, slot: int, shares: dict[Behaviour, float], load_drift: float) -> np.ndarray:
         """The load ids ``rows``' changes are expected to add at ``slot`` (:meth:`World.drift`), each change weighed
@@ -123,8 +124,7 @@ class Revealed:
             with np.errstate(divide="ignore"):  # a class the mix leaves out: log 0
                 log_w = np.log([shares[Behaviour(int(k))] for k in kind] + [steady]) + np.r_[weight, self.steady[row]]
             w = np.exp(log_w - logsumexp(log_w))[:-1]
-            ramp = np.clip((slot - start) / span, 0.0, 1.0)
-            out[at] = load_drift * (w @ np.where(kind == Behaviour.DEGRADING, ramp, 1 - ramp))
+            out[at] = load_drift * (w @ drift_share(kind, change_ramp(slot, start, span)))
         return out[inverse]
 
 

@@ -64,11 +64,11 @@ class BehaviourParams:
 
     def cycle(self, slot: np.ndarray | int) -> np.ndarray:
         """The usage cycle sin(2 pi slot / period + phase) in [-1, 1]: the background load's rhythm."""
-        return np.sin(2 * np.pi * np.asarray(slot) / self.period + self.phase)
+        return usage_cycle(slot, self.period, self.phase)
 
     def ramp(self, slot: np.ndarray | int) -> np.ndarray:
         """A degrading or recovering device's progress through its change, in [0, 1]."""
-        return np.clip((np.asarray(slot) - self.start) / self.span, 0.0, 1.0)
+        return change_ramp(slot, self.start, self.span)
 
     def reliability(self, slot: np.ndarray | int, targeted: np.ndarray | bool, tied: bool = False) -> np.ndarray:
         """P(computing honestly) at ``slot``; ``targeted``: the owner is one a selective device misbehaves
@@ -101,6 +101,22 @@ class BehaviourParams:
             wave = (1 - self.cycle(slot)) / 2 if tied else 0.5 + 0.5 * np.cos(2 * np.pi * slot / self.period + self.phase)
             return lo + (hi - lo) * wave
         return np.where(targeted, lo, hi) + 0 * slot  # selective
+
+
+def usage_cycle(slot: np.ndarray | int, period: np.ndarray, phase: np.ndarray) -> np.ndarray:
+    """sin(2 pi slot / period + phase), in [-1, 1]: a usage cycle of that period and phase at ``slot``."""
+    return np.sin(2 * np.pi * np.asarray(slot) / period + phase)
+
+
+def change_ramp(slot: np.ndarray | int, start: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """A change's progress at ``slot``, in [0, 1]: 0 before ``start``, 1 from ``start + span`` on, linear between."""
+    return np.clip((np.asarray(slot) - start) / span, 0.0, 1.0)
+
+
+def drift_share(kind: np.ndarray, ramp: np.ndarray) -> np.ndarray:
+    """The share of its load drift a device of class ``kind`` carries at its change's ``ramp``: a degrading device
+    takes it on as it degrades, a recovering one sheds it as it recovers, any other carries none."""
+    return np.select([kind == Behaviour.DEGRADING, kind == Behaviour.RECOVERING], [ramp, 1 - ramp], 0.0)
 
 
 def class_prior(mix: dict[Behaviour, float]) -> dict[Behaviour, float]:

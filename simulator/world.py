@@ -18,7 +18,7 @@ from model.config import TrustWeights
 from model.physics import Cost
 from model.trust import collaboration_weight
 from simulator.channel import Channel, Ns3Channel, RayleighChannel
-from simulator.behaviour import BehaviourParams
+from simulator.behaviour import BehaviourParams, drift_share
 from simulator.config import AttackKind, Behaviour, ChannelModel, SimConfig
 from simulator.hashing import hash_uniform
 
@@ -215,10 +215,7 @@ class World:
         if not self.config.telemetry:
             return np.zeros(len(devices))
         params = self.params.take(devices)
-        ramp = params.ramp(slot)
-        share = np.select([params.kind == Behaviour.DEGRADING, params.kind == Behaviour.RECOVERING], [ramp, 1 - ramp],
-                          0.0)
-        return self.config.load_drift * share
+        return self.config.load_drift * drift_share(params.kind, params.ramp(slot))
 
     def radio_up(self, devices: np.ndarray, slot: int) -> np.ndarray:
         return hash_uniform(self.config.seed, _RADIO, self.physical[devices], slot) >= self.config.radio_down
