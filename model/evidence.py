@@ -639,7 +639,8 @@ FALL_AGES = 40  # the fleet's falls are pooled by their age, 0 to 39 slots with 
 COHORT = 5  # a fall is judged by the falls within this many slots of its own age, its cohort (fall_credit)
 FALL_MARGIN = 0.1  # the gain of P(com | ton) since a fall over the device's whole record, pooled over its cohort, at
 #                    which a fall is read in full (fall_credit)
-FALL_PRIOR = 10.0  # on-time tasks' worth of that gain a cohort starts from: falls are believed until the fallen fail
+FALL_PRIOR = 10.0  # on-time tasks' worth of a gain that a cohort starts from
+FALL_BELIEF = 0.5  # that gain, as a share of FALL_MARGIN: a fall is read at half until the fallen have served
 FALL_POOL = ("ton", "com", "expected")  # fall_pool's sums per age
 
 
@@ -676,16 +677,17 @@ def fall_pool(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray | N
 def fall_credit(pool: np.ndarray, age: np.ndarray) -> np.ndarray:
     """(n,) how far each device's fall is read, in [0, 1], from the fleet's :func:`fall_pool` (:data:`FALL_AGES`, 3)
     and the fall's age (n,) (:func:`fall_age`): over the falls of its cohort (ages within :data:`COHORT` of its own),
-    the gain of their success rate since over what their records gave, shrunk toward :data:`FALL_MARGIN` by
-    :data:`FALL_PRIOR` tasks, over that margin. An honest device sheds load as it recovers, and after its fall serves
-    better than its record, at its own time: its cohort's falls are read in full. Devices that drop a load they ran to
+    the gain of their success rate since over what their records gave, shrunk toward :data:`FALL_BELIEF` times
+    :data:`FALL_MARGIN` by :data:`FALL_PRIOR` tasks, over that margin: a fall whose cohort has served nothing since is
+    read at half. An honest device sheds load as it recovers, and after its fall serves better than its record, at
+    its own time: its cohort's falls are read in full. Devices that drop a load they ran to
     buy a fresh record (``fake-burn``), in a wave, serve as before: once their outcomes since come in, their falls,
     and any other in the wave, stop buying trust, for as long as the wave's falls are pooled."""
     own = np.clip(np.rint(age).astype(np.int64), 0, FALL_AGES - 1)  # (n,)
     cumulative = np.concatenate([np.zeros((1, len(FALL_POOL))), np.cumsum(pool, axis=0)])  # (A + 1, 3)
     cohort = cumulative[np.minimum(own + COHORT + 1, FALL_AGES)] - cumulative[np.maximum(own - COHORT, 0)]  # (n, 3)
     ton, com, expected = cohort.T
-    gain = (com - expected + FALL_PRIOR * FALL_MARGIN) / (ton + FALL_PRIOR)
+    gain = (com - expected + FALL_PRIOR * FALL_BELIEF * FALL_MARGIN) / (ton + FALL_PRIOR)
     return np.clip(gain / FALL_MARGIN, 0.0, 1.0)
 
 

@@ -127,14 +127,17 @@ def test_a_fall_is_read_as_far_as_the_falls_of_its_cohort_bear_it_out() -> None:
     np.testing.assert_allclose(pool, expected)
     assert not fall_pool(sums, None, reports, config).any()
     assert not fall_pool(sums, shifted, reports, CONFIG).any()  # a config that reads no credit pools nothing
-    # credit: over the cohort, (successes - expected + 10 x 0.1) / (tasks + 10), over 0.1, within [0, 1]
-    young = (1.0 - 10 / 11 + 1.0) / 12 / 0.1
-    np.testing.assert_allclose(fall_credit(pool, np.array([3.0, 8.0, 9.0, 15.0, 30.0])), [young, young, 1.0, 1.0, 1.0])
+    # credit: over the cohort, (successes - expected + 10 x 0.5 x 0.1) / (tasks + 10), over 0.1, within [0, 1]; a fall
+    # whose cohort holds no task since is read half
+    young = (1.0 - 10 / 11 + 0.5) / 12 / 0.1
+    np.testing.assert_allclose(fall_credit(pool, np.array([3.0, 8.0, 9.0, 15.0, 30.0])), [young, young, 0.5, 1.0, 0.5])
     wave = np.zeros((FALL_AGES, 3))
     wave[20] = [10.0, 2.0, 3.0]  # falls 20 slots old that did worse than their records
-    np.testing.assert_allclose(fall_credit(wave, np.array([14.0, 15.0, 20.0, 25.0, 26.0])), [1.0, 0.0, 0.0, 0.0, 1.0])
+    np.testing.assert_allclose(fall_credit(wave, np.array([14.0, 15.0, 20.0, 25.0, 26.0])), [0.5, 0.0, 0.0, 0.0, 0.5])
     wave[20] = [10.0, 4.0, 3.5]
-    np.testing.assert_allclose(fall_credit(wave, np.array([20.0])), [0.75])
+    np.testing.assert_allclose(fall_credit(wave, np.array([20.0])), [0.5])
+    wave[20] = [10.0, 5.0, 3.5]
+    np.testing.assert_allclose(fall_credit(wave, np.array([20.0])), [1.0])  # borne out: read in full
     fall = watched(np.r_[np.full(20, 0.55), np.full(12, 0.30)], (np.arange(32) >= 20).astype(float))[-1][SHIFTED]
     rise = watched(np.r_[np.full(20, 0.30), np.full(12, 0.55)], (np.arange(32) >= 20).astype(float))[-1][SHIFTED]
     whole = np.zeros((2, 2, 18))
