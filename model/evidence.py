@@ -680,9 +680,9 @@ def fall_credit(pool: np.ndarray, age: np.ndarray) -> np.ndarray:
     the gain of their success rate since over what their records gave, shrunk toward :data:`FALL_BELIEF` times
     :data:`FALL_MARGIN` by :data:`FALL_PRIOR` tasks, over that margin: a fall whose cohort has served nothing since is
     read at half. An honest device sheds load as it recovers, and after its fall serves better than its record, at
-    its own time: its cohort's falls are read in full. Devices that drop a load they ran to
-    buy a fresh record (``fake-burn``), in a wave, serve as before: once their outcomes since come in, their falls,
-    and any other in the wave, stop buying trust, for as long as the wave's falls are pooled."""
+    its own time: its cohort's falls are read in full. Devices that drop a load they ran to buy a fresh record
+    (``fake-burn``), in a wave, serve as before: once their outcomes since come in, their falls, and any other in the
+    wave, stop buying trust, for as long as the wave's falls are pooled."""
     own = np.clip(np.rint(age).astype(np.int64), 0, FALL_AGES - 1)  # (n,)
     cumulative = np.concatenate([np.zeros((1, len(FALL_POOL))), np.cumsum(pool, axis=0)])  # (A + 1, 3)
     cohort = cumulative[np.minimum(own + COHORT + 1, FALL_AGES)] - cumulative[np.maximum(own - COHORT, 0)]  # (n, 3)

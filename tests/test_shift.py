@@ -128,7 +128,7 @@ def test_a_fall_is_read_as_far_as_the_falls_of_its_cohort_bear_it_out() -> None:
     assert not fall_pool(sums, None, reports, config).any()
     assert not fall_pool(sums, shifted, reports, CONFIG).any()  # a config that reads no credit pools nothing
     # credit: over the cohort, (successes - expected + 10 x 0.5 x 0.1) / (tasks + 10), over 0.1, within [0, 1]; a fall
-    # whose cohort holds no task since is read half
+    # whose cohort holds no task since is read at half
     young = (1.0 - 10 / 11 + 0.5) / 12 / 0.1
     np.testing.assert_allclose(fall_credit(pool, np.array([3.0, 8.0, 9.0, 15.0, 30.0])), [young, young, 0.5, 1.0, 0.5])
     wave = np.zeros((FALL_AGES, 3))
