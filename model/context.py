@@ -1,9 +1,10 @@
 """A pair's physical context: what the paper's system model (eqs. 2-9) says about offloading i -> j.
 
 From the two devices' latest statuses and the owner's task profile: the distance d_ij, both CPUs,
-and the offload cost (transmission at d_ij plus computation at j's nominal CPU) against running
-the task at i. BM's pair head reads :meth:`PairPhysics.features`; the scorer reads the same costs
-for the value of completion V. NaN wherever a status or the profile is unknown.
+and the offload cost (transmission at d_ij plus computation at the share of j's CPU its reported load
+leaves free, the whole CPU where it reports none, as the simulator's devices compute) against running the
+task at i. BM's pair head reads :meth:`PairPhysics.features`; the scorer reads the same costs for the value
+of completion V. NaN wherever a status or the profile is unknown.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import numpy as np
 from model import physics
 from model.config import SystemParams
 from model.physics import Cost
-from model.status import CPU, RX, TX, X, Y
+from model.status import CPU, LOAD, RX, TX, X, Y
 
+MAX_LOAD = 0.95  # a reported load is read at most this high, so that a busy device still computes in finite time
 PHYSICS_COLUMNS = ("distance_m", "cpu_owner_hz", "cpu_collaborator_hz", "offload_over_local", "task_size_bits")
 
 
@@ -59,9 +61,10 @@ def pair_physics(status_i: np.ndarray, status_j: np.ndarray, profile: np.ndarray
 
     distance = np.hypot(owner(status_i[:, X]) - candidate(X), owner(status_i[:, Y]) - candidate(Y))
     size, density = profile[:, 0], profile[:, 1]
-    cpu_j = candidate(CPU)
+    cpu_j, load_j = candidate(CPU), candidate(LOAD)
+    free_hz = cpu_j * np.where(np.isfinite(load_j), 1.0 - np.clip(load_j, 0.0, MAX_LOAD), 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         offload = physics.offload(owner(size), owner(density), distance, owner(status_i[:, TX]), candidate(RX),
-                                  cpu_j, params)
+                                  free_hz, params)
         local = physics.computation(size, density, status_i[:, CPU], params)
     return PairPhysics(distance, offload, Cost(*map(owner, local)), owner(status_i[:, CPU]), cpu_j, owner(size))

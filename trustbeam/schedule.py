@@ -214,12 +214,12 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
     pool = in_range(world, owners, slot, sizes)  # the oracle knows each task's truth at its size
     profile = np.stack([task_bits[pool.rows], np.full(len(pool.rows), config.density_cycles_per_bit)], axis=1)
     # what a scheduler knows when the slot's tasks arrive: its tasks, and the statuses the pipeline last scored (the
-    # slot before), from which each task's VoC and T_res are computed as the pipeline does (no hidden CPU load, no
-    # current radio)
-    seen = status_values(simulator.status_table(slot - 1))  # (devices, 8), rows in device order
+    # slot before), from which each task's VoC and T_res are computed as the pipeline does (the load a device
+    # reported, not its hidden one; no current radio)
+    seen = status_values(simulator.status_table(slot - 1))  # (devices, 9), rows in device order
 
     def task_vocs(status: np.ndarray) -> np.ndarray:
-        """(tasks, devices) each task's VoC at each device in its range (-inf out of it), from statuses (devices, 8)."""
+        """(tasks, devices) each task's VoC at each device in its range (-inf out of it), from statuses (devices, 9)."""
         physics = pair_physics(status[owners[pool.rows]], status[pool.cols], profile, config.system)
         return pool.dense(physics.value(config.system), -np.inf)
 
