@@ -47,7 +47,8 @@ def _cpu() -> Any:
     """The CPU a published trust and VoC were computed at (:func:`model.evidence.verified_cpu`)."""
     return number("the collaborator's CPU frequency f the trust and VoC were computed at: the cpu_hz its statuses "
                   "claim, or less where the times its tasks took do not bear the claim out; a scheduler computing "
-                  "a task's VoC itself reads the collaborator at this (null: the statuses' claim)", unit="Hz", gt=0,
+                  "a task's VoC itself reads the collaborator at this, times the share of it the load in its latest "
+                  "status leaves free (null: the statuses' claim)", unit="Hz", gt=0,
                   nullable=True)
 
 
