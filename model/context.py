@@ -16,9 +16,8 @@ import numpy as np
 from model import physics
 from model.config import SystemParams
 from model.physics import Cost
-from model.status import CPU, LOAD, RX, TX, X, Y
+from model.status import CPU, LOAD, RX, TX, X, Y, free_share
 
-MAX_LOAD = 0.95  # a reported load is read at most this high, so that a busy device still computes in finite time
 PHYSICS_COLUMNS = ("distance_m", "cpu_owner_hz", "cpu_collaborator_hz", "offload_over_local", "task_size_bits")
 
 
@@ -62,7 +61,7 @@ def pair_physics(status_i: np.ndarray, status_j: np.ndarray, profile: np.ndarray
     distance = np.hypot(owner(status_i[:, X]) - candidate(X), owner(status_i[:, Y]) - candidate(Y))
     size, density = profile[:, 0], profile[:, 1]
     cpu_j, load_j = candidate(CPU), candidate(LOAD)
-    free_hz = cpu_j * np.where(np.isfinite(load_j), 1.0 - np.clip(load_j, 0.0, MAX_LOAD), 1.0)
+    free_hz = cpu_j * free_share(load_j)
     with np.errstate(invalid="ignore", divide="ignore"):
         offload = physics.offload(owner(size), owner(density), distance, owner(status_i[:, TX]), candidate(RX),
                                   free_hz, params)

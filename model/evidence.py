@@ -42,6 +42,7 @@ import numpy as np
 
 from model.channel import OnTimeCurve
 from model.graphs import SlotGraph
+from model.status import free_share
 from model.usage_cycle import CHANNELS as CYCLE_CHANNELS
 from model.usage_cycle import CYCLE, CYCLE_MEMORY
 
@@ -64,7 +65,6 @@ LOAD_AGREEMENT = 0.5  # the share of a claim's margin within which a device's ta
 #                       reported load takes the hidden load's swing out of the speeds, so honest devices' gaps lie
 #                       within 0.36-0.44 of the margin (six 500-device worlds), and nine in ten devices that say they
 #                       are 0.25 busier than they are beyond 0.95 of it (loads_contradicted)
-FREE_MIN = 0.05  # the least share of a CPU a reported load is read to leave free
 PAIR_CHANNELS = COM + 1  # a pair's features read only n, w, f, tr, com: all a pair's state keeps
 OWNER_CHANNELS = W + 1  # an owner's features read n and w (what it reports): all an owner's state keeps
 ROLES = ("collaborator", "owner", "pair", "population")
@@ -438,8 +438,7 @@ def with_status(increments: np.ndarray, load: np.ndarray, cpu_hz: np.ndarray, cy
     z = np.zeros(len(u)) if cycle is None else np.where(known, cycle, 0.0)
     out[:, TZ], out[:, CZ], out[:, TZZ] = ton * z, com * z, ton * z * z
     claimed = np.isfinite(cpu_hz) & (np.nan_to_num(cpu_hz) > 0)
-    free = np.clip(1.0 - u, FREE_MIN, 1.0)
-    log_claim = np.log(np.where(claimed, cpu_hz, 1.0) * free)
+    log_claim = np.log(np.where(claimed, cpu_hz, 1.0) * free_share(u))
     out[:, SK] = np.where(claimed, increments[:, SK], 0.0)
     out[:, SV] = np.where(claimed, increments[:, SV] - increments[:, SK] * log_claim, 0.0)
     return out

@@ -17,6 +17,13 @@ import pyarrow.compute as pc
 
 STATUS_COLUMNS = ("cpu_hz", "tx_w", "rx_w", "x_m", "y_m", "willingness", "comm_ok", "comp_ok", "cpu_load")
 CPU, TX, RX, X, Y, WILLINGNESS, COMM_OK, COMP_OK, LOAD = range(len(STATUS_COLUMNS))
+FREE_MIN = 0.05  # the least share of a CPU a reported load is read to leave free
+
+
+def free_share(load: np.ndarray) -> np.ndarray:
+    """(k,) the share of each device's CPU its reported load (k,) leaves free, at least :data:`FREE_MIN`; 1 where it
+    reported none (NaN)."""
+    return np.clip(1.0 - np.nan_to_num(load, nan=0.0), FREE_MIN, 1.0)
 
 
 def status_values(status: pa.Table) -> np.ndarray:

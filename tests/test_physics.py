@@ -125,9 +125,10 @@ def test_pair_physics_read_per_device_equals_the_pairs_gathered() -> None:
 
 def test_a_reported_load_slows_the_offload_by_the_share_of_the_cpu_it_takes() -> None:
     """Computation runs at the share of the collaborator's CPU its reported load leaves free (the whole CPU where it
-    reports none; a load near 1 read at MAX_LOAD), as the simulator's devices compute: t_tot = t_tr + cycles / f_free,
+    reports none; at least FREE_MIN of it), as the simulator's devices compute: t_tot = t_tr + cycles / f_free,
     E_tot = E_tr + epsilon * f_free^2 * cycles."""
-    from model.context import MAX_LOAD, pair_physics
+    from model.context import pair_physics
+    from model.status import FREE_MIN
 
     gamma = 5e6 * math.log2(101)  # d = 100 m, as in test_offload_and_value_by_hand
     owner = np.array([[2e9, 0.1, 0.08, 0.0, 0.0, 1.0, 1.0, 1.0, 0.3]])
@@ -135,7 +136,7 @@ def test_a_reported_load_slows_the_offload_by_the_share_of_the_cpu_it_takes() ->
     collaborators = np.tile([4e9, 0.1, 0.08, 100.0, 0.0, 1.0, 1.0, 1.0, 0.0], (len(loads), 1))
     collaborators[:, -1] = loads
     got = pair_physics(np.repeat(owner, len(loads), 0), collaborators, np.tile([SIZE, DENSITY], (len(loads), 1)), P)
-    free_hz = 4e9 * np.array([1.0, 1.0, 0.5, 1.0 - MAX_LOAD])
+    free_hz = 4e9 * np.array([1.0, 1.0, 0.5, FREE_MIN])
     np.testing.assert_allclose(got.offload.time_s, SIZE / gamma + CYCLES / free_hz)
     np.testing.assert_allclose(got.offload.energy_j, SIZE / gamma * 0.18 + 1e-29 * free_hz ** 2 * CYCLES)
     np.testing.assert_allclose(got.local.time_s, CYCLES / 2e9)  # the owner's own load does not enter its local cost
