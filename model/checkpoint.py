@@ -31,13 +31,15 @@ import torch
 from model.bm import BM, BMConfig
 from model.graphs import DeviceIndex
 
-FORMAT = "trustbeam-bm/8"  # 2: the head reads the load's drift (evidence.load_drift); 3: its memory (load_memory);
+FORMAT = "trustbeam-bm/9"  # 2: the head reads the load's drift (evidence.load_drift); 3: its memory (load_memory);
 #                           4: the task size's correction and its evidence (experts.SizeCorrection, evidence.SIZED);
 #                           5: what the credibility did not let in, of a collaborator and from it (discredited_block);
 #                           6: the size evidence by size class, split at the training period's typical size
 #                           (evidence.size_x); 7: claimed CPUs judged against the speeds tasks showed
 #                           (evidence.verified_cpu, EvidenceConfig.speed_gap); 8: the physics' offload computed at the
-#                           share of the collaborator's CPU its reported load leaves free (context.pair_physics)
+#                           share of the collaborator's CPU its reported load leaves free (context.pair_physics);
+#                           9: that load raised by what the head does not read yet of its last fall
+#                           (evidence.credited_load)
 _DERIVED = ("features", "level_values")  # stored elsewhere or recomputed
 
 

@@ -715,17 +715,46 @@ def shift_block(c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray |
     n, lams = c.shape[:2]
     if shifted is None:
         return [np.zeros((n, 1)), np.zeros((n, lams)), np.zeros((n, lams)), np.zeros((n, 1))]
-    slots, load, ton, com = (shifted[..., k] for k in range(len(SINCE_CHANNELS)))
-    moved = slots[:, -1] > 0
+    _, _, ton, com = (shifted[..., k] for k in range(len(SINCE_CHANNELS)))
     whole = _rate(c[..., COM], c[..., TON])
     since = np.where(doubted[:, None], (com + SINCE_PRIOR * whole) / (ton + SINCE_PRIOR), _rate(com, ton))
-    away = np.clip(DRIFT_SCALE * (shifted_load(shifted) - load_memory(reports, n, lams)[:, -1]), -1.0, 1.0)
-    earned = ~doubted & (ton[:, -1] >= fall_earned)
-    read = moved & ((away > 0) | earned)  # a fall reads as no shift at all, doubted or not yet earned
-    weight = np.where(read, np.where(away > 0, 1.0, credit), 0.0)  # (n,) a rise in full, a fall as far as credited
+    moved, weight = shift_weight(shifted, reports, doubted, fall_earned, credit)
+    read = weight > 0
+    away = np.clip(DRIFT_SCALE * moved, -1.0, 1.0)
     rate = weight[:, None] * np.where(read[:, None], since - whole, 0.0)
     count = weight[:, None] * np.where(read[:, None], _log_count(ton), 0.0)
     return [weight[:, None], rate, count, (weight * np.where(read, away, 0.0))[:, None]]
+
+
+def shift_weight(shifted: np.ndarray, reports: np.ndarray | None, doubted: np.ndarray, fall_earned: float = 0.0,
+                 credit: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(how far each device's mean load since its load last shifted lies from its mean reported load at the longest
+    memory (n,), how far :func:`shift_block` reads the shift (n,), in [0, 1]) from its :data:`SHIFTED` (n, L, 4) and
+    :data:`REPORTS` (n, L, 2) sums: a rise in full; a fall as far as ``credit`` (:func:`fall_credit`) goes, once the
+    device has served ``fall_earned`` on-time tasks since and where its tasks' times do not contradict its loads
+    (``doubted``), else not at all; 0 where it never shifted."""
+    moved = shifted_load(shifted) - load_memory(reports, len(shifted), shifted.shape[1])[:, -1]
+    earned = ~doubted & (shifted[:, -1, 2] >= fall_earned)
+    weight = np.where(moved > 0, 1.0, np.where(earned, credit, 0.0))
+    return moved, np.where(shifted[:, -1, 0] > 0, weight, 0.0)
+
+
+def credited_load(load: np.ndarray, c: np.ndarray, shifted: np.ndarray | None, reports: np.ndarray | None,
+                  config: EvidenceConfig, credit: np.ndarray | float = 1.0) -> np.ndarray:
+    """(n,) the load the head's physics reads of each device (:func:`model.context.pair_physics`): its reported load
+    (n,), raised by the part of its last fall that is doubted (its sums as collaborator (n, L, C), :data:`SHIFTED`
+    (n, L, 4) and :data:`REPORTS` (n, L, 2), ``credit`` (n,) or scalar, :func:`fall_credit`): all of a fall that
+    :func:`shift_weight` does not read at all, and of the rest as far as its cohort's credit lies below
+    :data:`FALL_BELIEF`, where the fleet's falls of its age have served worse than a fall is believed to before they
+    serve. A load is run at will: a device that burns one to drop it frees its CPU as it drops it, and a wave of them
+    buys no trust with it once their falls are seen to serve as before. Unchanged without shifts watched
+    (``config.shifts``)."""
+    if shifted is None or not config.shifts:
+        return load
+    believed = np.minimum(np.asarray(credit, np.float64) / FALL_BELIEF, 1.0) if config.credits_falls else 1.0
+    moved, weight = shift_weight(shifted, reports, loads_contradicted(c, config), config.fall_earned, believed)
+    unread = np.where(shifted[:, -1, 0] > 0, 1.0 - weight, 0.0)  # (n,) 0 where the load never shifted
+    return load + unread * np.maximum(-moved, 0.0)
 
 
 CYCLE_RIDGE = 0.1  # the cycle's variance a regression on it is shrunk by (a cycle's z swings by about +-1)

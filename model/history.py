@@ -23,9 +23,9 @@ from model.config import SlotClock, SystemParams, TrustWeights
 from model.context import PHYSICS_COLUMNS, pair_physics
 from model.credibility import credibility, discredited
 from model.evidence import (DISCREDITED, NEVER, POPULATION, REPORTED, REPORTS, SHIFT_ROLES, SHIFTED, STATE_ROLES,
-                            EvidenceConfig, EvidenceTrack, channels_of, empty_state, fall_age, fall_credit, fall_pool,
-                            pair_evidence_features, report_increments, role_increments, role_lams, verified_cpu,
-                            with_status)
+                            EvidenceConfig, EvidenceTrack, channels_of, credited_load, empty_state, fall_age,
+                            fall_credit, fall_pool, pair_evidence_features, report_increments, role_increments,
+                            role_lams, verified_cpu, with_status)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
 from model.shift import watch
@@ -169,11 +169,9 @@ class History:
         cycle = cycle_deviation(tracks[CYCLE].query(dst, end)[0], self.first_slot + end + 1) if config.cycles else None
         end = np.broadcast_to(end, np.shape(dst))
         discredited = np.zeros((len(dst), len(config.lams), len(DISCREDITED))) if config.discredited else None
-        credit = np.ones(len(dst)) if config.credits_falls else None
+        credit = self.fall_credits(shifted, end, config) if config.credits_falls else None
         for slot in np.unique(end):
             rows = end == slot
-            if credit is not None:
-                credit[rows] = fall_credit(self.falls(config, int(slot)), fall_age(shifted[rows], config.lams))
             if len(tracks[REPORTED].keys):  # what owners reported themselves, weighed by their credibility then
                 credited = self.credited(config, int(slot))
                 population[rows] += credited.population
@@ -182,6 +180,15 @@ class History:
         return pair_evidence_features(collaborator, owner, pair, since, config, population,
                                       self.load(dst, end), reports=reports, discredited=discredited, shifted=shifted,
                                       cycle=cycle, credit=credit)
+
+    def fall_credits(self, shifted: np.ndarray, end: np.ndarray, config: EvidenceConfig) -> np.ndarray:
+        """(P,) how far each device's last fall is read (:func:`model.evidence.fall_credit`), from its
+        :data:`SHIFTED` sums (P, L, 4) as of the end of its relative slot ``end`` (P,)."""
+        credit = np.ones(len(end))
+        for slot in np.unique(end):
+            rows = end == slot
+            credit[rows] = fall_credit(self.falls(config, int(slot)), fall_age(shifted[rows], config.lams))
+        return credit
 
     def falls(self, config: EvidenceConfig, slot: int) -> np.ndarray:
         """(FALL_AGES, 3) the fleet's falls by age as of the end of relative slot ``slot``
@@ -294,7 +301,8 @@ class History:
                      params: SystemParams, claims: EvidenceConfig | None = None) -> np.ndarray:
         """(P, 5) raw physics of each pair from the statuses before the end of slot ``end`` (NaN without them, but
         for the task's size, which the profile gives); with ``claims``, each device's CPU as far as its tasks' times
-        by then bear its claim out (:func:`model.evidence.verified_cpu`)."""
+        by then bear its claim out (:func:`model.evidence.verified_cpu`), and the candidate's load as far as its last
+        fall is read (:func:`model.evidence.credited_load`)."""
         if self.status is None:
             physics = np.full((len(src), len(PHYSICS_COLUMNS)), np.nan, np.float32)
             physics[:, PHYSICS_COLUMNS.index("task_size_bits")] = profile[:, 0]
@@ -302,8 +310,14 @@ class History:
         end = np.broadcast_to(np.asarray(end), np.shape(src))
         before = self.clock.end_ms(self.first_slot + end)
         owner, candidate = self.status.latest(src, before), self.status.latest(dst, before)
-        if claims is not None and claims.speed_gap is not None:  # both sides' sums in one read
+        if claims is not None and (claims.speed_gap is not None or claims.shifts):  # both sides' sums in one read
             sums = self.collaborator_sums(np.concatenate([src, dst]), np.concatenate([end, end]), claims)[0]
             owner[:, CPU] = verified_cpu(owner[:, CPU], sums[:len(src)], claims)
             candidate[:, CPU] = verified_cpu(candidate[:, CPU], sums[len(src):], claims)
+            if claims.shifts:  # the candidate's load as far as its last fall is read
+                tracks = self.tracks(claims)
+                shifted, reports = tracks[SHIFTED].query(dst, end)[0], tracks[REPORTS].query(dst, end)[0]
+                credit = self.fall_credits(shifted, end, claims) if claims.credits_falls else 1.0
+                candidate[:, LOAD] = credited_load(candidate[:, LOAD], sums[len(src):], shifted, reports, claims,
+                                                   credit)
         return pair_physics(owner, candidate, profile, params).features()

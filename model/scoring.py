@@ -45,9 +45,9 @@ from model.config import RankingConfig, SlotClock, SystemParams
 from model.context import pair_physics
 from model.credibility import credibility, discredited
 from model.evidence import (DISCREDITED, N, POPULATION, REPORTED, REPORTS, ROLES, SHIFT_ROLES, SHIFTED, STATE_ROLES,
-                            SUMMED_ROLES, W, EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of, decay,
-                            empty_state, fall_age, fall_credit, fall_pool, find, key_order, positions,
-                            report_increments, role_increments, verified_cpu, with_status)
+                            SUMMED_ROLES, W, EvidenceBlocks, EvidenceConfig, EvidenceState, channels_of,
+                            credited_load, decay, empty_state, fall_age, fall_credit, fall_pool, find, key_order,
+                            positions, report_increments, role_increments, verified_cpu, with_status)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
 from model.identity import heard_slots, identity_groups, pooled
 from model.published import PairScores, SlotScores
@@ -608,12 +608,19 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
             status = status.copy()
             status[:, CPU] = verified_cpu(status[:, CPU], collaborator, evidence)
         physics = pair_physics(status, status, frame.profile[:, :2], params, src, dst)
+        credit = fall_credit(frame.falls, fall_age(frame.shifted, evidence.lams)) if evidence.credits_falls else None
         blocks = EvidenceBlocks.of(collaborator, frame.owner, pair_table, since, evidence, population,
                                    frame.status[:, LOAD], frame.reports, disbelieved, frame.shifted,
-                                   frame_cycle(frame, slot) if evidence.cycles else None,
-                                   fall_credit(frame.falls, fall_age(frame.shifted, evidence.lams))
-                                   if evidence.credits_falls else None)
-        t_beh, step = stages.t_beh_pairs(frame.y, physics.features(), blocks, src, dst, pair_at)
+                                   frame_cycle(frame, slot) if evidence.cycles else None, credit)
+        features = physics.features()
+        if evidence.shifts:  # the head reads each load as far as its last fall is read
+            credited = status.copy()
+            credited[:, LOAD] = credited_load(status[:, LOAD], collaborator, frame.shifted, frame.reports, evidence,
+                                              1.0 if credit is None else credit)
+            raised = np.flatnonzero((credited[:, LOAD] > status[:, LOAD])[dst])  # pairs whose candidate's load rose
+            features[raised] = pair_physics(status, credited, frame.profile[:, :2], params, src[raised],
+                                            dst[raised]).features()
+        t_beh, step = stages.t_beh_pairs(frame.y, features, blocks, src, dst, pair_at)
         t_res = resource_trust(status[:, WILLINGNESS], status[:, COMM_OK], status[:, COMP_OK])[dst]  # per device
         voc = physics.value(params)
     return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc,

@@ -41,6 +41,8 @@ OPPORTUNISTS = replace(SIM, attack=Attack(AttackKind.OPPORTUNISTIC, 0.2), task_s
 
 # a quarter of the devices run on the slowest CPU and claim the fastest in their statuses
 OVERCLAIMERS = replace(SIM, attack=Attack(AttackKind.OVERCLAIMING, 0.25))
+# a quarter of the devices run a load to drop it where their record is poor, and creep back to it in three slots
+BURNERS = replace(SIM, attack=Attack(AttackKind.FAKE_RECOVERY, 0.25, fake_creep=3, fake_burn=True))
 
 
 @pytest.fixture(scope="module", params=[SIM, REPORTED], ids=["monitored", "owner-reported"])
@@ -53,15 +55,16 @@ def sybil_log():
     return scored_log(SYBILS)
 
 
-def scored_log(config: SimConfig):
+def scored_log(config: SimConfig, **evidence):
     """A run's events, statuses, history and an untrained model; where its tasks' sizes vary, the model's size
     evidence parts them at the nominal (median) size, and where statuses carry loads it fits their cycles, as training
-    would."""
+    would; ``evidence`` sets further fields of its EvidenceConfig."""
     events, _, status = simulated_run(config)
     history = History.from_events(events, SIM.clock, SMALL.weights, status=status)
     torch.manual_seed(0)
     split = config.task_size_bits if config.task_size_spread > 1 else None
-    model = BM(replace(SMALL, evidence=replace(SMALL.evidence, size_split_bits=split, cycles=config.telemetry)),
+    model = BM(replace(SMALL, evidence=replace(SMALL.evidence, size_split_bits=split, cycles=config.telemetry,
+                                               **evidence)),
                np.random.default_rng(0).normal(size=(len(history.index), 8)).astype(np.float32)).eval()
     with torch.no_grad():  # Y (and so the sequences and their telemetry) counts: its weights start at zero
         for net in model.head.members:
@@ -180,6 +183,34 @@ def test_the_scorer_reads_each_cpu_as_its_tasks_times_show_and_publishes_it() ->
     touched = {pair for pair in read.keys() & claim.keys() if slowed_down & set(pair)}
     assert touched and all(read[pair] != claim[pair] for pair in touched)
     assert all(read[pair] == claim[pair] for pair in read.keys() & claim.keys() - touched)
+
+
+def test_the_head_reads_each_load_as_far_as_its_last_fall_is_read() -> None:
+    """A model that watches loads for shifts and weighs each fall by its cohort's credit: the scorer's T_beh is the
+    training path's, whose physics reads a candidate's load raised by the part of its last fall not yet read
+    (:func:`model.evidence.credited_load`): slower than it reports, never faster. The rankings' VoC, what the task is
+    worth at the CPU the device reports free, is the same model's reading every fall in full: only trust waits."""
+    events, status, history, model = scored_log(BURNERS, shifts=True, fall_credit=True)
+    assert_scores_equal_prediction((events, status, history, model))
+    in_full = copy.deepcopy(model)
+    in_full.config = replace(model.config, evidence=replace(model.config.evidence, fall_credit=False))
+    ranking = RankingConfig(range_m=None, scores_per_owner=1000)
+    credited, read_in_full = (next(r for r in score_log(TorchStages(m, history.index), events, status, ranking,
+                                                        SystemParams(), "v1") if r.slot == 9) for m in (model, in_full))
+    rows = {name: i for i, name in enumerate(history.index.ids)}
+    src = np.array([rows[s.owner] for s in credited.scores])
+    dst = np.array([rows[s.collaborator] for s in credited.scores])
+    ratio = PHYSICS_COLUMNS.index("offload_over_local")
+    read, reported = (history.pair_physics(src, dst, np.full(len(src), 9), np.full((len(src), 2), 1.0),
+                                           SystemParams(), m.config.evidence)[:, ratio] for m in (model, in_full))
+    slower = read > reported
+    assert slower.any() and (read >= reported).all()
+    raised = {history.index.ids[j] for j in dst[slower]}
+    voc, voc_in_full = ({(r.owner, c.collaborator): c.voc for r in result.rankings for c in r.candidates}
+                        for result in (credited, read_in_full))
+    common = voc.keys() & voc_in_full.keys()
+    assert any(pair[1] in raised for pair in common)
+    assert all(voc[pair] == voc_in_full[pair] for pair in common)
 
 
 def latest_profiles(events: pa.Table, owners: np.ndarray, slot: int) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Where a device's reported load shifts (model.shift): the CUSUM by hand, what the head reads of it (a fall only where
 the tasks' times bear the loads out and, with ``fall_earned``, once the device has served since), a cycling load left
-alone, a fall weighed by how the fleet's recent falls fared, and the same shifts (the loads' cycles, model.usage_cycle,
-and the fleet's falls beside them) offline, in shards, through pending slots and across a snapshot."""
+alone, a fall weighed by how the fleet's recent falls fared (the physics reading the load as far as the head reads
+the fall), and the same shifts (the loads' cycles, model.usage_cycle, and the fleet's falls beside them) offline, in
+shards, through pending slots and across a snapshot."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from model.evidence import (COM, FALL_AGES, REPORTS, SHIFT_OPEN, SHIFT_ROLES, SHIFT_TEST, SHIFTED, SK, SUMMED_ROLES,
                             SV, TON, EvidenceConfig, channels_of, empty_state, fall_age, fall_credit, fall_pool,
-                            loads_contradicted, report_increments, shift_block)
+                            credited_load, loads_contradicted, report_increments, shift_block)
 from model.config import RankingConfig
 from model.scoring import DeviceFrame, DeviceHistory, EvidenceSnapshot, shard_of, slot_part, status_arrays
 from model.shift import step
@@ -151,6 +152,36 @@ def test_a_fall_is_read_as_far_as_the_falls_of_its_cohort_bear_it_out() -> None:
             np.testing.assert_allclose(column[0], credit * before[0])  # the fall, as far as credited
             np.testing.assert_array_equal(column[1], before[1])  # the rise, in full
     assert full[0][0, 0] == 1.0 and full[1][0].any()
+
+
+def test_the_physics_reads_a_fall_in_a_load_only_as_far_as_the_head_reads_it() -> None:
+    """The load the head's physics reads: where a load fell, the reported load raised by the part of the fall (the mean
+    load at the longest memory less the mean since) that is doubted: all of it where the tasks' times contradict the
+    loads, where the fall is not yet earned or its cohort has shown no gain, and as far as the cohort's credit lies
+    below half (a fall before its cohort has served); a rise, a load that never shifted and a model that watches no
+    shifts read the load as reported."""
+    config = replace(CONFIG, fall_credit=True)
+    fall = watched(np.r_[np.full(20, 0.55), np.full(12, 0.30)], (np.arange(32) >= 20).astype(float))[-1][SHIFTED]
+    rise = watched(np.r_[np.full(20, 0.30), np.full(12, 0.55)], (np.arange(32) >= 20).astype(float))[-1][SHIFTED]
+    shifted = np.stack([fall, rise, np.zeros_like(fall)])
+    levels = np.array([[[10.0, 5.5], [32.0, 20 * 0.55 + 12 * 0.30]], [[10.0, 3.0], [32.0, 20 * 0.30 + 12 * 0.55]],
+                       [[10.0, 4.0], [32.0, 12.8]]])
+    whole = np.zeros((3, 2, 18))
+    whole[..., TON], whole[..., COM] = 32.0, 12.0
+    load = np.array([0.30, 0.55, 0.40])
+    fell = (20 * 0.55 + 12 * 0.30) / 32 - 0.30
+    for credit, unread in ((1.0, 0.0), (0.5, 0.0), (0.25, 0.5), (0.0, 1.0), (np.array([0.4, 0.0, 0.0]), 0.2)):
+        np.testing.assert_allclose(credited_load(load, whole, shifted, levels, config, credit),
+                                   load + [unread * fell, 0.0, 0.0])
+    np.testing.assert_allclose(credited_load(load, whole, shifted, levels, CONFIG, 0.0), load)  # no credit read
+    unearned = credited_load(load, whole, shifted, levels, replace(config, fall_earned=20.0), 1.0)
+    np.testing.assert_allclose(unearned, load + [fell, 0.0, 0.0])  # 12 on-time tasks since, under 20
+    doubted = whole.copy()
+    doubted[:, -1, SK], doubted[:, -1, SV] = 9.0, 9.0 * 0.5  # runs far faster than it says
+    np.testing.assert_allclose(credited_load(load, doubted, shifted, levels, replace(config, speed_gap=0.0), 1.0),
+                               load + [fell, 0.0, 0.0])
+    assert credited_load(load, whole, shifted, levels, replace(config, shifts=False), 0.0) is load
+    assert credited_load(load, whole, None, levels, config, 0.0) is load
 
 
 def test_the_tasks_times_contradict_loads_beyond_half_the_claims_margin_on_either_side() -> None:
