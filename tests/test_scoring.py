@@ -161,12 +161,7 @@ def test_the_scorer_reads_each_cpu_as_its_tasks_times_show_and_publishes_it() ->
     believing = copy.deepcopy(model)
     model.config = replace(model.config, evidence=replace(model.config.evidence, speed_gap=gap))
     assert_scores_equal_prediction((events, status, history, model))
-    ranking = RankingConfig(range_m=None, scores_per_owner=1000)
-    judged, believed = (next(r for r in score_log(TorchStages(m, history.index), events, status, ranking,
-                                                  SystemParams(), "v1") if r.slot == 9) for m in (model, believing))
-    rows = {name: i for i, name in enumerate(history.index.ids)}
-    src = np.array([rows[s.owner] for s in judged.scores])
-    dst = np.array([rows[s.collaborator] for s in judged.scores])
+    (judged, believed), src, dst = scored_at_slot_nine((events, status, history), (model, believing))
     physics = history.pair_physics(src, dst, np.full(len(src), 9), np.full((len(src), 2), 1.0), SystemParams(),
                                    model.config.evidence)
     cpu = np.array([s.cpu_hz for s in judged.scores])
@@ -194,12 +189,7 @@ def test_the_head_reads_each_load_as_far_as_its_last_fall_is_read() -> None:
     assert_scores_equal_prediction((events, status, history, model))
     in_full = copy.deepcopy(model)
     in_full.config = replace(model.config, evidence=replace(model.config.evidence, fall_credit=False))
-    ranking = RankingConfig(range_m=None, scores_per_owner=1000)
-    credited, read_in_full = (next(r for r in score_log(TorchStages(m, history.index), events, status, ranking,
-                                                        SystemParams(), "v1") if r.slot == 9) for m in (model, in_full))
-    rows = {name: i for i, name in enumerate(history.index.ids)}
-    src = np.array([rows[s.owner] for s in credited.scores])
-    dst = np.array([rows[s.collaborator] for s in credited.scores])
+    (credited, read_in_full), src, dst = scored_at_slot_nine((events, status, history), (model, in_full))
     ratio = PHYSICS_COLUMNS.index("offload_over_local")
     read, reported = (history.pair_physics(src, dst, np.full(len(src), 9), np.full((len(src), 2), 1.0),
                                            SystemParams(), m.config.evidence)[:, ratio] for m in (model, in_full))
@@ -211,6 +201,19 @@ def test_the_head_reads_each_load_as_far_as_its_last_fall_is_read() -> None:
     common = voc.keys() & voc_in_full.keys()
     assert any(pair[1] in raised for pair in common)
     assert all(voc[pair] == voc_in_full[pair] for pair in common)
+
+
+def scored_at_slot_nine(log, models) -> tuple[list[SlotScores], np.ndarray, np.ndarray]:
+    """Each of ``models``' scores of slot 9 of ``log`` (events, statuses, history), every pair ranked; and the history
+    rows of the first's owners and collaborators, (src, dst)."""
+    events, status, history = log
+    ranking = RankingConfig(range_m=None, scores_per_owner=1000)
+    results = [next(r for r in score_log(TorchStages(m, history.index), events, status, ranking, SystemParams(), "v1")
+                    if r.slot == 9) for m in models]
+    rows = {name: i for i, name in enumerate(history.index.ids)}
+    src = np.array([rows[s.owner] for s in results[0].scores])
+    dst = np.array([rows[s.collaborator] for s in results[0].scores])
+    return results, src, dst
 
 
 def latest_profiles(events: pa.Table, owners: np.ndarray, slot: int) -> np.ndarray:
