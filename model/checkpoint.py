@@ -38,8 +38,8 @@ FORMAT = "trustbeam-bm/9"  # 2: the head reads the load's drift (evidence.load_d
 #                           (evidence.size_x); 7: claimed CPUs judged against the speeds tasks showed
 #                           (evidence.verified_cpu, EvidenceConfig.speed_gap); 8: the physics' offload computed at the
 #                           share of the collaborator's CPU its reported load leaves free (context.pair_physics);
-#                           9: that load raised by what the head does not read yet of its last fall
-#                           (evidence.credited_load)
+#                           9: the head's physics reads that load raised by the part of its last fall that is
+#                           doubted (evidence.credited_load)
 _DERIVED = ("features", "level_values")  # stored elsewhere or recomputed
 
 

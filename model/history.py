@@ -301,8 +301,8 @@ class History:
                      params: SystemParams, claims: EvidenceConfig | None = None) -> np.ndarray:
         """(P, 5) raw physics of each pair from the statuses before the end of slot ``end`` (NaN without them, but
         for the task's size, which the profile gives); with ``claims``, each device's CPU as far as its tasks' times
-        by then bear its claim out (:func:`model.evidence.verified_cpu`), and the candidate's load as far as its last
-        fall is read (:func:`model.evidence.credited_load`)."""
+        by then bear its claim out (:func:`model.evidence.verified_cpu`), and the candidate's load raised by the part
+        of its last fall that is doubted (:func:`model.evidence.credited_load`)."""
         if self.status is None:
             physics = np.full((len(src), len(PHYSICS_COLUMNS)), np.nan, np.float32)
             physics[:, PHYSICS_COLUMNS.index("task_size_bits")] = profile[:, 0]
@@ -314,7 +314,7 @@ class History:
             sums = self.collaborator_sums(np.concatenate([src, dst]), np.concatenate([end, end]), claims)[0]
             owner[:, CPU] = verified_cpu(owner[:, CPU], sums[:len(src)], claims)
             candidate[:, CPU] = verified_cpu(candidate[:, CPU], sums[len(src):], claims)
-            if claims.shifts:  # the candidate's load as far as its last fall is read
+            if claims.shifts:  # the candidate's load as far as its last fall is believed
                 tracks = self.tracks(claims)
                 shifted, reports = tracks[SHIFTED].query(dst, end)[0], tracks[REPORTS].query(dst, end)[0]
                 credit = self.fall_credits(shifted, end, claims) if claims.credits_falls else 1.0

@@ -613,7 +613,7 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
                                    frame.status[:, LOAD], frame.reports, disbelieved, frame.shifted,
                                    frame_cycle(frame, slot) if evidence.cycles else None, credit)
         features = physics.features()
-        if evidence.shifts:  # the head reads each load as far as its last fall is read
+        if evidence.shifts:  # the head reads each load as far as its last fall is believed
             credited = status.copy()
             credited[:, LOAD] = credited_load(status[:, LOAD], collaborator, frame.shifted, frame.reports, evidence,
                                               1.0 if credit is None else credit)

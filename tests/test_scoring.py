@@ -182,7 +182,7 @@ def test_the_scorer_reads_each_cpu_as_its_tasks_times_show_and_publishes_it() ->
 
 def test_the_head_reads_each_load_as_far_as_its_last_fall_is_read() -> None:
     """A model that watches loads for shifts and weighs each fall by its cohort's credit: the scorer's T_beh is the
-    training path's, whose physics reads a candidate's load raised by the part of its last fall not yet read
+    training path's, whose physics reads a candidate's load raised by the part of its last fall that is doubted
     (:func:`model.evidence.credited_load`): slower than it reports, never faster. The rankings' VoC, what the task is
     worth at the CPU the device reports free, is the same model's reading every fall in full: only trust waits."""
     events, status, history, model = scored_log(BURNERS, shifts=True, fall_credit=True)
