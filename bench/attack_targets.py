@@ -24,9 +24,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bench import verdicts
 from bench.report import emit
+from bench.verdicts import figure, ratio, seeds, verdict, voc_at
 from model.baselines import RULES
-from model.voc import THETAS
 
 EV_VS_RULE = 0.5
 PAPER_VS_ORACLE = 1.5
@@ -43,49 +44,33 @@ def read_report(path: Path) -> dict[str, Any]:
     return report
 
 
-def _mean(report: dict[str, Any], method: str, measure: str) -> float:
-    """The report's mean of ``measure`` for ``method`` (NaN where it has none)."""
-    value = report.get(method, {}).get(measure, {}).get("mean", math.nan)
-    return math.nan if value is None else value
-
-
 def best_rule(report: dict[str, Any]) -> str:
     """The report's rule with the lowest error against the truth on honest owners' edges."""
     rules = [m for m in report if m in RULES and "attack_tasks_won_expected" in report[m]]
-    if not rules:
-        raise ValueError(f"report of {report['setup']['attack']}: no rule method (one of {sorted(RULES)})")
-    error = "rmse_truth_honest" if all("rmse_truth_honest" in report[m] for m in rules) else "rmse_truth"
-    return min(rules, key=lambda m: _mean(report, m, error))
-
-
-def _ratio(a: float, b: float) -> float:
-    return a / b if b > 0 else math.nan
-
-
-def _met(value: float, ok: bool) -> str:
-    return "" if math.isnan(value) else "met" if ok else "not met"
+    error = "rmse_truth_honest" if rules and all("rmse_truth_honest" in report[m] for m in rules) else "rmse_truth"
+    return verdicts.best_rule(report, error, needs="attack_tasks_won_expected")
 
 
 def target_row(report: dict[str, Any], method: str = "bm") -> dict[str, Any]:
     """One report's row: the attack, the best rule, and each target's figures and verdict."""
-    setup, rule, theta = report["setup"], best_rule(report), THETAS.index(THETA)
-    ev, ev_rule = (_mean(report, m, "attack_tasks_won_expected") for m in (method, rule))
-    paper, paper_oracle = (_mean(report, m, "attack_tasks_won") for m in (method, "oracle"))
-    voc = [report.get(m, {}).get("voc", {}).get("mean", [math.nan] * len(THETAS))[theta] for m in (method, "oracle")]
-    row = {"attack": setup["attack"], "seeds": f"{setup['seed']}-{setup['seed'] + setup['runs_done'] - 1}",
-           "best rule": rule, "won (ev)": ev, "rule's (ev)": ev_rule, "÷ rule": _ratio(ev, ev_rule),
-           "won (paper)": paper, "÷ oracle": _ratio(paper, paper_oracle), "voc ÷ oracle": _ratio(*voc)}
-    row["ev target"] = _met(row["÷ rule"], row["÷ rule"] <= EV_VS_RULE)
-    row["paper target"] = _met(row["÷ oracle"], row["÷ oracle"] <= PAPER_VS_ORACLE)
-    row["voc target"] = _met(row["voc ÷ oracle"], row["voc ÷ oracle"] >= VOC_VS_ORACLE)
+    setup, rule = report["setup"], best_rule(report)
+    ev, ev_rule = (figure(report, m, "attack_tasks_won_expected") for m in (method, rule))
+    paper, paper_oracle = (figure(report, m, "attack_tasks_won") for m in (method, "oracle"))
+    voc = [voc_at(report, m, THETA) for m in (method, "oracle")]
+    row = {"attack": setup["attack"], "seeds": seeds(setup),
+           "best rule": rule, "won (ev)": ev, "rule's (ev)": ev_rule, "÷ rule": ratio(ev, ev_rule),
+           "won (paper)": paper, "÷ oracle": ratio(paper, paper_oracle), "voc ÷ oracle": ratio(*voc)}
+    row["ev target"] = verdict(row["÷ rule"], row["÷ rule"] <= EV_VS_RULE)
+    row["paper target"] = verdict(row["÷ oracle"], row["÷ oracle"] <= PAPER_VS_ORACLE)
+    row["voc target"] = verdict(row["voc ÷ oracle"], row["voc ÷ oracle"] >= VOC_VS_ORACLE)
     if "bayes" in report:  # what the outcomes allow: the filter against the rule, BM against the filter
-        bayes = _mean(report, "bayes", "attack_tasks_won_expected")
-        row["bayes ÷ rule (ev)"], row["÷ bayes (ev)"] = _ratio(bayes, ev_rule), _ratio(ev, bayes)
-    before, after = (_mean(report, method, f"whitewash_share_{when}") for when in ("before", "after"))
+        bayes = figure(report, "bayes", "attack_tasks_won_expected")
+        row["bayes ÷ rule (ev)"], row["÷ bayes (ev)"] = ratio(bayes, ev_rule), ratio(ev, bayes)
+    before, after = (figure(report, method, f"whitewash_share_{when}") for when in ("before", "after"))
     if not math.isnan(before):
-        row["new id ÷ before"] = _ratio(after, before)
-        row["whitewash target"] = _met(after, after <= before)
-    row["honest shift"] = _mean(report, method, "honest_trust_shift")
+        row["new id ÷ before"] = ratio(after, before)
+        row["whitewash target"] = verdict(after, after <= before)
+    row["honest shift"] = figure(report, method, "honest_trust_shift")
     return row
 
 

@@ -1,0 +1,51 @@
+"""What the target benchmarks share: a report's figures, ratios and verdicts, and its best rule.
+
+A report is ``trustbeam evaluate``'s ``report.json``: per method, each figure as ``{"mean": ..., "std": ...}``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from model.baselines import RULES
+from model.voc import THETAS
+
+
+def figure(report: dict[str, Any], method: str, measure: str) -> float:
+    """The report's mean of ``measure`` for ``method`` (NaN where it has none)."""
+    value = report.get(method, {}).get(measure, {}).get("mean", math.nan)
+    return math.nan if value is None else value
+
+
+def seeds(setup: dict[str, Any]) -> str:
+    """The seeds a report's runs drew: "700" for one, "700-701" for two."""
+    first, last = setup["seed"], setup["seed"] + setup["runs_done"] - 1
+    return f"{first}" if last == first else f"{first}-{last}"
+
+
+def ratio(a: float, b: float) -> float:
+    """a / b, NaN where b is not positive."""
+    return a / b if b > 0 else math.nan
+
+
+def verdict(value: float, ok: bool) -> str:
+    """"met" or "not met"; blank where the figure is NaN (the report cannot judge it)."""
+    return "" if math.isnan(value) else "met" if ok else "not met"
+
+
+def best_rule(report: dict[str, Any], error: str, needs: str | None = None) -> str:
+    """Of the report's rule methods (:data:`model.baselines.RULES`) that have ``needs`` (default: ``error``), the one
+    with the lowest ``error``; refuses, by name, a report with none."""
+    rules = [m for m in report if m in RULES and (needs or error) in report[m]]
+    if not rules:
+        raise ValueError(f"report of seed {report['setup'].get('seed')}: no rule method with {needs or error!r} "
+                         f"(one of {sorted(RULES)})")
+    return min(rules, key=lambda m: figure(report, m, error))
+
+
+def voc_at(report: dict[str, Any], method: str, theta: float) -> float:
+    """The report's mean VoC per task at the trust threshold ``theta`` selecting by the paper's rule (NaN where the
+    method has no VoC curve)."""
+    curve = report.get(method, {}).get("voc", {}).get("mean")
+    return math.nan if curve is None else curve[THETAS.index(theta)]
