@@ -85,10 +85,11 @@ def offload(
 
 
 def kano_value(offloaded: Array, local: Array) -> Array:
-    """1 where local execution is no better than offloading, else exp(-|offloaded - local| / local)."""
+    """1 where local execution is no better than offloading, else exp(-|offloaded - local| / local); NaN where
+    either is unknown (NaN), never a value no offload earns."""
     xp = _ops(offloaded, local)
     penalty = xp.exp(-abs(offloaded - local) / local)
-    return xp.where(offloaded > local, penalty, 1.0)
+    return xp.where(offloaded <= local, 1.0, penalty)
 
 
 def value_of_completion(offloaded: Cost, local: Cost, params: SystemParams) -> Array:

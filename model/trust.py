@@ -39,6 +39,11 @@ def select(trust: np.ndarray, voc: np.ndarray, valid: np.ndarray, threshold: flo
     if rule not in SELECTION_RULES:
         raise ValueError(f"selection rule: one of {', '.join(SELECTION_RULES)} (got {rule!r})")
     eligible = valid & (trust >= threshold)
+    unknown = eligible & np.isnan(voc)
+    if unknown.any():  # argmax would take it for the best
+        task, column = np.argwhere(unknown)[0]
+        raise ValueError(f"select: voc=nan at task {task}, candidate {column} (T >= its threshold): an unknown VoC "
+                         "is no candidate's best")
     value = voc if rule == "paper" else trust * np.maximum(voc, 0.0)
     score = np.where(eligible, value, -np.inf)
     choice = score.argmax(axis=1)

@@ -131,8 +131,12 @@ class InRange:
 
     def value_at(self, world, owners: np.ndarray, cpu_hz: np.ndarray) -> np.ndarray:
         """(P,) the VoC of each pair's task were its candidate's CPU ``cpu_hz`` (P,) (the claimed VoC where it is the
-        claimed CPU everywhere); ``owners`` (tasks,) world rows."""
-        if np.array_equal(cpu_hz, world.claimed_cpu_hz[self.cols]):
+        claimed CPU everywhere); ``owners`` (tasks,) world rows. Where ``cpu_hz`` is NaN (a method that has read no
+        status of the candidate yet: an id that first reports in this slot, a whitewasher's new one or a newcomer's),
+        the CPU its statuses claim in the slot, as a scheduler that sees them goes by."""
+        claimed = world.claimed_cpu_hz[self.cols]
+        cpu_hz = np.where(np.isnan(cpu_hz), claimed, cpu_hz)
+        if np.array_equal(cpu_hz, claimed):
             return self.claimed_value
         at = world.expected(owners[self.rows], self.cols, self.slot, size_bits=self.sizes, cpu_hz=cpu_hz)
         return physics.value_of_completion(at.offload, at.local, world.config.system)

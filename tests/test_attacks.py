@@ -365,6 +365,11 @@ def test_a_method_that_reads_cpus_selects_by_the_voc_at_them() -> None:
     assert world.attacker[pool.cols].any() and not np.allclose(pool.claimed_value, pool.value)
     assert pool.value_at(world, owners, world.claimed_cpu_hz[pool.cols]) is pool.claimed_value
     np.testing.assert_allclose(pool.value_at(world, owners, world.cpu_hz[pool.cols]), pool.value)
+    # a candidate whose CPU the method has not read (no status of it yet): the VoC its slot's claim gives, never more
+    unread = np.where(np.arange(len(pool.cols)) % 2 == 0, np.nan, world.cpu_hz[pool.cols])
+    np.testing.assert_allclose(pool.value_at(world, owners, unread), np.where(np.isnan(unread), pool.claimed_value,
+                                                                              pool.value))
+    assert pool.value_at(world, owners, np.full(len(pool.cols), np.nan)) is pool.claimed_value
     (_, scored, _), = scored_tasks(world, events, 0, [slot], {"m": lambda *_: np.zeros(len(pool.rows)),
                                                               "n": lambda *_: np.zeros(len(pool.rows))},
                                    {"m": lambda owners_, cols, *_: world.cpu_hz[cols]})

@@ -230,6 +230,10 @@ def test_selection_rule_by_hand() -> None:
     assert select(trust, voc, valid, 0.85, "expected").tolist() == [0, -1]
     with pytest.raises(ValueError, match="selection rule"):
         select(trust, voc, valid, 0.1, "greedy")
+    voc[1, 1] = np.nan  # an unknown VoC: never the best, refused where it could be chosen, ignored where it cannot
+    assert select(trust, voc, valid, 0.5).tolist() == [2, -1]
+    with pytest.raises(ValueError, match="voc=nan at task 1, candidate 1"):
+        select(trust, voc, valid, 0.1, "expected")
 
 
 def test_the_cli_offers_every_method_the_evaluation_knows() -> None:

@@ -63,6 +63,13 @@ def test_kano_rule(offloaded: float, local: float, value: float) -> None:
     assert physics.kano_value(offloaded, local) == pytest.approx(value)
 
 
+def test_an_unknown_cost_is_worth_nothing_known_never_the_most() -> None:
+    # an offload time unknown (a candidate whose CPU nobody has read) must not read as beating local execution
+    values = physics.kano_value(np.array([np.nan, 3.0, 1.0]), np.array([2.0, np.nan, 2.0]))
+    assert np.isnan(values[:2]).all() and values[2] == 1.0
+    assert torch.isnan(physics.kano_value(torch.tensor([float("nan")]), torch.tensor([2.0]))).all()
+
+
 def test_vectorized_numpy_and_torch_agree() -> None:
     rng = np.random.default_rng(0)
     d, f, f_local = rng.uniform(1, 500, 64), rng.choice([2e9, 4e9, 6e9], 64), rng.choice([2e9, 4e9, 6e9], 64)
@@ -121,6 +128,7 @@ def test_pair_physics_read_per_device_equals_the_pairs_gathered() -> None:
     np.testing.assert_array_equal(per_device.features(), gathered.features())
     np.testing.assert_array_equal(per_device.value(P), gathered.value(P))
     assert np.isnan(per_device.distance_m[(src == 3) | (dst == 3)]).all() and per_device.value(P).max() > 0
+    assert (per_device.value(P)[(src == 3) | (dst == 3)] == 0).all()  # a pair's unknown status earns no VoC
 
 
 def test_a_reported_load_slows_the_offload_by_the_share_of_the_cpu_it_takes() -> None:
