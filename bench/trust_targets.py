@@ -117,7 +117,8 @@ def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for kind in dict.fromkeys(row["setting"] for row in rows):
         group = [row for row in rows if row["setting"] == kind]
-        row: dict[str, Any] = {"setting": kind, "seeds": f"{len(group)} reports", "best rule": ""}
+        row: dict[str, Any] = {"setting": kind, "seeds": f"{len(group)} report" + "s" * (len(group) > 1),
+                               "best rule": ""}
         for key in ("error", *RATIOS):
             values = [r[key] for r in group if key in r and not math.isnan(r[key])]
             if any(key in r for r in group):
