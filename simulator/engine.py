@@ -172,6 +172,12 @@ class Simulator:
             sink.close()
         return summary
 
+    def observe(self, collabs: np.ndarray, outcome: Outcome) -> None:
+        """Adds tasks that ran at ``collabs`` (m,) with their ``outcome`` to the records the attackers judge
+        themselves by (:meth:`act_on_records`); nothing where no attacker keeps one."""
+        if self.record is not None:
+            self.record.add(collabs, collaboration_weight(outcome.tr, outcome.com, self.config.weights))
+
     def act_on_records(self, slot: int) -> None:
         """At the end of ``slot`` (from ``whitewash_from`` on), attackers whose record is poor act on it: whitewashers
         rejoin under their next id from the next slot on; fake recoverers whose lie has crept back drop it from the
@@ -257,8 +263,7 @@ class Simulator:
         outcome = self.outcome(slot, np.arange(batch.start, batch.stop, dtype=np.int64), tasks, owners, collabs,
                                thresholds, draws, self.task_sizes(slot, sub, len(batch)),
                                self.owner_reported(slot, sub, len(batch)))
-        if self.record is not None:
-            self.record.add(collabs, collaboration_weight(outcome.tr, outcome.com, c.weights))
+        self.observe(collabs, outcome)
         summary.events += len(batch)
         summary.tr_success += int(outcome.tr.sum())
         summary.com_success += int(outcome.com.sum())

@@ -11,12 +11,13 @@ import pytest
 from model.config import RankingConfig
 from schemas import CollaborationEvent, from_json
 from simulator.config import Attack, AttackKind
-from simulator.engine import Simulator
+from simulator.engine import MemorySink, Simulator
 from tests.pipeline_fixtures import SIM, job, write_checkpoint
 from exporters.kafka_client import read_to_end
-from model.status import CPU, STATUS_COLUMNS
+from model.status import CPU, STATUS_COLUMNS, status_values
 from model.manipulation import won_by_attack
-from trustbeam.schedule import published_cpu, schedule_loop, tagged_topics, true_cpu
+from trustbeam.schedule import (published_cpu, schedule_loop, statuses_by_row, tagged_topics, true_cpu,
+                                warm_slot)
 
 
 
@@ -47,6 +48,25 @@ def test_an_overclaimers_task_is_won_where_its_lie_changed_the_arms_choice() -> 
     # task 0: the overclaimer, chosen even at its true CPU; task 1: the lie won it; task 2: another attacker, counted
     # whatever the overclaimer claimed; task 3: its owner is no victim
     assert won_by_attack(misbehaving, lying, picks, truthful).tolist() == [False, True, True, False]
+
+
+def test_the_loop_steps_the_world_as_a_recorded_run_does() -> None:
+    """Stepped as the loop steps it (a slot's tasks, then the attackers act on their records), whitewashers leave and
+    rejoin as in a recorded run; the statuses a slot's arms read stand in world rows, NaN for an id not in it."""
+    sim = replace(SIM, slots=24, tasks=1200, attack=Attack(AttackKind.WHITEWASHING, 0.3))
+    recorded = Simulator(sim)
+    recorded.run([MemorySink()])
+    stepped = Simulator(sim)
+    for slot in range(sim.slots):
+        warm_slot(stepped, slot)
+    world = stepped.world
+    assert (world.left < sim.slots).sum() > 3  # ids were left behind
+    np.testing.assert_array_equal(world.left, recorded.world.left)
+    np.testing.assert_array_equal(world.joined, recorded.world.joined)
+    rows = statuses_by_row(stepped, sim.slots - 1)
+    here = world.present(np.arange(world.size), sim.slots - 1)
+    assert rows.shape == (world.size, len(STATUS_COLUMNS)) and here.sum() == sim.devices and np.isnan(rows[~here]).all()
+    np.testing.assert_array_equal(rows[here], status_values(stepped.status_table(sim.slots - 1)))
 
 
 @pytest.mark.kafka

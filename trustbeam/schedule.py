@@ -50,7 +50,7 @@ from model.graphs import DeviceIndex, slot_edges, slot_graphs
 from model.history import History
 from model.manipulation import won_by_attack
 from model.context import pair_physics
-from model.status import COMM_OK, COMP_OK, CPU, WILLINGNESS, status_values
+from model.status import COMM_OK, COMP_OK, CPU, STATUS_COLUMNS, WILLINGNESS, status_values
 from model.trust import resource_trust, select
 from model.voc import in_range
 from simulator.config import SimConfig
@@ -150,13 +150,21 @@ def schedule_loop(sim: SimConfig, settings: KafkaSettings, job: JobConfig, warmu
 
 
 def _publish_slot(simulator: Simulator, publisher: KafkaPublisher, slot: int) -> tuple[pa.Table, pa.Table]:
-    """A warm-up slot as the simulator runs it (random-in-range); returns its (events, status)."""
-    status = simulator.status_table(slot)
+    """A warm-up slot as the simulator runs it (:func:`warm_slot`), published; returns its (events, status)."""
+    events, status = warm_slot(simulator, slot)
     publisher.write("status", status)
-    tasks = simulator.slot_tasks(slot)
-    events, _, _ = simulator.events_table(slot, 0, tasks, tasks, Summary())
     publisher.write("events", events)
     publisher.sink.flush()
+    return events, status
+
+
+def warm_slot(simulator: Simulator, slot: int) -> tuple[pa.Table, pa.Table]:
+    """(events, status) of a warm-up slot as a recorded run steps it: its statuses, its tasks (random-in-range), then
+    the attackers acting on their records (whitewashers rejoin, fake recoverers drop their lie)."""
+    status = simulator.status_table(slot)
+    tasks = simulator.slot_tasks(slot)
+    events, _, _ = simulator.events_table(slot, 0, tasks, tasks, Summary())
+    simulator.act_on_records(slot)
     return events, status
 
 
@@ -197,7 +205,8 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
     config, world = simulator.config, simulator.world
     tasks = simulator.slot_tasks(slot)
     rng = np.random.default_rng([config.seed, 9, slot])
-    owners = world.present_owners(rng.integers(0, config.devices, size=len(tasks)), slot, [config.seed, 13, slot])
+    owners = world.present_owners(world.active[rng.integers(0, config.devices, size=len(tasks))], slot,
+                                  [config.seed, 13, slot])  # each device's current id, none yet to join
     thetas = rng.uniform(*config.threshold_range, size=len(tasks))
     draws = rng.random((2, len(tasks)))
     index = np.arange(tasks.start, tasks.stop, dtype=np.int64)
@@ -216,10 +225,10 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
     # what a scheduler knows when the slot's tasks arrive: its tasks, and the statuses the pipeline last scored (the
     # slot before), from which each task's VoC and T_res are computed as the pipeline does (the load a device
     # reported, not its hidden one; no current radio)
-    seen = status_values(simulator.status_table(slot - 1))  # (devices, 9), rows in device order
+    seen = statuses_by_row(simulator, slot - 1)  # (ids, 9)
 
     def task_vocs(status: np.ndarray) -> np.ndarray:
-        """(tasks, devices) each task's VoC at each device in its range (-inf out of it), from statuses (devices, 9)."""
+        """(tasks, devices) each task's VoC at each device in its range (-inf out of it), from statuses (ids, 9)."""
         physics = pair_physics(status[owners[pool.rows]], status[pool.cols], profile, config.system)
         return pool.dense(physics.value(config.system), -np.inf)
 
@@ -230,7 +239,7 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
 
     def choose(claimed: np.ndarray, trustbeams: np.ndarray, counted: bool) -> dict[str, np.ndarray]:
         """Every arm's device per task (random-in-range where it had none), given the statuses the rules read and
-        those trustbeam reads (devices, 8); ``counted``: the choices made (their ages and fallbacks are reported)."""
+        those trustbeam reads (ids, 9); ``counted``: the choices made (their ages and fallbacks are reported)."""
         voc, voc_read = task_vocs(claimed), task_vocs(trustbeams)
         chosen = np.full(len(tasks), -1, dtype=np.int64)
         chosen_ev = np.full(len(tasks), -1, dtype=np.int64)
@@ -265,6 +274,7 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
     honest = ~world.attacker[owners]  # what attackers hand one another wins them nothing
     report.honest_tasks += int(honest.sum())
     ran = simulator.outcome(slot, index, tasks, owners, picks["trustbeam"], thetas, draws, sizes)
+    simulator.observe(picks["trustbeam"], ran)  # what ran is what the attackers judge their records by
     for arm in report.arms:  # the counterfactual arms on the same tasks and random numbers as the one that ran
         outcome = ran if arm == "trustbeam" else simulator.outcome(slot, index, tasks, owners, picks[arm], thetas,
                                                                    draws, sizes)
@@ -276,11 +286,21 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
         report.attackers_expected[arm] += float(outcome.expected_voc[won].sum())
     report.tasks += len(tasks)
     report.slots.append(slot)
+    simulator.act_on_records(slot)
     return ran.events
 
 
+def statuses_by_row(simulator: Simulator, slot: int) -> np.ndarray:
+    """(ids, 9) the STATUS_COLUMNS every id of the world sent in ``slot``, in world rows: NaN for an id not in the
+    system then (one yet to join, a whitewasher's id it left)."""
+    world = simulator.world
+    out = np.full((world.size, len(STATUS_COLUMNS)), np.nan)
+    out[world.present(np.arange(world.size), slot)] = status_values(simulator.status_table(slot))
+    return out
+
+
 def published_cpu(status: np.ndarray, cpu_hz: dict[str, float], row_of: dict[str, int]) -> np.ndarray:
-    """Statuses (devices, 8) with each CPU the records give (:meth:`exporters.client.TrustClient.cpu_hz`) in place of
+    """Statuses (ids, 9) with each CPU the records give (:meth:`exporters.client.TrustClient.cpu_hz`) in place of
     the claimed one."""
     out = status.copy()
     rows = np.array([row_of[device] for device in cpu_hz], dtype=np.int64)
@@ -289,7 +309,7 @@ def published_cpu(status: np.ndarray, cpu_hz: dict[str, float], row_of: dict[str
 
 
 def true_cpu(status: np.ndarray, world) -> np.ndarray:
-    """Statuses (devices, 8), rows in device order, as had every overclaimer claimed the CPU it has."""
+    """Statuses (ids, 9), rows in world order, as had every overclaimer claimed the CPU it has."""
     out = status.copy()
     lying = world.claimed_cpu_hz != world.cpu_hz
     out[lying, CPU] = world.cpu_hz[lying]
