@@ -19,14 +19,13 @@ Run: ``python -m bench.attack_targets out/eval-onoff out/eval-sybil ...`` (insta
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from bench import verdicts
 from bench.report import emit
-from bench.verdicts import figure, ratio, seeds, verdict, voc_at
+from bench.verdicts import figure, load_report, ratio, seeds, verdict, voc_at
 from model.baselines import RULES
 
 EV_VS_RULE = 0.5
@@ -37,8 +36,7 @@ THETA = 0.7
 
 def read_report(path: Path) -> dict[str, Any]:
     """A report.json (``path`` or the directory holding it); refuses, by name, one without an attack."""
-    path = path / "report.json" if path.is_dir() else path
-    report = json.loads(path.read_text())
+    report = load_report(path)
     if not report.get("setup", {}).get("attack"):
         raise ValueError(f"{path}: setup.attack={report.get('setup', {}).get('attack')!r}: not a run with attackers")
     return report

@@ -24,14 +24,13 @@ reports).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from statistics import fmean, stdev
 from typing import Any
 
 from bench.report import emit
-from bench.verdicts import best_rule, figure, ratio, seeds, verdict, voc_at
+from bench.verdicts import best_rule, figure, load_report, ratio, seeds, verdict, voc_at
 
 PAPER_VS_RULE = 0.97
 TELEMETRY_VS_RULE = 0.85
@@ -50,8 +49,7 @@ RATIOS = ("÷ rule", "÷ encoders", "voc ÷ oracle", "÷ mean", "best ÷ mean", 
 def read_report(path: Path) -> dict[str, Any]:
     """A report.json (``path`` or the directory holding it); refuses, by name, one with attackers (those are
     :mod:`bench.attack_targets`'s)."""
-    path = path / "report.json" if path.is_dir() else path
-    report = json.loads(path.read_text())
+    report = load_report(path)
     attack = report.get("setup", {}).get("attack")
     if attack:
         raise ValueError(f"{path}: setup.attack={attack!r}: a run with attackers (see bench.attack_targets)")

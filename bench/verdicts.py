@@ -5,11 +5,18 @@ A report is ``trustbeam evaluate``'s ``report.json``: per method, each figure as
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 from model.baselines import RULES
 from model.voc import THETAS
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """A report.json: ``path`` or the directory holding it."""
+    return json.loads((path / "report.json" if path.is_dir() else path).read_text())
 
 
 def figure(report: dict[str, Any], method: str, measure: str) -> float:
