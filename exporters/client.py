@@ -16,8 +16,10 @@ collaborator for owner X with this task and threshold theta" from the latest slo
 * **Restarts**: :meth:`TrustClient.checkpoint` writes the state and its topic positions to a snapshot
   file (atomically), then commits those positions to the consumer group. A restarted client loads the
   snapshot and resumes from its positions, which are the group's committed offsets unless it died
-  between the two steps (then the snapshot's are the consistent ones). Without a snapshot it rebuilds
-  from the topics' beginning. Re-reading a record is harmless (newest slot wins).
+  between the two steps (then the snapshot's are the consistent ones). Without a snapshot it starts at the
+  records of each partition's newest ``recent_slots`` slots (:func:`recent_start`), so what a fresh client reads
+  does not grow with the topics' history (None: it rebuilds from the beginning). Re-reading a record is harmless
+  (newest slot wins).
 * **Schema versions**: records of a newer version are read with the fields this version knows
   (:func:`schemas.from_json_forward`) and counted; undecodable records are counted and skipped.
 """
@@ -42,6 +44,8 @@ from exporters.kafka_client import KafkaSettings, Topics
 log = logging.getLogger(__name__)
 
 Value = Callable[[Sequence[str]], np.ndarray]  # candidate ids -> VoC of the scheduler's task at each
+RECENT_SLOTS = 2  # the newest slots of each partition a client without a snapshot starts from
+PROBE_BYTES = 64 << 10  # what one probe of :func:`recent_start` fetches at most
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,40 @@ def trust_for_size(trust: float, published_bits: float | None, task_bits: float 
     return float(np.clip(moved, 0.0, 1.0))
 
 
+def record_slot(consumer: KafkaConsumer, tp: TopicPartition, offset: int, timeout_s: float = 10.0) -> int:
+    """The slot of the first decodable record at or after ``offset`` of partition ``tp`` (the consumer assigned to
+    it alone), or -1 where none is there."""
+    consumer.seek(tp, offset)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        records = consumer.poll(timeout_ms=200).get(tp, [])
+        for record in records:
+            try:
+                return int(json.loads(record.value)["slot"])
+            except (ValueError, KeyError, TypeError):
+                continue
+        if records:
+            return -1
+    return -1
+
+
+def recent_start(consumer: KafkaConsumer, tp: TopicPartition, begin: int, end: int, slots: int) -> int:
+    """The offset of partition ``tp`` (records ``begin`` .. ``end`` - 1) where the records of its newest ``slots``
+    slots begin: the job publishes slot after slot, so a partition's slots rise with its offsets (an update of an
+    older slot aside), and a binary search over them reads one probe per halving, not the partition."""
+    if end - begin <= 1:
+        return begin
+    first = record_slot(consumer, tp, end - 1) - slots + 1  # the oldest slot to read
+    low, high = begin, end - 1
+    while low < high:  # the first offset whose record is of a slot >= first
+        middle = (low + high) // 2
+        if record_slot(consumer, tp, middle) >= first:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
 def revision(record: TrustScore | CollaboratorRanking) -> int:
     """A record's revision; a producer that did not number them: 0 for a first publication, 1 for an update."""
     return record.revision if record.revision is not None else int(record.is_update)
@@ -97,8 +135,11 @@ def revision(record: TrustScore | CollaboratorRanking) -> int:
 class TrustClient:
     def __init__(self, settings: KafkaSettings, topics: Topics = Topics(), group: str = "trustbeam-scheduler",
                  snapshot: str | os.PathLike[str] | None = None, default_theta: float = 0.5,
-                 now: Callable[[], float] = time.time) -> None:
+                 now: Callable[[], float] = time.time, recent_slots: int | None = RECENT_SLOTS) -> None:
+        if recent_slots is not None and recent_slots < 1:
+            raise ValueError(f"recent_slots: must be >= 1 or None (got {recent_slots!r})")
         self.topics, self.group, self.now, self.default_theta = topics, group, now, default_theta
+        self.settings, self.recent_slots = settings, recent_slots
         self.snapshot = Path(snapshot) if snapshot else None
         self.views: dict[str, OwnerView] = {}
         self.counters = {"read": 0, "applied": 0, "stale": 0, "newer_version": 0, "undecodable": 0}
@@ -113,8 +154,12 @@ class TrustClient:
 
     def _restore(self) -> str:
         if self.snapshot is None or not self.snapshot.exists():
-            self.consumer.seek_to_beginning(*self.partitions)
-            return "beginning"
+            if self.recent_slots is None:
+                self.consumer.seek_to_beginning(*self.partitions)
+                return "beginning"
+            for tp, offset in self._recent_starts().items():
+                self.consumer.seek(tp, offset)
+            return "recent"
         saved = json.loads(self.snapshot.read_text())
         for body in saved["rankings"]:
             self._apply_ranking(CollaboratorRanking.from_dict(body))
@@ -134,6 +179,23 @@ class TrustClient:
             log.warning("group %s: committed offsets differ from the snapshot's on %d partitions; "
                         "resuming from the snapshot's", self.group, len(differs))
         return "snapshot"
+
+    def _recent_starts(self) -> dict[TopicPartition, int]:
+        """Where each partition's newest ``recent_slots`` slots begin (:func:`recent_start`), found by a consumer of
+        its own that fetches little a probe."""
+        from exporters.kafka_client import end_offsets
+
+        probe = KafkaConsumer(**self.settings.client_args(), enable_auto_commit=False,
+                              max_partition_fetch_bytes=PROBE_BYTES, fetch_max_bytes=PROBE_BYTES)
+        try:
+            begins, ends = probe.beginning_offsets(self.partitions), end_offsets(probe, self.partitions)
+            starts = {}
+            for tp in self.partitions:
+                probe.assign([tp])
+                starts[tp] = recent_start(probe, tp, begins[tp], ends[tp], self.recent_slots)
+            return starts
+        finally:
+            probe.close()
 
     def poll(self, timeout_s: float = 1.0) -> int:
         """Read what has arrived (waiting up to ``timeout_s``); returns the records read."""

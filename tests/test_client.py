@@ -168,7 +168,7 @@ def test_a_restarted_client_resumes_from_its_snapshot_and_committed_offsets(brok
     first = slot_records("a", 1, {"b": (0.9, 0.2)}) + slot_records("q", 1, {"r": (0.7, 0.4)})
     send(broker, topics, first)
     client = TrustClient(broker.settings, topics, group=group, snapshot=snapshot)
-    assert client.resumed_from == "beginning" and client.catch_up() == len(first)
+    assert client.resumed_from == "recent" and client.catch_up() == len(first)
     client.checkpoint()
     committed = {tp: client.consumer.committed(tp) for tp in client.partitions}
     client.close()
@@ -181,9 +181,37 @@ def test_a_restarted_client_resumes_from_its_snapshot_and_committed_offsets(brok
     assert again.best("a").collaborator == "c" and again.best("q").collaborator == "r"  # q from the snapshot
     again.close()
 
-    cold = TrustClient(broker.settings, topics, group=group)  # no snapshot: rebuilt from the beginning
+    cold = TrustClient(broker.settings, topics, group=group)  # no snapshot: rebuilt from the newest two slots
     assert cold.catch_up() == len(first) + len(later) and cold.best("q").collaborator == "r"
     cold.close()
+
+
+def test_a_fresh_client_reads_the_newest_slots_not_the_history(broker) -> None:
+    """Without a snapshot a client starts where each partition's newest slots begin: it reads those slots' records
+    and answers as a client that read everything does, but for an owner silent for longer (known only to the
+    latter, from an old slot)."""
+    topics = fresh_topics(broker)
+    owners = [f"o{k}" for k in range(6)]
+
+    def candidates(slot: int, k: int) -> dict[str, tuple[float, float]]:  # (T, VoC) of two collaborators
+        return {f"c{(slot + k) % 5}": (0.5 + 0.04 * k, 0.1 * (slot % 10)), f"c{(slot + k + 1) % 5}": (0.8, 0.5)}
+
+    slots = [[record for k, owner in enumerate(owners) for record in slot_records(owner, slot, candidates(slot, k))]
+             for slot in range(1, 13)]
+    for slot, records in enumerate(slots, start=1):
+        send(broker, topics, records + (slot_records("old", slot, {"c9": (0.9, 0.9)}) if slot <= 3 else []))
+    full, fresh = (TrustClient(broker.settings, topics, group=f"g-{uuid.uuid4().hex[:6]}", now=lambda: 13 * 60.0,
+                               recent_slots=window) for window in (None, 2))
+    everything, recent = full.catch_up(), fresh.catch_up()
+    assert full.resumed_from == "beginning" and fresh.resumed_from == "recent"
+    assert recent == len(slots[-1]) + len(slots[-2]) < everything
+    for owner in owners:
+        assert fresh.best(owner, theta=0.5) == full.best(owner, theta=0.5) and fresh.views[owner].slot == 12
+    assert full.best("old").collaborator == "c9" and fresh.best("old").collaborator is None
+    with pytest.raises(ValueError, match="recent_slots"):
+        TrustClient(broker.settings, topics, recent_slots=0)
+    full.close()
+    fresh.close()
 
 
 def test_the_demo_shows_its_own_jobs_newest_slot_one_ranking_per_owner(broker) -> None:
