@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 Value = Callable[[Sequence[str]], np.ndarray]  # candidate ids -> VoC of the scheduler's task at each
 RECENT_SLOTS = 2  # the newest slots of each partition a client without a snapshot starts from
-PROBE_BYTES = 64 << 10  # what one probe of :func:`recent_start` fetches at most
+PROBE_BYTES = 1 << 10  # what one probe of :func:`recent_start` asks a fetch for (a broker sends one batch at least)
 
 
 @dataclass(frozen=True)
@@ -93,34 +93,39 @@ def trust_for_size(trust: float, published_bits: float | None, task_bits: float 
     return float(np.clip(moved, 0.0, 1.0))
 
 
-def record_slot(consumer: KafkaConsumer, tp: TopicPartition, offset: int, timeout_s: float = 10.0) -> int:
-    """The slot of the first decodable record at or after ``offset`` of partition ``tp`` (the consumer assigned to
-    it alone), or -1 where none is there."""
+def probe_slot(consumer: KafkaConsumer, tp: TopicPartition, offset: int, timeout_s: float = 10.0) -> int:
+    """The newest slot among the decodable records of one small fetch at ``offset`` of partition ``tp`` (the
+    consumer assigned to it alone; a fetch holds at least one record batch), or -1 where there is none: the newest,
+    so that an update of an older slot published among newer ones does not pass for the older slot's place."""
     consumer.seek(tp, offset)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         records = consumer.poll(timeout_ms=200).get(tp, [])
-        for record in records:
-            try:
-                return int(json.loads(record.value)["slot"])
-            except (ValueError, KeyError, TypeError):
-                continue
         if records:
-            return -1
+            return max((record_slot(record.value) for record in records), default=-1)
     return -1
+
+
+def record_slot(value: bytes) -> int:
+    """A record's slot, or -1 for one that names none."""
+    try:
+        return int(json.loads(value)["slot"])
+    except (ValueError, KeyError, TypeError):
+        return -1
 
 
 def recent_start(consumer: KafkaConsumer, tp: TopicPartition, begin: int, end: int, slots: int) -> int:
     """The offset of partition ``tp`` (records ``begin`` .. ``end`` - 1) where the records of its newest ``slots``
-    slots begin: the job publishes slot after slot, so a partition's slots rise with its offsets (an update of an
-    older slot aside), and a binary search over them reads one probe per halving, not the partition."""
+    slots begin (or up to one record batch before): the job publishes slot after slot, so a partition's slots rise
+    with its offsets (an update of an older slot aside), and a binary search over them reads one small fetch per
+    halving, not the partition."""
     if end - begin <= 1:
         return begin
-    first = record_slot(consumer, tp, end - 1) - slots + 1  # the oldest slot to read
+    first = probe_slot(consumer, tp, end - 1) - slots + 1  # the oldest slot to read
     low, high = begin, end - 1
     while low < high:  # the first offset whose record is of a slot >= first
         middle = (low + high) // 2
-        if record_slot(consumer, tp, middle) >= first:
+        if probe_slot(consumer, tp, middle) >= first:
             high = middle
         else:
             low = middle + 1
