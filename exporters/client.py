@@ -123,7 +123,7 @@ def recent_start(consumer: KafkaConsumer, tp: TopicPartition, begin: int, end: i
         return begin
     first = probe_slot(consumer, tp, end - 1) - slots + 1  # the oldest slot to read
     low, high = begin, end - 1
-    while low < high:  # the first offset whose record is of a slot >= first
+    while low < high:  # the first offset whose fetch holds a slot >= first
         middle = (low + high) // 2
         if probe_slot(consumer, tp, middle) >= first:
             high = middle
