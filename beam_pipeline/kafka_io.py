@@ -39,12 +39,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as ConfluentPartition
 from kafka import KafkaConsumer, TopicPartition
 
+from beam_pipeline.options import MAX_AHEAD_MS, MAX_SKEW_MS
 from exporters.kafka import KafkaSink, Message
 from exporters.kafka_client import KafkaSettings, end_offsets
 
 log = logging.getLogger(__name__)
-MAX_AHEAD_MS = 86_400_000  # a day: events timed further past the wall clock are dead-lettered (--max_future_s)
-MAX_SKEW_MS = 300_000  # how far past the wall clock a record's time may lie and still count as progress
 
 POLL_MS = 500
 IDLE_POLLS = 20  # consecutive empty polls before a partition below its planned end is reported stuck

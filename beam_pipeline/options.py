@@ -1,17 +1,24 @@
-"""The job's options: Beam pipeline options on the command line, one typed :class:`JobConfig` inside."""
+"""The job's options: one typed :class:`JobConfig` from the command line.
+
+The flags are declared once (:func:`add_job_arguments`) and read two ways: by Beam, as the pipeline options view
+:class:`beam_pipeline.pipeline_options.TrustbeamOptions` beside Beam's own (``trustbeam run``, Flink, Dataflow), and
+by a plain parser (:meth:`JobConfig.from_args`), so that what needs only the job's options (``trustbeam score``, the
+closed loop, the demo) does not import Beam (~3 s of a process's start).
+"""
 
 from __future__ import annotations
 
+import argparse
+import difflib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterable
 
 import torch
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline import artifacts
 from beam_pipeline.artifacts import CHECKPOINT_MANIFEST, ONNX_MANIFEST
-from beam_pipeline.kafka_io import MAX_AHEAD_MS, MAX_SKEW_MS
 from model.checkpoint import CheckpointError, load
 from model.candidates import Pieces
 from model.config import RankingConfig, SystemParams
@@ -22,94 +29,123 @@ from exporters.kafka_client import Topics
 
 
 BACKENDS = ("torch", "onnx")
+MAX_AHEAD_MS = 86_400_000  # a day: events timed further past the wall clock are dead-lettered (--max_future_s)
+MAX_SKEW_MS = 300_000  # how far past the wall clock a record's time may lie and still count as progress
 MAX_FUTURE_S = MAX_AHEAD_MS / 1000  # a day: simulated runs publish up to hours ahead; years ahead is forged
 MAX_SKEW_S = MAX_SKEW_MS / 1000
 SCORE_PIECES = 1  # local runners: one key per slot (pieces add ~30 % to a local cycle and no parallelism);
 # deployments set --score_pieces to their parallelism (deploy/flink, deploy/README.md)
 
 
-class TrustbeamOptions(PipelineOptions):
-    """trustbeam's pipeline options (Beam's own, such as ``--runner``, come beside them)."""
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declares trustbeam's own job options on ``parser`` (Beam's, such as ``--runner``, are Beam's to declare)."""
+    parser.add_argument("--checkpoint", help="model checkpoint (trustbeam train --out): a directory, or a URI "
+                                             "on any filesystem Beam supports (gs://, s3://, hdfs://)")
+    parser.add_argument("--model_sha256", default=None,
+                        help="the checkpoint's content hash the job must run (default: the one at --checkpoint "
+                             "when the job is built); a worker that finds another model there refuses it")
+    parser.add_argument("--group_id", default=None,
+                        help="the Kafka consumer group of a streaming job (default trustbeam-EVENTS_TOPIC)")
+    parser.add_argument("--backend", choices=BACKENDS, default="torch",
+                        help="where the model runs: torch (default, faster here; see bench/onnx_bench.py) "
+                             "or onnx (onnxruntime on the graphs of `trustbeam export-onnx`)")
+    parser.add_argument("--device", choices=DEVICES, default="auto",
+                        help="where the model runs: auto = the GPU when one is visible, else the CPU")
+    parser.add_argument("--model_threads", type=int, default=0,
+                        help="CPU threads the model uses in each worker process (PyTorch's intra-op threads, "
+                             "onnxruntime's intra_op_num_threads); 0 (default): the runtime's default, every "
+                             "core, which suits the local runner's one process on an idle machine. 1 fits "
+                             "runners with a worker per core (Flink task slots, Dataflow's SDK processes), and a "
+                             "machine other work keeps busy (bench/pipeline_bench.py)")
+    parser.add_argument("--onnx_model", help="`trustbeam export-onnx` output, a directory or URI "
+                                             "(default CHECKPOINT/onnx); ONNX loads from here only")
+    parser.add_argument("--parquet_out", help="also write scores and rankings to Parquet under this path or URI, "
+                                              "partitioned by slot date (exporters.parquet)")
+    parser.add_argument("--shards", type=int, default=4, help="device shards holding slot sequences in state")
+    parser.add_argument("--score_pieces", type=int, default=SCORE_PIECES,
+                        help="pieces a slot's pair scoring is split into, by space (owners by cell, with the "
+                             "devices within range): keys (slot, piece) spread a slot over workers; "
+                             "trustbeam score scores them on as many threads")
+    parser.add_argument("--cell_m", type=float, default=Pieces.cell_m,
+                        help="side of the cells that --score_pieces hashes, in metres (at least 2 x --range_m)")
+    parser.add_argument("--lateness_slots", type=int, default=1,
+                        help="allowed lateness, in slots: later events for a slot go to dead-letter")
+    parser.add_argument("--tombstone_slots", type=int, default=64,
+                        help="slots an expired slot is remembered, dead-lettering its late events; later ones "
+                             "are refused by the shards (never scored)")
+    parser.add_argument("--replay_through", type=int, default=None,
+                        help="a bounded re-run over a log an earlier run of this job scored (a backfill; trustbeam "
+                             "run's cycles set it from their ledger): slots at or below this one were published; "
+                             "their records rebuild state and are not published again, and late records for "
+                             "them go to dead-letter (default: off, a streaming job: slots close by the "
+                             "watermark)")
+    parser.add_argument("--max_future_s", type=float, default=MAX_FUTURE_S,
+                        help="events timed more than this far past the processing time go to dead-letter (s)")
+    parser.add_argument("--max_skew_s", type=float, default=MAX_SKEW_S,
+                        help="events timed more than this far past the processing time are kept but never "
+                             "advance the job's progress: a producer whose clock runs ahead cannot close "
+                             "slots (s)")
+    parser.add_argument("--kafka_io", choices=("python", "xlang"), default="python",
+                        help="python: kafka-python source (local runners); xlang: Beam's Java KafkaIO")
+    parser.add_argument("--kafka_expansion_service", default=None,
+                        help="host:port of a running Java IO expansion service for --kafka_io=xlang (Flink: "
+                             "the one in deploy/flink, which runs Java transforms as processes); default: "
+                             "Beam starts its own from the downloaded jar (Dataflow)")
+    defaults = Topics()
+    for name in ("events", "status", "scores", "rankings", "dead_letter"):
+        parser.add_argument(f"--{name}_topic", default=getattr(defaults, name),
+                            help=f"Kafka topic: {name.replace('_', ' ')} (default {getattr(defaults, name)})")
+    parser.add_argument("--owner_slots", type=int, default=RankingConfig.owner_slots,
+                        help="owners with a task in this many recent slots are ranked")
+    parser.add_argument("--range_m", type=float, default=RankingConfig.range_m,
+                        help="candidate range in metres (0: every device with a status)")
+    parser.add_argument("--top_k", type=int, default=RankingConfig.top_k,
+                        help="candidates per ranking by VoC (plus the (T, VoC) frontier)")
+    parser.add_argument("--scores_per_owner", type=int, default=RankingConfig.scores_per_owner,
+                        help="trust-scores records per owner (its most trusted candidates)")
+    parser.add_argument("--default_threshold", type=float, default=RankingConfig.default_threshold,
+                        help="theta for owners whose tasks carry none")
+    parser.add_argument("--recalibration_memory", type=float, default=RecalibrationConfig.memory,
+                        help="the online recalibration's memory: the weight of a slot's residuals one slot later "
+                             "(model.recalibration)")
+    parser.add_argument("--recalibration_guard", type=float, default=RecalibrationConfig.guard,
+                        help="standard errors the recent mean residual must clear before it moves T_beh")
+    parser.add_argument("--recalibration", choices=("level", "off"), default="level",
+                        help="level: publish T_beh moved by the online level shift of the recent outcomes "
+                             "(model.recalibration); off: the model's T_beh as it is")
+    parser.add_argument("--threshold_floor", type=float, default=None,
+                        help="the lowest theta the schedulers ask: rankings are made at min(owner's theta, this) "
+                             "and answer every theta above it (default: the owner's theta)")
 
-    @classmethod
-    def _add_argparse_args(cls, parser) -> None:
-        parser.add_argument("--checkpoint", help="model checkpoint (trustbeam train --out): a directory, or a URI "
-                                                 "on any filesystem Beam supports (gs://, s3://, hdfs://)")
-        parser.add_argument("--model_sha256", default=None,
-                            help="the checkpoint's content hash the job must run (default: the one at --checkpoint "
-                                 "when the job is built); a worker that finds another model there refuses it")
-        parser.add_argument("--group_id", default=None,
-                            help="the Kafka consumer group of a streaming job (default trustbeam-EVENTS_TOPIC)")
-        parser.add_argument("--backend", choices=BACKENDS, default="torch",
-                            help="where the model runs: torch (default, faster here; see bench/onnx_bench.py) "
-                                 "or onnx (onnxruntime on the graphs of `trustbeam export-onnx`)")
-        parser.add_argument("--device", choices=DEVICES, default="auto",
-                            help="where the model runs: auto = the GPU when one is visible, else the CPU")
-        parser.add_argument("--model_threads", type=int, default=0,
-                            help="CPU threads the model uses in each worker process (PyTorch's intra-op threads, "
-                                 "onnxruntime's intra_op_num_threads); 0 (default): the runtime's default, every "
-                                 "core, which suits the local runner's one process on an idle machine. 1 fits "
-                                 "runners with a worker per core (Flink task slots, Dataflow's SDK processes), and a "
-                                 "machine other work keeps busy (bench/pipeline_bench.py)")
-        parser.add_argument("--onnx_model", help="`trustbeam export-onnx` output, a directory or URI "
-                                                 "(default CHECKPOINT/onnx); ONNX loads from here only")
-        parser.add_argument("--parquet_out", help="also write scores and rankings to Parquet under this path or URI, "
-                                                  "partitioned by slot date (exporters.parquet)")
-        parser.add_argument("--shards", type=int, default=4, help="device shards holding slot sequences in state")
-        parser.add_argument("--score_pieces", type=int, default=SCORE_PIECES,
-                            help="pieces a slot's pair scoring is split into, by space (owners by cell, with the "
-                                 "devices within range): keys (slot, piece) spread a slot over workers; "
-                                 "trustbeam score scores them on as many threads")
-        parser.add_argument("--cell_m", type=float, default=Pieces.cell_m,
-                            help="side of the cells that --score_pieces hashes, in metres (at least 2 x --range_m)")
-        parser.add_argument("--lateness_slots", type=int, default=1,
-                            help="allowed lateness, in slots: later events for a slot go to dead-letter")
-        parser.add_argument("--tombstone_slots", type=int, default=64,
-                            help="slots an expired slot is remembered, dead-lettering its late events; later ones "
-                                 "are refused by the shards (never scored)")
-        parser.add_argument("--replay_through", type=int, default=None,
-                            help="a bounded re-run over a log an earlier run of this job scored (a backfill; trustbeam "
-                                 "run's cycles set it from their ledger): slots at or below this one were published; "
-                                 "their records rebuild state and are not published again, and late records for "
-                                 "them go to dead-letter (default: off, a streaming job: slots close by the "
-                                 "watermark)")
-        parser.add_argument("--max_future_s", type=float, default=MAX_FUTURE_S,
-                            help="events timed more than this far past the processing time go to dead-letter (s)")
-        parser.add_argument("--max_skew_s", type=float, default=MAX_SKEW_S,
-                            help="events timed more than this far past the processing time are kept but never "
-                                 "advance the job's progress: a producer whose clock runs ahead cannot close "
-                                 "slots (s)")
-        parser.add_argument("--kafka_io", choices=("python", "xlang"), default="python",
-                            help="python: kafka-python source (local runners); xlang: Beam's Java KafkaIO")
-        parser.add_argument("--kafka_expansion_service", default=None,
-                            help="host:port of a running Java IO expansion service for --kafka_io=xlang (Flink: "
-                                 "the one in deploy/flink, which runs Java transforms as processes); default: "
-                                 "Beam starts its own from the downloaded jar (Dataflow)")
-        defaults = Topics()
-        for name in ("events", "status", "scores", "rankings", "dead_letter"):
-            parser.add_argument(f"--{name}_topic", default=getattr(defaults, name),
-                                help=f"Kafka topic: {name.replace('_', ' ')} (default {getattr(defaults, name)})")
-        parser.add_argument("--owner_slots", type=int, default=RankingConfig.owner_slots,
-                            help="owners with a task in this many recent slots are ranked")
-        parser.add_argument("--range_m", type=float, default=RankingConfig.range_m,
-                            help="candidate range in metres (0: every device with a status)")
-        parser.add_argument("--top_k", type=int, default=RankingConfig.top_k,
-                            help="candidates per ranking by VoC (plus the (T, VoC) frontier)")
-        parser.add_argument("--scores_per_owner", type=int, default=RankingConfig.scores_per_owner,
-                            help="trust-scores records per owner (its most trusted candidates)")
-        parser.add_argument("--default_threshold", type=float, default=RankingConfig.default_threshold,
-                            help="theta for owners whose tasks carry none")
-        parser.add_argument("--recalibration_memory", type=float, default=RecalibrationConfig.memory,
-                            help="the online recalibration's memory: the weight of a slot's residuals one slot later "
-                                 "(model.recalibration)")
-        parser.add_argument("--recalibration_guard", type=float, default=RecalibrationConfig.guard,
-                            help="standard errors the recent mean residual must clear before it moves T_beh")
-        parser.add_argument("--recalibration", choices=("level", "off"), default="level",
-                            help="level: publish T_beh moved by the online level shift of the recent outcomes "
-                                 "(model.recalibration); off: the model's T_beh as it is")
-        parser.add_argument("--threshold_floor", type=float, default=None,
-                            help="the lowest theta the schedulers ask: rankings are made at min(owner's theta, this) "
-                                 "and answer every theta above it (default: the owner's theta)")
+
+def job_flags() -> set[str]:
+    """Every ``--flag`` of :func:`add_job_arguments`."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_job_arguments(parser)
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def spelled(args: list[str], known: Iterable[str]) -> list[str]:
+    """``args`` with each option spelled as it is declared (``--lateness-slots`` -> ``--lateness_slots``).
+
+    Raises ValueError naming an option ``known`` lacks, with the closest known spellings: Beam itself would discard
+    it with a warning, so a typo would silently run on a default.
+    """
+    known = set(known)
+    out = []
+    for arg in args:
+        if not arg.startswith("--"):
+            out.append(arg)
+            continue
+        name, sep, value = arg.partition("=")
+        spelling = next((s for s in (name, name.replace("-", "_"), "--" + name[2:].replace("-", "_")) if s in known),
+                        None)
+        if spelling is None:
+            close = difflib.get_close_matches(name.replace("-", "_"), sorted(known), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise ValueError(f"unrecognized option {name}{hint}")
+        out.append(spelling + sep + value)
+    return out
 
 
 @dataclass(frozen=True)
@@ -167,8 +203,16 @@ class JobConfig:
             raise ValueError(f"--tombstone_slots: must be >= 1 (got {self.tombstone_slots!r})")
 
     @classmethod
-    def from_options(cls, options: PipelineOptions) -> "JobConfig":
-        o = options.view_as(TrustbeamOptions)
+    def from_args(cls, args: list[str]) -> "JobConfig":
+        """From a command line's job options (:func:`add_job_arguments`); other flags, such as Beam's, are left to
+        whoever declares them, as Beam's own parser leaves ours."""
+        parser = argparse.ArgumentParser(prog="trustbeam", add_help=False, allow_abbrev=False)
+        add_job_arguments(parser)
+        return cls.from_namespace(parser.parse_known_args(args)[0])
+
+    @classmethod
+    def from_namespace(cls, o: argparse.Namespace) -> "JobConfig":
+        """From parsed job options: :meth:`from_args`'s, or Beam's view of them (``TrustbeamOptions``)."""
         if not o.checkpoint:
             raise ValueError("--checkpoint: required (a directory written by `trustbeam train`)")
         ranking = RankingConfig(owner_slots=o.owner_slots, range_m=o.range_m or None, top_k=o.top_k,
@@ -223,43 +267,3 @@ def _load(checkpoint: str, onnx_dir: str | None, content_hash: str, device: str,
     return (OnnxStages(artifacts.localize(onnx_dir, ONNX_MANIFEST), expect_content_hash=manifest["content_hash"],
                        device=device, threads=threads),
             manifest["model_version"])
-
-
-def _known_pipeline_options() -> set[str]:
-    """Every ``--flag`` a registered PipelineOptions view (Beam's and trustbeam's) accepts."""
-    from apache_beam.options.pipeline_options import _BeamArgumentParser
-
-    parser = _BeamArgumentParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
-    pending, seen = [PipelineOptions], set()
-    while pending:
-        for view in pending.pop().__subclasses__():
-            if view not in seen:
-                seen.add(view)
-                view._add_argparse_args(parser)
-                pending.append(view)
-    return {flag for action in parser._actions for flag in action.option_strings}
-
-
-def checked_pipeline_args(args: list[str]) -> list[str]:
-    """``args`` with each option spelled as its view declares it (``--lateness-slots`` -> ``--lateness_slots``).
-
-    Raises ValueError naming an option no view knows, with the closest known spellings: Beam itself
-    would discard it with a warning, so a typo would silently run on a default.
-    """
-    import difflib
-
-    known = _known_pipeline_options()
-    out = []
-    for arg in args:
-        if not arg.startswith("--"):
-            out.append(arg)
-            continue
-        name, sep, value = arg.partition("=")
-        spelled = next((s for s in (name, name.replace("-", "_"), "--" + name[2:].replace("-", "_")) if s in known),
-                       None)
-        if spelled is None:
-            close = difflib.get_close_matches(name.replace("-", "_"), sorted(known), n=3, cutoff=0.6)
-            hint = f"; did you mean {' or '.join(close)}?" if close else ""
-            raise ValueError(f"unrecognized option {name}{hint}")
-        out.append(spelled + sep + value)
-    return out

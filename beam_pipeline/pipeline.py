@@ -18,7 +18,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.kafka_io import RawBatch
-from beam_pipeline.options import JobConfig, TrustbeamOptions
+from beam_pipeline.options import JobConfig
+from beam_pipeline.pipeline_options import TrustbeamOptions
 from beam_pipeline.transforms import ScoreSlots, wire_records
 from exporters.kafka_client import KafkaSettings
 from exporters.parquet import ParquetResults

@@ -38,19 +38,19 @@ def test_bad_options_are_refused_by_name(checkpoint, args, message) -> None:
     if args[:1] != ["--checkpoint"] and args:
         args = ["--checkpoint", str(checkpoint), *args]
     with pytest.raises(ValueError, match=message):
-        JobConfig.from_options(PipelineOptions(args))
+        JobConfig.from_args(args)
 
 
 def test_options_reach_the_config(checkpoint) -> None:
-    config = JobConfig.from_options(PipelineOptions(["--checkpoint", str(checkpoint), "--shards", "7",
-                                                     "--range_m", "0", "--top_k", "3", "--replay_through", "12"]))
+    config = JobConfig.from_args(["--checkpoint", str(checkpoint), "--shards", "7", "--range_m", "0", "--top_k", "3",
+                                  "--replay_through", "12"])
     assert (config.shards, config.ranking.range_m, config.ranking.top_k, config.replay_through) == (7, None, 3, 12)
-    assert JobConfig.from_options(PipelineOptions(["--checkpoint", str(checkpoint)])).replay_through is None
+    assert JobConfig.from_args(["--checkpoint", str(checkpoint)]).replay_through is None
 
 
 def test_recalibration_options_reach_the_config(checkpoint) -> None:
     def config(*args: str) -> JobConfig:
-        return JobConfig.from_options(PipelineOptions(["--checkpoint", str(checkpoint), *args]))
+        return JobConfig.from_args(["--checkpoint", str(checkpoint), *args])
 
     assert config().recalibration == RecalibrationConfig()  # on by default
     assert config("--recalibration_memory", "0.5", "--recalibration_guard", "3").recalibration == \
@@ -64,7 +64,7 @@ def test_the_model_runs_on_the_threads_the_option_gives(checkpoint, tmp_path) ->
     from exporters.onnx import export_onnx
 
     def config(*args: str) -> JobConfig:
-        return JobConfig.from_options(PipelineOptions(["--checkpoint", str(checkpoint), *args]))
+        return JobConfig.from_args(["--checkpoint", str(checkpoint), *args])
 
     assert config().model_threads == 0  # the runtime's default: nothing set
     default = torch.get_num_threads()
@@ -90,10 +90,39 @@ def test_a_typo_in_any_option_exits_2_with_a_suggestion(argv, hint, capsys) -> N
 
 
 def test_pipeline_options_take_either_spelling() -> None:
-    from beam_pipeline.options import checked_pipeline_args
+    from beam_pipeline.pipeline_options import checked_pipeline_args
 
     assert checked_pipeline_args(["--lateness-slots", "3", "--top_k=2", "--runner", "x"]) == [
         "--lateness_slots", "3", "--top_k=2", "--runner", "x"]
+
+
+def test_beam_reads_the_job_options_as_the_plain_parser_does(checkpoint) -> None:
+    from beam_pipeline.pipeline_options import TrustbeamOptions
+
+    args = ["--checkpoint", str(checkpoint), "--shards", "7", "--top_k", "3", "--recalibration", "off",
+            "--score_pieces", "4", "--runner", "DirectRunner"]
+    assert JobConfig.from_namespace(PipelineOptions(args).view_as(TrustbeamOptions)) == JobConfig.from_args(args)
+
+
+def test_scoring_offline_does_not_import_beam(checkpoint, tmp_path) -> None:
+    """`trustbeam score` takes the job's options alone: Beam's import (~3 s) is no part of its start. A Beam option
+    there is refused by name, as a typo is."""
+    import subprocess
+    import sys
+
+    events, status = run_tables()
+    pq.write_table(events, tmp_path / "events.parquet")
+    pq.write_table(status, tmp_path / "status.parquet")
+    script = ("import sys; from trustbeam.cli import main; code = main(sys.argv[1:]); "
+              "print('beam imported' if 'apache_beam' in sys.modules else 'no beam', file=sys.stderr); sys.exit(code)")
+    argv = ["score", "--events", str(tmp_path / "events.parquet"), "--status", str(tmp_path / "status.parquet"),
+            "--out", str(tmp_path / "out"), "--checkpoint", str(checkpoint)]
+    scored = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=300)
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    assert scored.stderr.rstrip().endswith("no beam") and json.loads(scored.stdout)["trust_scores"] > 0
+    refused = subprocess.run([sys.executable, "-c", script, *argv, "--runner", "DirectRunner"], capture_output=True,
+                             text=True, timeout=300)
+    assert refused.returncode == 2 and "unrecognized option --runner" in refused.stderr
 
 
 def test_trustbeam_score_writes_valid_wire_records(checkpoint, tmp_path, capsys) -> None:

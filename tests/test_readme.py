@@ -7,7 +7,7 @@ import argparse
 import re
 from pathlib import Path
 
-from beam_pipeline.options import TrustbeamOptions
+from beam_pipeline.options import add_job_arguments
 from trustbeam.cli import build_parser
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -25,7 +25,7 @@ def commands() -> dict[str, argparse.ArgumentParser]:
 
 def pipeline_flags() -> set[str]:
     parser = argparse.ArgumentParser()
-    TrustbeamOptions._add_argparse_args(parser)
+    add_job_arguments(parser)
     return {flag for action in parser._actions for flag in action.option_strings} - {"-h", "--help"}
 
 
@@ -36,7 +36,7 @@ def test_every_command_line_shown_parses_its_options() -> None:
     assert {words[0] for words in shown} <= set(parsers) and len(shown) >= 8
     for command, *words in shown:
         known = {f for a in parsers[command]._actions for f in a.option_strings}
-        if parsers[command].get_default("beam_options"):  # run and score take the pipeline options too
+        if parsers[command].get_default("options"):  # run and score take the pipeline options too
             known |= pipeline_flags()
         flags = {w.strip("[]").split("=")[0] for word in words for w in word.split("|") if w.strip("[").startswith("--")}
         assert flags <= known, f"trustbeam {command}: the README shows options it does not have: {flags - known}"

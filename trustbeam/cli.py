@@ -385,12 +385,10 @@ def snapshot_report(args: argparse.Namespace, config, train, say: Callable[[str]
 
 
 def _job_config(beam_args: list[str]):
-    """JobConfig from the Beam-style options (--checkpoint, --shards, ...; see beam_pipeline.options)."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-
+    """JobConfig from the job's options (--checkpoint, --shards, ...; see beam_pipeline.options); Beam not imported."""
     from beam_pipeline.options import JobConfig
 
-    return JobConfig.from_options(PipelineOptions(beam_args))
+    return JobConfig.from_args(beam_args)
 
 
 def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
@@ -444,8 +442,8 @@ def cmd_run(args: argparse.Namespace, beam_args: list[str]) -> int:
     """The streaming job over Kafka on a local runner (see beam_pipeline.run for the cycle semantics)."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.options import TrustbeamOptions
     from beam_pipeline.pipeline import streaming_pipeline
+    from beam_pipeline.pipeline_options import TrustbeamOptions
     from beam_pipeline.run import run
     from exporters.kafka_client import KafkaSettings, check_topics, wait_until_answering
 
@@ -618,7 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--status", default=None, help="status.parquet (T_res and positions)")
     score.add_argument("--out", required=True, help="directory for trust-scores.jsonl and collaborator-rankings.jsonl")
     score.add_argument("--progress", action="store_true", help="show a progress bar even without a tty")
-    score.set_defaults(handler=cmd_score, beam_options=True)
+    score.set_defaults(handler=cmd_score, options="job")
 
     export = sub.add_parser("export-onnx", help="export a checkpoint's GNN, BiMamba and pair head to ONNX")
     export.add_argument("--checkpoint", required=True)
@@ -627,7 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     job = sub.add_parser("run", help="the streaming job: Kafka in, trust scores and rankings out",
                          epilog="Pipeline options (--checkpoint DIR, --shards, --lateness_slots, --top_k, --range_m, "
-                                "...) pass through to beam_pipeline.options.TrustbeamOptions.")
+                                "...) and Beam's own pass through to Beam (beam_pipeline.pipeline_options).")
     mode = job.add_mutually_exclusive_group(required=True)
     mode.add_argument("--until-end", action="store_true", help="process the topics to their current end, then exit")
     mode.add_argument("--follow", action="store_true", help="keep publishing as events arrive (catch-up cycles)")
@@ -638,7 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--max-cycles", type=int, default=None, help="stop --follow after this many cycles")
     job.add_argument("--retry-deadline-seconds", type=float, default=600.0,
                      help="retry broker trouble for at most this long since the last successful cycle")
-    job.set_defaults(handler=cmd_run, beam_options=True)
+    job.set_defaults(handler=cmd_run, options="pipeline")
 
     demo = sub.add_parser("demo", help="the main job on embedded defaults: local broker, simulated events")
     _add_sim_options(demo)
@@ -689,16 +687,22 @@ CLOSE_RACE = CloseRaceFilter()  # one instance: main() may run many times in a p
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if rest and not getattr(args, "beam_options", False):
+    passes = getattr(args, "options", None)  # "job": the job's options; "pipeline": Beam's beside them
+    if rest and passes is None:
         known = sorted(flag for action in _subparser(parser, args.command)._actions for flag in action.option_strings)
         close = difflib.get_close_matches(rest[0].split("=")[0], known, n=2, cutoff=0.6)
         parser.error(f"unrecognized arguments: {' '.join(rest)}"
                      + (f"; did you mean {' or '.join(close)}?" if close else ""))
-    if getattr(args, "beam_options", False):  # pipeline options: either spelling, and a typo is an error
-        from beam_pipeline.options import checked_pipeline_args
+    if passes:  # either spelling, and a typo is an error; Beam is imported only where its options pass
+        from beam_pipeline.options import job_flags, spelled
 
         try:
-            rest = checked_pipeline_args(rest)
+            if passes == "job":
+                rest = spelled(rest, job_flags())
+            else:
+                from beam_pipeline.pipeline_options import checked_pipeline_args
+
+                rest = checked_pipeline_args(rest)
         except ValueError as error:
             parser.error(str(error))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -708,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("kafka").setLevel(logging.ERROR)
         logging.getLogger("kafka.cluster").setLevel(logging.CRITICAL)  # "metadata refresh cancelled" on close
     try:
-        return args.handler(args, rest) if getattr(args, "beam_options", False) else args.handler(args)
+        return args.handler(args, rest) if passes else args.handler(args)
     except (ValueError, RuntimeError, TimeoutError, FileNotFoundError, KafkaError) as error:
         print(f"trustbeam {args.command}: error: {error}", file=sys.stderr)
         return 2

@@ -19,10 +19,10 @@ _KIND = {int: ("^[0-9]+$", "an integer"), float: ("^[0-9]+([.][0-9]+)?$", "a num
 
 
 def option_actions() -> list[argparse.Action]:
-    from beam_pipeline.options import TrustbeamOptions
+    from beam_pipeline.options import add_job_arguments
 
     parser = argparse.ArgumentParser()
-    TrustbeamOptions._add_argparse_args(parser)
+    add_job_arguments(parser)
     return [a for a in parser._actions if a.dest != "help"]
 
 
