@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy.optimize import minimize
 from torch import nn
 
 from model.channel import ON_TIME_BINS, REFERENCE_M, OnTimeCurve, OutageCurve
@@ -202,6 +201,8 @@ def mixture(forecasts: np.ndarray, target: np.ndarray, weight: np.ndarray) -> np
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
         return float(w @ gram @ w - 2 * cross @ w), 2 * gram @ w - 2 * cross
+
+    from scipy.optimize import minimize  # here: training fits, scoring does not (scipy.optimize ~0.5 s to import)
 
     result = minimize(loss, start, jac=True, method="SLSQP", bounds=[(0.0, 1.0)] * k,
                       constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones(k)}],

@@ -104,9 +104,9 @@ def test_beam_reads_the_job_options_as_the_plain_parser_does(checkpoint) -> None
     assert JobConfig.from_namespace(PipelineOptions(args).view_as(TrustbeamOptions)) == JobConfig.from_args(args)
 
 
-def test_scoring_offline_does_not_import_beam(checkpoint, tmp_path) -> None:
-    """`trustbeam score` takes the job's options alone: Beam's import (~3 s) is no part of its start. A Beam option
-    there is refused by name, as a typo is."""
+def test_scoring_offline_imports_neither_beam_nor_the_fitting(checkpoint, tmp_path) -> None:
+    """`trustbeam score` takes the job's options alone: Beam's import (~3 s) is no part of its start, nor
+    scipy.optimize's (~0.5 s), which only training uses. A Beam option there is refused by name, as a typo is."""
     import subprocess
     import sys
 
@@ -114,12 +114,13 @@ def test_scoring_offline_does_not_import_beam(checkpoint, tmp_path) -> None:
     pq.write_table(events, tmp_path / "events.parquet")
     pq.write_table(status, tmp_path / "status.parquet")
     script = ("import sys; from trustbeam.cli import main; code = main(sys.argv[1:]); "
-              "print('beam imported' if 'apache_beam' in sys.modules else 'no beam', file=sys.stderr); sys.exit(code)")
+              "print('imported:', *sorted({'apache_beam', 'scipy.optimize'} & set(sys.modules)), file=sys.stderr); "
+              "sys.exit(code)")
     argv = ["score", "--events", str(tmp_path / "events.parquet"), "--status", str(tmp_path / "status.parquet"),
             "--out", str(tmp_path / "out"), "--checkpoint", str(checkpoint)]
     scored = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=300)
     assert scored.returncode == 0, scored.stderr[-2000:]
-    assert scored.stderr.rstrip().endswith("no beam") and json.loads(scored.stdout)["trust_scores"] > 0
+    assert scored.stderr.rstrip().endswith("imported:") and json.loads(scored.stdout)["trust_scores"] > 0
     refused = subprocess.run([sys.executable, "-c", script, *argv, "--runner", "DirectRunner"], capture_output=True,
                              text=True, timeout=300)
     assert refused.returncode == 2 and "unrecognized option --runner" in refused.stderr
