@@ -406,9 +406,9 @@ def cmd_score(args: argparse.Namespace, beam_args: list[str]) -> int:
     phase = Phases("score")
     with phase("model"):
         stages, version = config.stages()
-    with phase("read"):  # whole files: ParquetFile, not read_table, whose dataset module imports pandas (~0.5 s)
-        events = pq.ParquetFile(args.events).read()
-        status = pq.ParquetFile(args.status).read() if args.status else None
+    with phase("read"):
+        events = pq.read_table(args.events)
+        status = pq.read_table(args.status) if args.status else None
     if status is None:  # said, not found out from empty files: candidates are devices with a known status
         print("trustbeam score: no --status: no device has a known status, so no owner has candidates; the "
               "rankings will be empty and no trust score published (pass --status STATUS, e.g. simulate's "
