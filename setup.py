@@ -45,5 +45,5 @@ setup(
     package_data={"schemas": ["json/*.schema.json"], "model": ["csrc/*.cpp", "csrc/*.h"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
-    entry_points={"console_scripts": ["trustbeam=trustbeam.cli:main"]},
+    entry_points={"console_scripts": ["trustbeam=trustbeam.cli:program"]},
 )

@@ -284,3 +284,16 @@ def test_kafka_pythons_close_race_is_one_warning_line_not_a_traceback(level, sho
     lines = stream.getvalue()
     assert ("Error closing coroutine for cancelled task: ValueError('generator already executing')" in lines) == shown
     assert lines.count("Traceback") == 1 and "IO loop crashed" in lines
+
+
+def test_the_command_exits_with_mains_code() -> None:
+    """`python -m trustbeam.cli` (and the `trustbeam` script, trustbeam.cli.program) exits as main returns."""
+    import subprocess
+    import sys
+
+    failed = subprocess.run([sys.executable, "-m", "trustbeam.cli", "score", "--events", "x", "--out", "y"],
+                            capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 2 and "--checkpoint: required" in failed.stderr
+    helped = subprocess.run([sys.executable, "-m", "trustbeam.cli", "score", "--help"], capture_output=True, text=True,
+                            timeout=120)
+    assert helped.returncode == 0 and "--events" in helped.stdout
