@@ -2,8 +2,8 @@
 
 The flags are declared once (:func:`add_job_arguments`) and read two ways: by Beam, as the pipeline options view
 :class:`beam_pipeline.pipeline_options.TrustbeamOptions` beside Beam's own (``trustbeam run``, Flink, Dataflow), and
-by a plain parser (:meth:`JobConfig.from_args`), so that what needs only the job's options (``trustbeam score``, the
-closed loop, the demo) does not import Beam (~3 s of a process's start).
+by a plain parser (:meth:`JobConfig.from_args`), so that what needs the job's options and no pipeline (``trustbeam
+score``) does not import Beam (~2.5 s of a process's start).
 """
 
 from __future__ import annotations

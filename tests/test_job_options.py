@@ -105,7 +105,7 @@ def test_beam_reads_the_job_options_as_the_plain_parser_does(checkpoint) -> None
 
 
 def test_scoring_offline_imports_neither_beam_nor_the_fitting(checkpoint, tmp_path) -> None:
-    """`trustbeam score` takes the job's options alone: Beam's import (~3 s) is no part of its start, nor
+    """`trustbeam score` takes the job's options alone: Beam's import (~2.5 s) is no part of its start, nor
     scipy.optimize's (~0.5 s), which only training uses. A Beam option there is refused by name, as a typo is."""
     import subprocess
     import sys
