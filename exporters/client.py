@@ -18,8 +18,8 @@ collaborator for owner X with this task and threshold theta" from the latest slo
   snapshot and resumes from its positions, which are the group's committed offsets unless it died
   between the two steps (then the snapshot's are the consistent ones). Without a snapshot it starts at the
   records of each partition's newest ``recent_slots`` slots (:func:`recent_start`), so what a fresh client reads
-  does not grow with the topics' history (None: it rebuilds from the beginning). Re-reading a record is harmless
-  (newest slot wins).
+  does not grow with the topics' history (None: it rebuilds from the beginning); :meth:`TrustClient.backfill` reads
+  the history it skipped afterwards, for owners silent since. Re-reading a record is harmless (newest slot wins).
 * **Schema versions**: records of a newer version are read with the fields this version knows
   (:func:`schemas.from_json_forward`) and counted; undecodable records are counted and skipped.
 """
@@ -147,6 +147,7 @@ class TrustClient:
         self.settings, self.recent_slots = settings, recent_slots
         self.snapshot = Path(snapshot) if snapshot else None
         self.views: dict[str, OwnerView] = {}
+        self.skipped: dict[TopicPartition, int] = {}  # a fresh start's history not read yet: each partition up to here
         self.counters = {"read": 0, "applied": 0, "stale": 0, "newer_version": 0, "undecodable": 0}
         self.consumer = KafkaConsumer(**settings.client_args(), group_id=group, enable_auto_commit=False,
                                       auto_offset_reset="earliest", max_partition_fetch_bytes=8 << 20)
@@ -162,7 +163,8 @@ class TrustClient:
             if self.recent_slots is None:
                 self.consumer.seek_to_beginning(*self.partitions)
                 return "beginning"
-            for tp, offset in self._recent_starts().items():
+            self.skipped = self._recent_starts()
+            for tp, offset in self.skipped.items():
                 self.consumer.seek(tp, offset)
             return "recent"
         saved = json.loads(self.snapshot.read_text())
@@ -212,7 +214,8 @@ class TrustClient:
         self.counters["read"] += read
         return read
 
-    def _apply(self, topic: str, value: bytes) -> None:
+    def _apply(self, topic: str, value: bytes, known: frozenset[str] = frozenset()) -> None:
+        """Decode and apply one record; ``known``: owners whose views were published later than it (a backfill's)."""
         cls = CollaboratorRanking if topic == self.topics.rankings else TrustScore
         try:
             record, newer = from_json_forward(cls, value)
@@ -221,6 +224,9 @@ class TrustClient:
             log.warning("%s: skipped an undecodable record: %s", topic, error)
             return
         self.counters["newer_version"] += newer
+        if record.owner in known:
+            self.counters["stale"] += 1
+            return
         applied = self._apply_ranking(record) if cls is CollaboratorRanking else self._apply_score(record)
         self.counters["applied" if applied else "stale"] += 1
 
@@ -264,6 +270,39 @@ class TrustClient:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"client {self.group}: not caught up after {timeout_s} s")
             read += self.poll(0.2)
+        return read
+
+    def backfill(self, timeout_s: float = 60.0) -> int:
+        """Read the history a fresh start skipped (each partition's records before its recent start), so that owners
+        silent since are known too, each from its newest publication there; returns the records read (0 after a
+        snapshot or a start from the beginning, which skip nothing). An owner already read was published later than
+        anything here, so its view stays as it is, whatever the model versions. Call it between polls, as
+        :meth:`catch_up`: it reads with a consumer of its own and leaves the client's positions where they are."""
+        if not self.skipped:
+            return 0
+        known = frozenset(self.views)
+        reader = KafkaConsumer(**self.settings.client_args(), enable_auto_commit=False,
+                               max_partition_fetch_bytes=8 << 20)
+        try:
+            reader.assign(list(self.skipped))
+            reader.seek_to_beginning(*self.skipped)
+            pending = {tp for tp, start in self.skipped.items() if reader.position(tp) < start}
+            read, deadline = 0, time.monotonic() + timeout_s
+            while pending:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"client {self.group}: history not read after {timeout_s} s")
+                for tp, records in reader.poll(timeout_ms=200, max_records=100_000).items():
+                    for record in records:
+                        if record.offset < self.skipped[tp]:  # from the start on, the client's own consumer reads
+                            read += 1
+                            self._apply(tp.topic, record.value, known)
+                    if reader.position(tp) >= self.skipped[tp]:
+                        pending.discard(tp)
+                        reader.pause(tp)
+        finally:
+            reader.close()
+        self.counters["read"] += read
+        self.skipped = {}
         return read
 
     def best(self, owner: str, theta: float | None = None, value: Value | None = None,

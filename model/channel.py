@@ -59,7 +59,7 @@ class OutageCurve:
             rate = np.exp(theta[0]) * d ** theta[1]  # -log P_tr
             return float(np.sum(k * rate) - np.sum((n - k) * np.log(-np.expm1(-np.maximum(rate, 1e-12)))))
 
-        from scipy.optimize import minimize  # here, not at the top: scoring never fits (scipy.optimize ~0.5 s to import)
+        from scipy.optimize import minimize  # here: scoring never fits (scipy.optimize ~0.5 s to import)
 
         result = minimize(negative_log_likelihood, np.array([prior.log_c, prior.alpha]), method="Nelder-Mead",
                           options={"xatol": 1e-6, "fatol": 1e-8, "maxiter": 2000})

@@ -189,7 +189,7 @@ def test_a_restarted_client_resumes_from_its_snapshot_and_committed_offsets(brok
 def test_a_fresh_client_reads_the_newest_slots_not_the_history(broker) -> None:
     """Without a snapshot a client starts where each partition's newest slots begin: it reads those slots' records
     and answers as a client that read everything does, but for an owner silent for longer (known only to the
-    latter, from an old slot)."""
+    latter, from an old slot) until it reads the history it skipped (``backfill``)."""
     topics = fresh_topics(broker)
     owners = [f"o{k}" for k in range(6)]
 
@@ -209,6 +209,14 @@ def test_a_fresh_client_reads_the_newest_slots_not_the_history(broker) -> None:
     for owner in owners:
         assert fresh.best(owner, theta=0.5) == full.best(owner, theta=0.5) and fresh.views[owner].slot == 12
     assert full.best("old").collaborator == "c9" and fresh.best("old").collaborator is None
+    assert full.backfill() == 0  # it skipped nothing
+    views = {owner: fresh.views[owner] for owner in owners}
+    history = fresh.backfill()  # what the fresh start skipped, afterwards: the silent owner is known too
+    assert history + recent == everything and fresh.backfill() == 0  # every record once, by one or the other
+    assert fresh.best("old") == full.best("old") and fresh.views["old"].slot == 3
+    assert all(fresh.views[owner] is views[owner] for owner in owners)  # the newer publications stay as they were
+    fresh.poll(0.5)
+    assert fresh.catch_up() == 0  # the client's own positions did not move
     with pytest.raises(ValueError, match="recent_slots"):
         TrustClient(broker.settings, topics, recent_slots=0)
     full.close()
