@@ -148,6 +148,7 @@ class TrustClient:
         self.snapshot = Path(snapshot) if snapshot else None
         self.views: dict[str, OwnerView] = {}
         self.skipped: dict[TopicPartition, int] = {}  # a fresh start's history not read yet: each partition up to here
+        self.from_history: set[str] = set()  # owners whose views :meth:`backfill` made
         self.counters = {"read": 0, "applied": 0, "stale": 0, "newer_version": 0, "undecodable": 0}
         self.consumer = KafkaConsumer(**settings.client_args(), group_id=group, enable_auto_commit=False,
                                       auto_offset_reset="earliest", max_partition_fetch_bytes=8 << 20)
@@ -214,8 +215,9 @@ class TrustClient:
         self.counters["read"] += read
         return read
 
-    def _apply(self, topic: str, value: bytes, known: frozenset[str] = frozenset()) -> None:
-        """Decode and apply one record; ``known``: owners whose views were published later than it (a backfill's)."""
+    def _apply(self, topic: str, value: bytes, history: bool = False) -> None:
+        """Decode and apply one record; ``history``: one :meth:`backfill` reads, published before every record the
+        client's own consumer reads, so it changes no view that consumer made."""
         cls = CollaboratorRanking if topic == self.topics.rankings else TrustScore
         try:
             record, newer = from_json_forward(cls, value)
@@ -224,11 +226,13 @@ class TrustClient:
             log.warning("%s: skipped an undecodable record: %s", topic, error)
             return
         self.counters["newer_version"] += newer
-        if record.owner in known:
+        if history and record.owner in self.views and record.owner not in self.from_history:
             self.counters["stale"] += 1
             return
         applied = self._apply_ranking(record) if cls is CollaboratorRanking else self._apply_score(record)
         self.counters["applied" if applied else "stale"] += 1
+        if applied:
+            (self.from_history.add if history else self.from_history.discard)(record.owner)
 
     def _view(self, record: TrustScore | CollaboratorRanking) -> OwnerView | None:
         """The owner's view the record belongs to (a new one if the record is of a newer publication), or None
@@ -275,12 +279,12 @@ class TrustClient:
     def backfill(self, timeout_s: float = 60.0) -> int:
         """Read the history a fresh start skipped (each partition's records before its recent start), so that owners
         silent since are known too, each from its newest publication there; returns the records read (0 after a
-        snapshot or a start from the beginning, which skip nothing). An owner already read was published later than
-        anything here, so its view stays as it is, whatever the model versions. Call it between polls, as
-        :meth:`catch_up`: it reads with a consumer of its own and leaves the client's positions where they are."""
+        snapshot or a start from the beginning, which skip nothing). An owner the client's own consumer read was
+        published later than anything here, so its view stays as it is, whatever the model versions. Call it between
+        polls, as :meth:`catch_up`: it reads with a consumer of its own and leaves the client's positions where they
+        are; after a timeout, calling it again reads the history again from its beginning."""
         if not self.skipped:
             return 0
-        known = frozenset(self.views)
         reader = KafkaConsumer(**self.settings.client_args(), enable_auto_commit=False,
                                max_partition_fetch_bytes=8 << 20)
         try:
@@ -295,7 +299,7 @@ class TrustClient:
                     for record in records:
                         if record.offset < self.skipped[tp]:  # from the start on, the client's own consumer reads
                             read += 1
-                            self._apply(tp.topic, record.value, known)
+                            self._apply(tp.topic, record.value, history=True)
                     if reader.position(tp) >= self.skipped[tp]:
                         pending.discard(tp)
                         reader.pause(tp)

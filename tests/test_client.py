@@ -211,6 +211,8 @@ def test_a_fresh_client_reads_the_newest_slots_not_the_history(broker) -> None:
     assert full.best("old").collaborator == "c9" and fresh.best("old").collaborator is None
     assert full.backfill() == 0  # it skipped nothing
     views = {owner: fresh.views[owner] for owner in owners}
+    with pytest.raises(TimeoutError, match="history not read"):
+        fresh.backfill(timeout_s=0)
     history = fresh.backfill()  # what the fresh start skipped, afterwards: the silent owner is known too
     assert history + recent == everything and fresh.backfill() == 0  # every record once, by one or the other
     assert fresh.best("old") == full.best("old") and fresh.views["old"].slot == 3
