@@ -235,8 +235,13 @@ class CollaboratorRanking(Record):
                  | (items.column("trust") < batch.column("threshold")[parent]))
         later = parent[1:] == parent[:-1]  # an item and the one before it in the same ranking
         wrong[1:] |= later & (voc[1:] > voc[:-1])
-        order = np.lexsort((collaborator.astype(str), parent))
-        twice = (parent[order][1:] == parent[order][:-1]) & (collaborator[order][1:] == collaborator[order][:-1])
+        # a collaborator listed twice in a ranking: items in order of (ranking, hash of the id), neighbours that share
+        # both compared as text (ids sorted as text cost ~3 x as much; two ids of one ranking would have to share a
+        # 64-bit hash to hide a repeat)
+        digest = np.fromiter(map(hash, collaborator.tolist()), np.int64, len(collaborator))
+        order = np.lexsort((digest, parent))
+        twice = (parent[order][1:] == parent[order][:-1]) & (digest[order][1:] == digest[order][:-1])
+        twice[twice] = collaborator[order][1:][twice] == collaborator[order][:-1][twice]
         wrong[order[1:][twice]] = True
         bad[parent[wrong]] = True
         return bad
