@@ -118,11 +118,16 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
                              "and answer every theta above it (default: the owner's theta)")
 
 
+def job_parser() -> argparse.ArgumentParser:
+    """A plain parser of :func:`add_job_arguments`' flags alone."""
+    parser = argparse.ArgumentParser(prog="trustbeam", add_help=False, allow_abbrev=False)
+    add_job_arguments(parser)
+    return parser
+
+
 def job_flags() -> set[str]:
     """Every ``--flag`` of :func:`add_job_arguments`."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add_job_arguments(parser)
-    return {flag for action in parser._actions for flag in action.option_strings}
+    return {flag for action in job_parser()._actions for flag in action.option_strings}
 
 
 def spelled(args: list[str], known: Iterable[str]) -> list[str]:
@@ -206,9 +211,7 @@ class JobConfig:
     def from_args(cls, args: list[str]) -> "JobConfig":
         """From a command line's job options (:func:`add_job_arguments`); other flags, such as Beam's, are left to
         whoever declares them, as Beam's own parser leaves ours."""
-        parser = argparse.ArgumentParser(prog="trustbeam", add_help=False, allow_abbrev=False)
-        add_job_arguments(parser)
-        return cls.from_namespace(parser.parse_known_args(args)[0])
+        return cls.from_namespace(job_parser().parse_known_args(args)[0])
 
     @classmethod
     def from_namespace(cls, o: argparse.Namespace) -> "JobConfig":

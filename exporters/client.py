@@ -39,7 +39,7 @@ import numpy as np
 from kafka import KafkaConsumer, TopicPartition
 
 from schemas import CollaboratorRanking, TrustScore, ValidationError, from_json_forward
-from exporters.kafka_client import KafkaSettings, Topics
+from exporters.kafka_client import KafkaSettings, Topics, end_offsets
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +191,6 @@ class TrustClient:
     def _recent_starts(self) -> dict[TopicPartition, int]:
         """Where each partition's newest ``recent_slots`` slots begin (:func:`recent_start`), found by a consumer of
         its own that fetches little a probe."""
-        from exporters.kafka_client import end_offsets
-
         probe = KafkaConsumer(**self.settings.client_args(), enable_auto_commit=False,
                               max_partition_fetch_bytes=PROBE_BYTES, fetch_max_bytes=PROBE_BYTES)
         try:
@@ -262,8 +260,6 @@ class TrustClient:
 
     def catch_up(self, timeout_s: float = 30.0) -> int:
         """Poll until every partition is at the end offsets seen now; returns the records read."""
-        from exporters.kafka_client import end_offsets
-
         positions = {tp: self.consumer.position(tp) for tp in self.partitions}
         ends = end_offsets(self.consumer, self.partitions)  # reassigns: restore ours
         self.consumer.assign(self.partitions)

@@ -240,8 +240,9 @@ class CollaboratorRanking(Record):
         # 64-bit hash to hide a repeat)
         digest = np.fromiter(map(hash, collaborator.tolist()), np.int64, len(collaborator))
         order = np.lexsort((digest, parent))
-        twice = (parent[order][1:] == parent[order][:-1]) & (digest[order][1:] == digest[order][:-1])
-        twice[twice] = collaborator[order][1:][twice] == collaborator[order][:-1][twice]
+        ranking, digest, collaborator = parent[order], digest[order], collaborator[order]
+        twice = (ranking[1:] == ranking[:-1]) & (digest[1:] == digest[:-1])
+        twice[twice] = collaborator[1:][twice] == collaborator[:-1][twice]
         wrong[order[1:][twice]] = True
         bad[parent[wrong]] = True
         return bad

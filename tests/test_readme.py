@@ -7,7 +7,7 @@ import argparse
 import re
 from pathlib import Path
 
-from beam_pipeline.options import add_job_arguments
+from beam_pipeline.options import job_flags
 from trustbeam.cli import build_parser
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -23,12 +23,6 @@ def commands() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
-def pipeline_flags() -> set[str]:
-    parser = argparse.ArgumentParser()
-    add_job_arguments(parser)
-    return {flag for action in parser._actions for flag in action.option_strings} - {"-h", "--help"}
-
-
 def test_every_command_line_shown_parses_its_options() -> None:
     block = section("Command line").split("```")[1]
     shown = [line.split()[1:] for line in block.splitlines() if line.startswith("trustbeam ")]
@@ -37,7 +31,7 @@ def test_every_command_line_shown_parses_its_options() -> None:
     for command, *words in shown:
         known = {f for a in parsers[command]._actions for f in a.option_strings}
         if parsers[command].get_default("options"):  # run and score take the pipeline options too
-            known |= pipeline_flags()
+            known |= job_flags()
         flags = {w.strip("[]").split("=")[0] for word in words for w in word.split("|") if w.strip("[").startswith("--")}
         assert flags <= known, f"trustbeam {command}: the README shows options it does not have: {flags - known}"
 
@@ -45,4 +39,4 @@ def test_every_command_line_shown_parses_its_options() -> None:
 def test_the_pipeline_options_paragraph_names_every_pipeline_option_and_no_other() -> None:
     paragraph = section("Command line").split("Pipeline options")[1].split("\n\n")[0]
     named = set(re.findall(r"`(--[a-z_0-9]+)", paragraph))
-    assert named - {"--runner"} == pipeline_flags(), (named ^ pipeline_flags()) - {"--runner"}
+    assert named - {"--runner"} == job_flags(), (named ^ job_flags()) - {"--runner"}
