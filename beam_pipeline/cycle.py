@@ -10,7 +10,10 @@ once per cycle by the DoFns below; none of this is part of the streaming job.
 
 from __future__ import annotations
 
+import functools
 import json
+import types
+import weakref
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
@@ -148,6 +151,52 @@ def without_state_cache() -> None:
     worker_handlers.STATE_CACHE_SIZE_MB = 0
 
 
+def memoized_dofn_specs() -> None:
+    """Remember each DoFn's state and timer specs (process-wide; idempotent).
+
+    Beam looks them up (``userstate.get_dofn_specs``) about seven times per DoFn a cycle: building the graph, turning
+    it into its protos and making each bundle's processor, each time inspecting the signature of every method the
+    DoFn has (~37,000 signatures per follower's cycle, a quarter of its time). The specs are the default arguments
+    of the class's methods, so they are remembered per class, except for a DoFn whose instance can change them
+    (:func:`_specs_are_its_class_s`: Beam's wrappers of callables), which is remembered as long as it lives."""
+    from apache_beam.transforms import userstate
+
+    if getattr(userstate.get_dofn_specs, "memoized", False):
+        return
+    introspect = userstate.get_dofn_specs
+    by_class: dict[type, tuple[set, set]] = {}
+    by_instance: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get_dofn_specs(dofn: beam.DoFn) -> tuple[set, set]:
+        if _specs_are_its_class_s(dofn):
+            if type(dofn) not in by_class:
+                by_class[type(dofn)] = introspect(dofn)
+            return by_class[type(dofn)]
+        try:
+            if dofn not in by_instance:
+                by_instance[dofn] = introspect(dofn)
+            return by_instance[dofn]
+        except TypeError:  # neither hashable nor weakly referable
+            return introspect(dofn)
+
+    get_dofn_specs.memoized = True  # type: ignore[attr-defined]
+    get_dofn_specs.__wrapped__ = introspect  # type: ignore[attr-defined]
+    userstate.get_dofn_specs = get_dofn_specs
+
+
+def _specs_are_its_class_s(dofn: beam.DoFn) -> bool:
+    """Whether a DoFn's specs are its class's: Beam reads them from the default arguments of its bound methods,
+    which an instance changes only with bound methods of its own or Beam's ``_inspect_<method>`` hooks (its
+    wrappers of a callable, whose ``process`` is the callable's)."""
+    return (not _has_inspect_hooks(type(dofn))
+            and not any(isinstance(value, types.MethodType) for value in vars(dofn).values()))
+
+
+@functools.cache
+def _has_inspect_hooks(cls: type) -> bool:
+    return any(name.startswith("_inspect_") for name in dir(cls))
+
+
 def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: JobConfig,
                    ranges: list[PartitionRange], ledger: Any, final: bool, partitions: dict[str, int],
                    marks: dict[tuple[str, int], tuple], work: str, job_id: str, max_batch: int = 5000
@@ -159,6 +208,7 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
     (the recalibration state after its publications)."""
     topics = config.topics
     without_state_cache()
+    memoized_dofn_specs()
     p = beam.Pipeline(options=options)
     raw = {}
     for name, topic, kept in (("Events", topics.events, ledger.events_snapshot),

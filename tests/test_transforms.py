@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_stream import TestStream as Stream
+from apache_beam.transforms.userstate import CombiningValueStateSpec
 
 from beam_pipeline.kafka_io import RawBatch
 from beam_pipeline.transforms import ScoreSlots
@@ -167,3 +168,59 @@ def test_the_cycle_graph_passes_beams_type_check(tmp_path, final: bool) -> None:
     pipeline = cycle_pipeline(options, KafkaSettings("unused:1"), config, ranges, ledger, final,
                               {config.topics.scores: 8, config.topics.rankings: 8}, {}, str(tmp_path), "job")
     assert pipeline.to_runner_api().components.transforms  # built and type-checked, never run
+
+
+COUNT = CombiningValueStateSpec("count", sum)
+
+
+class _Counting(beam.DoFn):
+    def count(self, element, count=beam.DoFn.StateParam(COUNT)):
+        count.add(1)
+        yield element
+
+
+class _Borrowing(beam.DoFn):
+    """Stateful when an instance holds a bound method with a state parameter (of another DoFn, here)."""
+
+    def __init__(self, stateful: bool) -> None:
+        super().__init__()
+        if stateful:
+            self.borrowed = _Counting().count
+
+    def process(self, element):
+        yield element
+
+
+def test_the_dofn_specs_remembered_are_beams_own(tmp_path) -> None:
+    """Beam's lookup of a DoFn's state and timer specs is remembered (a quarter of a follower's cycle went to it):
+    per class where the specs are the class's, per instance where an instance can change them."""
+    from apache_beam.transforms import userstate
+
+    from beam_pipeline.cycle import cycle_pipeline, memoized_dofn_specs
+    from beam_pipeline.kafka_io import PartitionRange
+    from beam_pipeline.run import Ledger
+    from exporters.kafka_client import KafkaSettings
+
+    config = job(write_checkpoint(tmp_path / "model"))
+    ranges = [PartitionRange(config.topics.events, 0, 0, 10, 5), PartitionRange(config.topics.status, 0, 0, 10, 5)]
+    pipeline = cycle_pipeline(PipelineOptions(), KafkaSettings("unused:1"), config, ranges, Ledger(), False,
+                              {config.topics.scores: 8, config.topics.rankings: 8}, {}, str(tmp_path), "job")
+    memoized_dofn_specs()  # idempotent: the cycle did it
+    specs = userstate.get_dofn_specs
+    introspect = specs.__wrapped__
+    assert introspect.__module__ == "apache_beam.transforms.userstate"
+
+    class DoFns(beam.pipeline.PipelineVisitor):
+        fns: list = []
+
+        def visit_transform(self, node) -> None:
+            if isinstance(node.transform, beam.ParDo):
+                self.fns.append(node.transform.fn)
+
+    pipeline.visit(DoFns())
+    for fn in DoFns.fns * 2:  # the second time from memory
+        assert specs(fn) == introspect(fn), fn
+    assert sum(userstate.is_stateful_dofn(fn) for fn in DoFns.fns) >= 3  # the shards, the gathering, publishing
+
+    for order in ((False, True), (True, False)):  # one class, instances that differ
+        assert [userstate.is_stateful_dofn(_Borrowing(stateful)) for stateful in order] == list(order)
