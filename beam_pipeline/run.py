@@ -35,6 +35,7 @@ without a successful cycle.
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -438,6 +439,8 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
             for old in set(previous) - set(ledger.snapshots) - {None}:
                 Path(old).unlink(missing_ok=True)
             cycles, last_success = cycles + 1, time.monotonic()
+            if follow and cycles == 1:
+                freeze_long_lived()
             yield report
             if not follow or (max_cycles is not None and cycles >= max_cycles) or stop.is_set():
                 return
@@ -447,6 +450,15 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
                     return
                 if time.monotonic() - idle_since >= IDLE_CYCLE_S or moved(settings, config, ledger):
                     break
+
+
+def freeze_long_lived() -> None:
+    """A follower after its first cycle: what is alive then (the modules, the model, Beam's and PyTorch's caches)
+    lives as long as the process, so the garbage collector's full passes need not walk it again (each took 0.3-0.5 s,
+    every two or three cycles of a 2,000-event slot). What the later cycles make is collected as before; what is
+    frozen is still freed when nothing refers to it."""
+    gc.collect()
+    gc.freeze()
 
 
 @dataclass

@@ -8,6 +8,7 @@ nor publish one twice.
 
 from __future__ import annotations
 
+import gc
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -144,8 +145,10 @@ def test_until_end_publishes_the_offline_scores_and_dead_letters_bad_input(broke
 
 
 def test_catch_up_cycles_equal_one_uninterrupted_run(broker, checkpoint, tmp_path, monkeypatch) -> None:
-    """Cycles replay only the last S slots (S = 6 here) and a status snapshot, yet match one offline pass."""
+    """Cycles replay only the last S slots (S = 6 here) and a status snapshot, yet match one offline pass. A follower
+    freezes what is alive after its first cycle (the collector's full passes skip it; `freeze_long_lived`)."""
     monkeypatch.setenv("TRUSTBEAM_STATE_DIR", str(tmp_path))
+    gc.unfreeze()
     sim = replace(SIM, slots=15, tasks=675)
     topics = fresh_topics(broker)
     events, status = run_tables(sim)
@@ -157,6 +160,8 @@ def test_catch_up_cycles_equal_one_uninterrupted_run(broker, checkpoint, tmp_pat
                              pc.less(status["time_ms"], clock.end_ms(last)))
         publish(broker, topics, events.filter(new_events), status.filter(new_status))
         (report,) = run(broker.settings, config, "catch-up", follow=True, poll_s=0, max_cycles=1)
+        assert gc.get_freeze_count() > 0  # frozen at the follower's first cycle
+        gc.unfreeze()  # this process goes on to other tests
         assert report.counters.get("events_late", 0) == 0
         replayed.append(report.counters.get("events_replayed", 0))
         scored, closed = scored + report.counters.get("slots_scored", 0), closed + len(report.published_slots)
