@@ -16,7 +16,7 @@ import types
 import weakref
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, TypeVar
 
 import apache_beam as beam
 import numpy as np
@@ -39,6 +39,7 @@ from model.scoring import EvidenceSnapshot
 from schemas import Columns
 
 CLOSED = "closed"  # PublishClosed's side output: the SlotScores it publishes
+T = TypeVar("T", bound=PipelineOptions)
 
 
 def identity(body: dict[str, Any]) -> tuple:
@@ -149,6 +150,20 @@ def without_state_cache() -> None:
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
     worker_handlers.STATE_CACHE_SIZE_MB = 0
+
+
+class CycleOptions(PipelineOptions):
+    """The local cycles' pipeline options, each view (:meth:`view_as`) made once.
+
+    Beam asks the pipeline's options for a view at every transform it applies (~600 a cycle), and each view parses
+    the flags again with a parser of every option Beam knows (a sixth of a follower's cycle). Views are windows on
+    one dict of values (a value set through one is seen through all), so one view per class serves as well."""
+
+    def view_as(self, cls: type[T]) -> T:
+        views = self.__dict__.setdefault("_views", {})  # not an option: __setattr__ would refuse the name
+        if cls not in views:
+            views[cls] = super().view_as(cls)
+        return views[cls]
 
 
 def memoized_dofn_specs() -> None:

@@ -52,13 +52,12 @@ from typing import IO, Any, Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.options.pipeline_options import PipelineOptions
 from kafka import TopicPartition
 from kafka.errors import KafkaTimeoutError
 
 from beam_pipeline.kafka_io import LogReplaced, TopicMissing, consumer, plan
 from beam_pipeline.options import JobConfig
-from beam_pipeline.cycle import cycle_pipeline, identity
+from beam_pipeline.cycle import CycleOptions, cycle_pipeline, identity
 from beam_pipeline.pipeline import JOB_HEADER
 from model.scoring import EvidenceSnapshot, dedup, slots_read_back, window_read
 from model.status import latest_entries
@@ -257,7 +256,7 @@ def run_cycle(settings: KafkaSettings, config: JobConfig, ledger: Ledger, final:
     work = tempfile.mkdtemp(prefix="trustbeam-cycle-")
     # every cycle builds the same graph again: its construction-time type check (which the streaming job and the
     # suite's cycles run once) would cost ~0.4 s of a ~2.4 s cycle each time
-    options = PipelineOptions(beam_args or [], runner=runner, pipeline_type_check=False)
+    options = CycleOptions(beam_args or [], runner=runner, pipeline_type_check=False)
     p = cycle_pipeline(options, settings, config, reading.ranges, ledger, final, partitions, marks, work,
                        ledger.job_id(group), max_batch)
     result = p.run()

@@ -224,3 +224,25 @@ def test_the_dofn_specs_remembered_are_beams_own(tmp_path) -> None:
 
     for order in ((False, True), (True, False)):  # one class, instances that differ
         assert [userstate.is_stateful_dofn(_Borrowing(stateful)) for stateful in order] == list(order)
+
+
+def test_a_cycles_options_make_each_view_once_and_views_share_their_values() -> None:
+    """Beam asks for a view at every transform it applies; the cycle's options make each once (as Beam's own
+    views, they read and write one dict of values, in the deep copy a Pipeline takes too)."""
+    import copy
+
+    from apache_beam.options.pipeline_options import DebugOptions, TypeOptions
+
+    from beam_pipeline.cycle import CycleOptions
+
+    options = CycleOptions([], runner="FnApiRunner", pipeline_type_check=False)
+    types = options.view_as(TypeOptions)
+    assert options.view_as(TypeOptions) is types and not types.pipeline_type_check
+    assert options.view_as(StandardOptions).runner == "FnApiRunner"
+    options.view_as(DebugOptions).experiments = ["x"]
+    assert options.get_all_options()["experiments"] == ["x"]
+    copied = copy.deepcopy(options)  # what beam.Pipeline keeps
+    assert isinstance(copied, CycleOptions) and copied.view_as(TypeOptions) is not types
+    copied.view_as(TypeOptions).pipeline_type_check = True
+    assert copied.get_all_options()["pipeline_type_check"] and not options.get_all_options()["pipeline_type_check"]
+    assert copied.view_as(TypeOptions) is copied.view_as(TypeOptions)
