@@ -212,6 +212,12 @@ def _has_inspect_hooks(cls: type) -> bool:
     return any(name.startswith("_inspect_") for name in dir(cls))
 
 
+def _listed() -> beam.PTransform:
+    """A PCollection as one list, none where it is empty (its writer would have nothing to write): without the
+    default value's machinery (a Create and a side input each, built and run every cycle)."""
+    return beam.combiners.ToList().without_defaults()
+
+
 def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: JobConfig,
                    ranges: list[PartitionRange], ledger: Any, final: bool, partitions: dict[str, int],
                    marks: dict[tuple[str, int], tuple], work: str, job_id: str, max_batch: int = 5000
@@ -250,12 +256,12 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
     records | "Publish" >> beam.ParDo(ProduceRecords(settings, "published"))
     (out["dead"] | "DeadBatches" >> beam.Map(lambda message: [message])
      | "DeadLetter" >> beam.ParDo(ProduceRecords(settings, "dead_letters")))
+    # what the driver keeps, each written once (_listed)
     for name in ("events", "statuses"):
         file = "events.parquet" if name == "events" else "status.parquet"
-        (out[name] | f"Collect{name.title()}" >> beam.combiners.ToList()
+        (out[name] | f"Collect{name.title()}" >> _listed()
          | f"Write{name.title()}" >> beam.ParDo(WriteTables(str(Path(work, file)))))
-    (out["online"] | "Online" >> beam.combiners.ToList()
-     | "WriteOnline" >> beam.ParDo(WriteOnline(str(Path(work, "online.npz")))))
+    (out["online"] | "Online" >> _listed() | "WriteOnline" >> beam.ParDo(WriteOnline(str(Path(work, "online.npz")))))
     (out["evidence"] | "LastFold" >> beam.CombinePerKey(lambda kept: max(kept, key=lambda s: s.folded_through))
-     | "Evidence" >> beam.combiners.ToList() | "WriteEvidence" >> beam.ParDo(WriteEvidence(str(Path(work, "evidence.npz")))))
+     | "Evidence" >> _listed() | "WriteEvidence" >> beam.ParDo(WriteEvidence(str(Path(work, "evidence.npz")))))
     return p
