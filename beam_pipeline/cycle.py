@@ -173,7 +173,7 @@ def memoized_dofn_specs() -> None:
     it into its protos and making each bundle's processor, each time inspecting the signature of every method the
     DoFn has (~37,000 signatures per follower's cycle, a quarter of its time). The specs are the default arguments
     of the class's methods, so they are remembered per class, except for a DoFn whose instance can change them
-    (:func:`_specs_are_its_class_s`: Beam's wrappers of callables), which is remembered as long as it lives."""
+    (:func:`_specs_of_its_class`: Beam's wrappers of callables), which is remembered as long as it lives."""
     from apache_beam.transforms import userstate
 
     if getattr(userstate.get_dofn_specs, "memoized", False):
@@ -183,7 +183,7 @@ def memoized_dofn_specs() -> None:
     by_instance: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def get_dofn_specs(dofn: beam.DoFn) -> tuple[set, set]:
-        if _specs_are_its_class_s(dofn):
+        if _specs_of_its_class(dofn):
             if type(dofn) not in by_class:
                 by_class[type(dofn)] = introspect(dofn)
             return by_class[type(dofn)]
@@ -199,7 +199,7 @@ def memoized_dofn_specs() -> None:
     userstate.get_dofn_specs = get_dofn_specs
 
 
-def _specs_are_its_class_s(dofn: beam.DoFn) -> bool:
+def _specs_of_its_class(dofn: beam.DoFn) -> bool:
     """Whether a DoFn's specs are its class's: Beam reads them from the default arguments of its bound methods,
     which an instance changes only with bound methods of its own or Beam's ``_inspect_<method>`` hooks (its
     wrappers of a callable, whose ``process`` is the callable's)."""

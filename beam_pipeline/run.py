@@ -454,8 +454,8 @@ def run(settings: KafkaSettings, config: JobConfig, group: str, follow: bool, po
 def freeze_long_lived() -> None:
     """A follower after its first cycle: what is alive then (the modules, the model, Beam's and PyTorch's caches)
     lives as long as the process, so the garbage collector's full passes need not walk it again (each took 0.3-0.5 s,
-    every two or three cycles of a 2,000-event slot). What the later cycles make is collected as before; what is
-    frozen is still freed when nothing refers to it."""
+    every two or three cycles of a 2,000-event slot). What the later cycles make is collected as before; a frozen
+    object is still freed when its last reference goes (only a reference cycle among frozen objects stays)."""
     gc.collect()
     gc.freeze()
 

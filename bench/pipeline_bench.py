@@ -160,16 +160,15 @@ def raw_librdkafka(settings, topic: str) -> dict:
 def ingest(config, settings, kind: str, work: Path, max_batch: int | None) -> dict:
     """The event path alone: source -> ParseEvents -> CloseSlot (slot parts), counted."""
     import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.cycle import memoized_dofn_specs, without_state_cache
+    from beam_pipeline.cycle import CycleOptions, memoized_dofn_specs, without_state_cache
     from beam_pipeline.kafka_io import ReadKafka, plan
     from beam_pipeline.parquet_io import ReadParquet
     from beam_pipeline.transforms import DEAD, CloseSlot, ParseEvents
 
     without_state_cache()  # as the job's cycles run
     memoized_dofn_specs()
-    p = beam.Pipeline(options=PipelineOptions(runner="FnApiRunner"))
+    p = beam.Pipeline(options=CycleOptions(runner="FnApiRunner"))
     if kind.startswith("kafka"):
         ranges = plan(settings, [config.topics.events], {}, {}).ranges
         raw = p | ReadKafka(settings, ranges, max_batch or 5000)

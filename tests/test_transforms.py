@@ -236,13 +236,13 @@ def test_a_cycles_options_make_each_view_once_and_views_share_their_values() -> 
     from beam_pipeline.cycle import CycleOptions
 
     options = CycleOptions([], runner="FnApiRunner", pipeline_type_check=False)
-    types = options.view_as(TypeOptions)
-    assert options.view_as(TypeOptions) is types and not types.pipeline_type_check
+    typed = options.view_as(TypeOptions)
+    assert options.view_as(TypeOptions) is typed and not typed.pipeline_type_check
     assert options.view_as(StandardOptions).runner == "FnApiRunner"
     options.view_as(DebugOptions).experiments = ["x"]
     assert options.get_all_options()["experiments"] == ["x"]
     copied = copy.deepcopy(options)  # what beam.Pipeline keeps
-    assert isinstance(copied, CycleOptions) and copied.view_as(TypeOptions) is not types
+    assert isinstance(copied, CycleOptions) and copied.view_as(TypeOptions) is not typed
     copied.view_as(TypeOptions).pipeline_type_check = True
     assert copied.get_all_options()["pipeline_type_check"] and not options.get_all_options()["pipeline_type_check"]
     assert copied.view_as(TypeOptions) is copied.view_as(TypeOptions)
