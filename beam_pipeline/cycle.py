@@ -212,6 +212,13 @@ def _has_inspect_hooks(cls: type) -> bool:
     return any(name.startswith("_inspect_") for name in dir(cls))
 
 
+def local_runner_settings() -> None:
+    """The process-wide settings every local cycle runs under (idempotent): the embedded worker without its state
+    cache (:func:`without_state_cache`) and DoFns' specs remembered (:func:`memoized_dofn_specs`)."""
+    without_state_cache()
+    memoized_dofn_specs()
+
+
 def _listed() -> beam.PTransform:
     """A PCollection as one list, none where it is empty (its writer would have nothing to write): without the
     default value's machinery (a Create and a side input each, built and run every cycle)."""
@@ -228,8 +235,7 @@ def cycle_pipeline(options: PipelineOptions, settings: KafkaSettings, config: Jo
     ``status.parquet`` (the valid records it read), ``evidence.npz`` (the shards' final evidence) and ``online.npz``
     (the recalibration state after its publications)."""
     topics = config.topics
-    without_state_cache()
-    memoized_dofn_specs()
+    local_runner_settings()
     p = beam.Pipeline(options=options)
     raw = {}
     for name, topic, kept in (("Events", topics.events, ledger.events_snapshot),

@@ -161,13 +161,12 @@ def ingest(config, settings, kind: str, work: Path, max_batch: int | None) -> di
     """The event path alone: source -> ParseEvents -> CloseSlot (slot parts), counted."""
     import apache_beam as beam
 
-    from beam_pipeline.cycle import CycleOptions, memoized_dofn_specs, without_state_cache
+    from beam_pipeline.cycle import CycleOptions, local_runner_settings
     from beam_pipeline.kafka_io import ReadKafka, plan
     from beam_pipeline.parquet_io import ReadParquet
     from beam_pipeline.transforms import DEAD, CloseSlot, ParseEvents
 
-    without_state_cache()  # as the job's cycles run
-    memoized_dofn_specs()
+    local_runner_settings()  # as the job's cycles run
     p = beam.Pipeline(options=CycleOptions(runner="FnApiRunner"))
     if kind.startswith("kafka"):
         ranges = plan(settings, [config.topics.events], {}, {}).ranges
