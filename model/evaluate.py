@@ -44,8 +44,9 @@ from model.manipulation import DETECT_BELOW, attack_measures
 from model.metrics import expected_calibration_error, mae, mean_error, rmse
 from model.plots import plot_curves, plot_reliability
 from model.recalibration import RecalibrationConfig, replayed_shifts
-from model.targets import PairQuery, targets
+from model.targets import PairQuery, fit_outage, targets
 from model.train import TrainConfig, WarmUps, predict, prepare, time_split, train_bm
+from model.trust import RULE_WORDS, SELECTION_RULES
 from model.voc import THETAS, CpuReader, Scorer, candidate_rmse, scored_tasks, voc_curves
 
 # method -> (sequence encoder, head); bm_paper also reports its literal "max" readout as bm_paper_max
@@ -301,11 +302,13 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
         out[name] = accuracy(prediction, observed, hidden, edge_slot, test_slots, None, behaviour, honest)
     if simulated is not None and voc:
         scorers.update(reference_scorers or {})
+        channel = fit_outage(history, train_slots, config.system)  # every method's P(success) reads the same P(tr)
         scored = list(scored_tasks(simulated.world, simulated.events, history.first_slot, test_slots, scorers,
-                                   readers))
+                                   readers, channel))
         for method, rmse in candidate_rmse(simulated.world, scored).items():
             out.setdefault(method, {})["rmse_truth_candidates"] = rmse
-        for rule, metric in (("paper", "voc"), ("expected", "voc_expected")):
+        for rule in SELECTION_RULES:
+            metric = "voc" if rule == "paper" else f"voc_{rule}"
             curves = voc_curves(simulated.world, scored, seed=train.seed, rule=rule)  # the candidates scored once
             for method, curve in curves.items():
                 out.setdefault(method, {})[metric] = curve
@@ -419,11 +422,13 @@ def _attack_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
             f"{row[measure]['mean']:.4f} ± {row[measure]['std']:.4f}"
 
     lines = []
-    for suffix, rule in (("", "the paper's rule (the highest VoC among T >= the task's threshold)"),
-                         ("_expected", "the expected-value rule (the highest T × VoC among them)")):
+    for rule in SELECTION_RULES:
+        suffix = "" if rule == "paper" else f"_{rule}"
         measures = [m for m in SELECTION_MEASURES if any(f"{m}{suffix}" in row for row in rows.values())]
-        lines += ["", f"Manipulation: what the attackers won when each method selected by {rule} (mean ± std over "
-                      "runs; model.manipulation):", ""]
+        if not measures:
+            continue
+        lines += ["", f"Manipulation: what the attackers won when each method selected by {RULE_WORDS[rule]} (θ the "
+                      "task's own threshold; mean ± std over runs; model.manipulation):", ""]
         lines += _table(["method", *measures], [[method, *(cell(row, f"{m}{suffix}") for m in measures)]
                                                  for method, row in rows.items()])
     lines += ["", f"Manipulation: what each method believed (detected: T_beh toward its victims below {DETECT_BELOW}; "
@@ -463,12 +468,12 @@ def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], 
         for method, row in summary.items() if any(m in row for m in metrics)])
     lines += _behaviour_lines(summary) + (_paired_lines(paired) if paired else []) + _attack_lines(summary)
     lines += _injection_lines(summary)
-    for metric, rule in (("voc", "the paper's rule: the highest VoC among T >= θ"),
-                         ("voc_expected", "the expected-value rule: the highest T x VoC among T >= θ")):
+    for rule in SELECTION_RULES:
+        metric = "voc" if rule == "paper" else f"voc_{rule}"
         curves = {method: row[metric] for method, row in summary.items() if metric in row}
         if curves:
-            lines += ["", f"Achieved VoC per task versus the trust threshold θ, selecting by {rule} (mean over runs):",
-                      ""]
+            lines += ["", f"Achieved VoC per task versus the trust threshold θ, selecting by {RULE_WORDS[rule]} (mean "
+                          "over runs):", ""]
             lines += _table(["method", *(f"θ={t}" for t in THETAS)],
                             [[m, *(f"{v:.3f}" for v in c["mean"])] for m, c in curves.items()])
     bins = [f"{lo:.1f}-{hi:.1f}" for lo, hi in zip(CALIBRATION_BINS[:-1], CALIBRATION_BINS[1:])]

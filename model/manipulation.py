@@ -4,7 +4,8 @@ A simulated run may hold attackers (``simulator.config.Attack``): devices that m
 some slots (:meth:`simulator.world.World.misbehaving`). Over the test tasks of honest owners, scored once for the VoC
 experiment (:func:`model.voc.scored_tasks`; what attackers hand one another wins them nothing), every method selects
 by the paper's rule (the highest VoC among candidates with T >= the task's own trust threshold, as a scheduler would;
-and by the expected-value rule, the highest T x VoC among them, under the same names suffixed ``_expected``), and
+by the expected-value rule, the highest T x VoC among them, under the same names suffixed ``_expected``; and by the
+highest P(success) x VoC, suffixed ``_success``, where the pools carry P(tr), :attr:`model.voc.InRange.p_tr`), and
 this module counts what the attackers got:
 
 - ``tasks_assigned``: the share of test tasks with a qualifying candidate (a method that trusts no one hands
@@ -73,8 +74,9 @@ class _Beliefs:
 def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: int = 0,
                     detect_below: float = DETECT_BELOW) -> dict[str, dict[str, float]]:
     """{method: {measure: value}} for every scorer of ``scored``, ``oracle`` and ``random`` (see the module's
-    docstring); the selection measures by the paper's rule under their names, and by the expected-value rule
-    (the highest T x VoC among T >= the threshold, :func:`model.trust.select`) with the suffix ``_expected``.
+    docstring); the selection measures by the paper's rule under their names, by the expected-value rule
+    (the highest T x VoC among T >= the threshold, :func:`model.trust.select`) with the suffix ``_expected``, and by
+    P(success) x VoC with the suffix ``_success`` where ``scored``'s pools carry P(tr).
     ``world`` is the simulator's :class:`simulator.world.World` as the run left it; ``events`` the run's events
     (each task's ``trust_threshold``, in the order :func:`model.voc.scored_tasks` reads owners)."""
     rng = np.random.default_rng([seed, 11])
@@ -103,13 +105,18 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
         tasks += int(mine.sum())
         thresholds = event_threshold[event_slot == pool.slot][:, None]  # (tasks, 1)
         random_choice = uniform_choice(rng, pool.valid)
-        judged = {name: (pool.dense(t_beh * pool.t_res, 0.0), pool.dense(pool.value_for(name), -np.inf))
-                  for name, t_beh in beliefs.items()}  # (T, the VoC it selects by) per method, for either rule
+        rules = SELECTION_RULES if pool.p_tr is not None else tuple(r for r in SELECTION_RULES if r != "success")
+        judged = {name: (pool.dense(t_beh * pool.t_res, 0.0), pool.dense(pool.value_for(name), -np.inf),
+                         pool.dense(pool.success(name, t_beh, world.config.weights), 0.0) if "success" in rules
+                         else None)
+                  for name, t_beh in beliefs.items()}  # (T, the VoC it selects by, P(success) x T_res) per method
         truthful = truthful_judgement(world, pool, judged) if overclaimed else {}
-        for rule in SELECTION_RULES:
-            choices = {name: select(trust, voc, pool.valid, thresholds, rule) for name, (trust, voc) in judged.items()}
-            choices_if_truthful = {name: select(trust, voc, pool.valid, thresholds, rule)
-                                   for name, (trust, voc) in truthful.items()}
+        for rule in rules:
+            choices = {name: select(trust, voc, pool.valid, thresholds, rule, success if rule == "success" else None)
+                       for name, (trust, voc, success) in judged.items()}
+            choices_if_truthful = {name: select(trust, voc, pool.valid, thresholds, rule,
+                                                success if rule == "success" else None)
+                                   for name, (trust, voc, success) in truthful.items()}
             for name, choice in {**choices, "random": random_choice}.items():
                 tally = selections.setdefault((name, rule), _Selections())
                 picked = (choice >= 0) & mine
@@ -155,15 +162,18 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
     return out
 
 
-def truthful_judgement(world, pool, judged: dict[str, tuple[np.ndarray, np.ndarray]]
-                       ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{method: (T, VoC)} as each method would judge had every overclaimer's statuses claimed the CPU it has: the
-    same T, the VoC at the true CPU for an overclaimer's pairs (a method that reads CPUs from tasks' times reads a true
-    claim as made) and as the method judged it for the others. ``judged``: {method: (T, VoC it selects by)}, (tasks,
-    devices) each; ``pool``: the slot's :class:`model.voc.InRange`."""
+Judged = tuple[np.ndarray, np.ndarray, np.ndarray | None]  # (T, the VoC it selects by, P(success) x T_res or None)
+
+
+def truthful_judgement(world, pool, judged: dict[str, Judged]) -> dict[str, Judged]:
+    """{method: (T, VoC, P(success) x T_res)} as each method would judge had every overclaimer's statuses claimed the
+    CPU it has: the same T and P(success), the VoC at the true CPU for an overclaimer's pairs (a method that reads CPUs
+    from tasks' times reads a true claim as made) and as the method judged it for the others. ``judged``: {method:
+    (T, VoC it selects by, P(success) x T_res or None)}, (tasks, devices) each; ``pool``: the slot's
+    :class:`model.voc.InRange`."""
     lying = pool.dense(world.claimed_cpu_hz[pool.cols] != world.cpu_hz[pool.cols], False)
     true_voc = pool.dense(pool.value, -np.inf)
-    return {name: (trust, np.where(lying, true_voc, voc)) for name, (trust, voc) in judged.items()}
+    return {name: (trust, np.where(lying, true_voc, voc), success) for name, (trust, voc, success) in judged.items()}
 
 
 def won_by_attack(misbehaving: np.ndarray, lying: np.ndarray, picks: np.ndarray, truthful: np.ndarray) -> np.ndarray:

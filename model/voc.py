@@ -21,7 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from model import physics
-from model.trust import SelectionRule, resource_trust, select
+from model.channel import OutageCurve
+from model.config import TrustWeights
+from model.trust import SelectionRule, resource_trust, select, success_probability
 
 THETAS = tuple(round(0.1 * k, 1) for k in range(1, 10))
 Scorer = Callable[[np.ndarray, np.ndarray, int, np.ndarray], np.ndarray]  # (owners, candidates, end, profile) -> T_beh
@@ -33,7 +35,9 @@ ScoredTasks = tuple[np.ndarray, "InRange", dict[str, np.ndarray]]  # a slot: own
 def voc_curves(world, scored: list[ScoredTasks], thetas: tuple[float, ...] = THETAS, seed: int = 0,
                rule: SelectionRule = "paper") -> dict[str, list[float]]:
     """Mean achieved VoC per theta for each scorer of ``scored`` (:func:`scored_tasks`), plus ``oracle`` and
-    ``random``, over the test tasks, each choosing by the selection ``rule`` (:func:`model.trust.select`).
+    ``random``, over the test tasks, each choosing by the selection ``rule`` (:func:`model.trust.select`; for
+    ``"success"`` each method's P(success) from its T_beh and the pairs' fitted P(tr), :attr:`InRange.p_tr`, the
+    oracle's the hidden one).
 
     ``world`` is the simulator's :class:`simulator.world.World`.
     """
@@ -48,8 +52,9 @@ def voc_curves(world, scored: list[ScoredTasks], thetas: tuple[float, ...] = THE
         achieved = pool.dense(pool.value * success, 0.0)
         for name, t_beh in {**beliefs, "oracle": expected.reliability(config.weights)}.items():
             trust, voc = pool.dense(t_beh * pool.t_res, 0.0), pool.dense(pool.value_for(name), -np.inf)
+            success = pool.dense(pool.success(name, t_beh, config.weights), 0.0) if rule == "success" else None
             for k, theta in enumerate(thetas):
-                choice = select(trust, voc, pool.valid, theta, rule)
+                choice = select(trust, voc, pool.valid, theta, rule, success)
                 picked = np.where(choice >= 0, achieved[np.arange(len(owners)), np.maximum(choice, 0)], 0.0)
                 totals[name][k] += picked.sum()
         random_choice = uniform_choice(rng, pool.valid)
@@ -78,11 +83,14 @@ def candidate_rmse(world, scored: list[ScoredTasks]) -> dict[str, float]:
 
 
 def scored_tasks(world, events: pa.Table, first_slot: int, test_slots: list[int], scorers: dict[str, Scorer],
-                 readers: dict[str, CpuReader] | None = None) -> Iterator[ScoredTasks]:
+                 readers: dict[str, CpuReader] | None = None, channel: OutageCurve | None = None
+                 ) -> Iterator[ScoredTasks]:
     """Per test slot with tasks: (the tasks' owners (tasks,) as world rows, their candidates, each scorer's T_beh (P,)
     of the candidates from the slots before), each scorer called once per slot. Device rows of the scorers' history
     are the world's device indices; ``test_slots`` are relative to ``first_slot``. ``readers``: the methods that read
-    each candidate's CPU their own way (their VoC at it, :attr:`InRange.read`; the others believe the statuses)."""
+    each candidate's CPU their own way (their VoC at it, :attr:`InRange.read`; the others believe the statuses).
+    ``channel``: the P(tr) curve fitted to the training period, which every method's P(success) reads
+    (:attr:`InRange.p_tr`; None: no selection by P(success))."""
     config = world.config
     owner_of_event = pc.index_in(events["owner"], value_set=world.ids).to_numpy()  # world rows, once
     slot_of_event = events["slot"].to_numpy()
@@ -98,8 +106,9 @@ def scored_tasks(world, events: pa.Table, first_slot: int, test_slots: list[int]
         profile = np.stack([sizes, np.full(len(pool.rows), config.density_cycles_per_bit)], axis=1)
         read = {name: pool.value_at(world, owners, reader(owners[pool.rows], pool.cols, t - 1, profile))
                 for name, reader in (readers or {}).items()}
-        yield owners, replace(pool, read=read), {name: scorer(owners[pool.rows], pool.cols, t - 1, profile)
-                                                 for name, scorer in scorers.items()}
+        p_tr = None if channel is None else channel.p_tr(world.distance(owners[pool.rows], pool.cols))
+        yield owners, replace(pool, read=read, p_tr=p_tr), {name: scorer(owners[pool.rows], pool.cols, t - 1, profile)
+                                                            for name, scorer in scorers.items()}
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,16 @@ class InRange:
     claims: np.ndarray | None = None  # (P,) the VoC a scheduler expects from the candidate's statuses (None: value)
     read: dict[str, np.ndarray] = field(default_factory=dict)  # per method that reads CPUs its own way, (P,) the VoC
     #                                                            at the CPU it reads each candidate at
+    p_tr: np.ndarray | None = None  # (P,) each pair's P(tr) by the channel curve fitted to the training period
+
+    def success(self, method: str, t_beh: np.ndarray, weights: TrustWeights) -> np.ndarray:
+        """(P,) P(success) * T_res of each pair as ``method`` believes it (:func:`model.trust.success_probability`
+        from its T_beh and :attr:`p_tr`); the oracle's from the hidden probabilities."""
+        if method == "oracle":
+            return self.expected.p_tr * self.expected.p_com_given_tr * self.t_res
+        if self.p_tr is None:
+            raise ValueError("InRange.success: no p_tr (scored_tasks was given no channel curve)")
+        return success_probability(t_beh, self.p_tr, weights) * self.t_res
 
     @property
     def claimed_value(self) -> np.ndarray:

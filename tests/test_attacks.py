@@ -458,6 +458,13 @@ def test_attack_measures_by_hand() -> None:
     assert out["oracle"]["attack_slots_to_detect"] == 0.0 and out["oracle"]["honest_trust_shift"] == 0.0
     assert 0.0 <= out["random"]["attack_tasks_won"] <= 0.5 and out["random"]["tasks_assigned"] == 1.0
     assert math.isnan(out["m"]["whitewash_share_before"]) and "newcomer_tasks_won" not in out["m"]
+    assert "attack_tasks_won_success" not in out["m"]  # the pool carries no P(tr)
+    # by P(success) x VoC where the pool carries P(tr) (here 1): m2 rates the attacker nearly as high, so its T x VoC
+    # wins task 0 (0.76 x 2 > 0.95 x 1) and its P(success) x VoC does not ((0.76 - 0.6) / 0.4 x 2 = 0.8 < 0.875)
+    out = attack_measures(world, events, [(np.array([0, 1]), replace(pool, p_tr=np.ones(4)),
+                                           {"m2": np.array([0.95, 0.76, 0.9, 0.4])})])
+    assert out["m2"]["attack_tasks_won_expected"] == 0.5 and out["m2"]["attack_tasks_won_success"] == 0.0
+    assert out["m2"]["tasks_assigned_success"] == 1.0 and out["oracle"]["attack_tasks_won_success"] == 0.0
     # device 2 an honest newcomer (joined at slot 1, 4 slots before): m handed it task 1 (the oracle task 0) and
     # over-trusts it by 0.9 - truth
     world.joined[2], world.late_joiners[2] = 1, True

@@ -169,6 +169,9 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     assert curves["oracle"][-1] <= curves["oracle"][0] + 0.05  # a strict threshold leaves tasks unserved
     assert "Achieved VoC" in (tmp_path / "report.md").read_text() and "expected-value rule" in (tmp_path / "report.md").read_text()
     assert len(report["oracle"]["voc_expected"]["mean"]) == 9
+    # by P(success) x VoC the oracle reads the hidden P(success) itself, the expected value it maximizes
+    assert "success rule" in (tmp_path / "report.md").read_text()
+    assert max(report["oracle"]["voc_success"]["mean"]) >= max(report["oracle"]["voc_expected"]["mean"]) - 0.02
     assert len(report["bm_online"]["voc"]["mean"]) == 9  # bm_online selects too, with the shift it publishes
     for method in ("bm", "bm_paper_max", "qs_trust"):  # the reliability diagram covers every prediction
         assert sum(report[method]["calibration_share"]["mean"]) == pytest.approx(1.0)
@@ -230,10 +233,33 @@ def test_selection_rule_by_hand() -> None:
     assert select(trust, voc, valid, 0.85, "expected").tolist() == [0, -1]
     with pytest.raises(ValueError, match="selection rule"):
         select(trust, voc, valid, 0.1, "greedy")
+    # the success rule: P(success) x T_res x VoC is 0.45, 0.09, 0.35 in row 0 and 0.72, 0.09 in row 1
+    success = np.array([[0.9, 0.1, 0.5], [0.8, 0.1, 0.9]])
+    assert select(trust, voc, valid, 0.1, "success", success).tolist() == [0, 0]
+    assert select(trust, voc, valid, 0.85, "success", success).tolist() == [0, -1]  # eligible by T, as the others
+    with pytest.raises(ValueError, match="success= is given with rule 'success' and only then"):
+        select(trust, voc, valid, 0.1, "success")
+    with pytest.raises(ValueError, match="success= is given with rule 'success' and only then"):
+        select(trust, voc, valid, 0.1, "expected", success)
     voc[1, 1] = np.nan  # an unknown VoC: never the best, refused where it could be chosen, ignored where it cannot
     assert select(trust, voc, valid, 0.5).tolist() == [2, -1]
     with pytest.raises(ValueError, match="voc=nan at task 1, candidate 1"):
         select(trust, voc, valid, 0.1, "expected")
+
+
+def test_success_probability_by_hand() -> None:
+    from model.config import TrustWeights
+    from model.trust import collaboration_weight, success_probability
+
+    weights = TrustWeights()  # a1 = 0.6, a2 = 0.4
+    # P(tr) 0.9, P(com | tr) 0.5: T_col's expectation 0.9 * (0.6 + 0.4 * 0.5) = 0.72, P(success) 0.45
+    assert success_probability(np.array([0.72]), np.array([0.9]), weights) == pytest.approx([0.45])
+    # the inverse of T_col's expectation wherever it is one: P(com) = P(tr) * P(com | tr)
+    p_tr, p_com_given_tr = np.array([0.3, 0.7, 1.0]), np.array([0.0, 0.6, 1.0])
+    expected = collaboration_weight(p_tr, p_tr * p_com_given_tr, weights)
+    assert success_probability(expected, p_tr, weights) == pytest.approx(p_tr * p_com_given_tr)
+    # clipped: below a1 * P(tr) (0.5 < 0.54) no success; above P(tr) (0.95 > 0.9) at most P(tr)
+    assert success_probability(np.array([0.5, 0.95]), np.array([0.9, 0.9]), weights) == pytest.approx([0.0, 0.9])
 
 
 def test_the_cli_offers_every_method_the_evaluation_knows() -> None:
