@@ -12,7 +12,9 @@ collaborator for owner X with this task and threshold theta" from the latest slo
   candidates for it, and its task's size to read each T for that size (:func:`trust_for_size`: where the
   model's trust depends on the size, the records say how). ``age_s`` is how long ago the scored slot ended.
   Such a scheduler computes its task's VoC at each collaborator's CPU as the job read it (:meth:`TrustClient.cpu_hz`:
-  a device's statuses may claim a faster CPU than the times its tasks took show).
+  a device's statuses may claim a faster CPU than the times its tasks took show). One that maximizes the value it
+  expects rates each candidate by its chance of success times that VoC (:meth:`TrustClient.success`; the rankings
+  list that choice for every theta at or above theirs).
 * **Restarts**: :meth:`TrustClient.checkpoint` writes the state and its topic positions to a snapshot
   file (atomically), then commits those positions to the consumer group. A restarted client loads the
   snapshot and resumes from its positions, which are the group's committed offsets unless it died
@@ -342,6 +344,19 @@ class TrustClient:
                                                            ranking.size_split_bits, candidate.size_step,
                                                            candidate.size_slope)
         return trust
+
+    def success(self, owner: str) -> dict[str, float]:
+        """Each candidate's chance of success (``p_success``: P(success) x T_res) in ``owner``'s newest view, for the
+        owner's latest task, where its records say (version 5 on): a scheduler that maximizes the value it expects
+        rates each candidate with T >= theta by this times its task's VoC (``value`` of :meth:`best`)."""
+        view = self.views.get(owner)
+        if view is None:
+            return {}
+        out = {c: s.p_success for c, s in view.scores.items() if s.p_success is not None}
+        for candidate in view.ranking.candidates if view.ranking else ():
+            if candidate.p_success is not None:
+                out[candidate.collaborator] = candidate.p_success
+        return out
 
     def cpu_hz(self, owner: str | None = None) -> dict[str, float]:
         """Each candidate's CPU frequency (Hz) as the job read it in ``owner``'s newest view, where its records say

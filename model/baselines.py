@@ -218,8 +218,7 @@ class ChannelBeta:
         """(the on-time factor of each pair's task, P_tr(d_ij)) from the statuses' physics."""
         ratio, distance = self._physics(src, dst, self.read - 1, profile)
         factor = self.on_time(ratio) if self.on_time is not None else 1.0
-        p_tr = np.where(np.isfinite(distance), self.outage.p_tr(np.nan_to_num(distance, nan=1.0)), self.tr_rate)
-        return factor, p_tr
+        return factor, self.outage.read(distance, self.tr_rate)
 
     def _trust(self, rate: np.ndarray, terms: tuple[np.ndarray | float, np.ndarray]) -> np.ndarray:
         """P_tr(d_ij) * (a1 + a2 * rate * the on-time factor), ``terms`` from :meth:`_pair_terms`."""

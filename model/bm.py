@@ -124,6 +124,12 @@ class BM(nn.Module):
         step = self.head.size_step(sides, raw) if self.size_corrected else torch.zeros_like(t_beh)
         return torch.stack([t_beh, step], dim=-1)
 
+    def transmission(self) -> tuple[OutageCurve, float] | None:
+        """The P(tr) curve and rate where the distance is unknown that the head's rule experts read (the fixed ones
+        fitted on the training period; :meth:`model.experts.RuleExperts.transmission`); None for the paper's head and
+        on graded logs."""
+        return self.head.experts.transmission() if isinstance(self.head, ContextHead) else None
+
     @property
     def size_corrected(self) -> bool:
         """Whether T_beh depends on the task's size: training adopted the head's size correction

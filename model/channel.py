@@ -43,6 +43,11 @@ class OutageCurve:
         d = np.maximum(np.asarray(distance_m, np.float64), 1.0) / REFERENCE_M
         return np.exp(-np.exp(self.log_c) * d ** self.alpha)
 
+    def read(self, distance_m: np.ndarray, unknown_rate: float) -> np.ndarray:
+        """(P,) P_tr at each distance, ``unknown_rate`` (a log's share of transmissions) where it is unknown (NaN)."""
+        distance_m = np.asarray(distance_m, np.float64)
+        return np.where(np.isfinite(distance_m), self.p_tr(np.nan_to_num(distance_m, nan=1.0)), unknown_rate)
+
     @classmethod
     def fit(cls, distance_m: np.ndarray, trials: np.ndarray, successes: np.ndarray,
             prior: "OutageCurve | None" = None) -> "OutageCurve":

@@ -100,6 +100,14 @@ class RuleExperts(nn.Module):
     def count(self) -> int:
         return 2 * self.lams
 
+    def transmission(self) -> tuple[OutageCurve, float] | None:
+        """The fitted P_tr(d) curve and P(tr) where the distance is unknown, as the rules read them; None on graded
+        logs (no transmission flags)."""
+        if not self.flags:
+            return None
+        log_c, alpha, tr_rate = self.outage.tolist()
+        return OutageCurve(log_c, alpha), tr_rate
+
     def rates(self, stats: torch.Tensor) -> torch.Tensor:
         """(P, STATS, L) raw sums -> (P, 2L) the collaborator's empirical-Bayes rates, then the population's."""
         hits, trials = stats[:, COLLABORATOR_RATE[self.flags][0]], stats[:, COLLABORATOR_RATE[self.flags][1]]

@@ -2,8 +2,9 @@
 
 * :class:`PairScores`: one piece of a slot scored (:func:`model.scoring.score_pairs`) and not yet published: every
   recent owner's candidates with their raw T_beh, T_res and VoC. :meth:`PairScores.publish` moves T_beh by the online
-  recalibration's shift (:class:`model.publisher.SlotPublisher` gives it), forms T = T_beh * T_res and ranks each
-  owner's candidates (:func:`ranked_rows`: T >= theta, then the highest VoC for the owner's task).
+  recalibration's shift (:class:`model.publisher.SlotPublisher` gives it), forms T = T_beh * T_res and the chance of
+  success P(success) * T_res (:func:`model.trust.success_probability`) and ranks each owner's candidates
+  (:func:`ranked_rows`: T >= theta, then the highest VoC for the owner's task).
 * :class:`SlotScores`: the trust scores and rankings of a slot or a piece of it, as :mod:`schemas` records.
 
 Glossary: T_beh/T_res/T the paper's trusts, theta the task's trust threshold, V (``voc``) the value of task
@@ -17,9 +18,10 @@ from typing import Callable
 
 import numpy as np
 
-from model.config import RankingConfig, SlotClock
+from model.config import RankingConfig, SlotClock, TrustWeights
 from model.evidence import find
 from model.graphs import pair_keys
+from model.trust import success_probability
 from schemas import CollaboratorRanking, Columns, Nested, RankedCandidate, TrustScore
 
 
@@ -69,6 +71,9 @@ class PairScores:
     size_split_bits: float | None = None  # the size that parts the classes (model.evidence.size_x)
     cpu_hz: np.ndarray | None = None  # (n,) per frame row the CPU the physics read it at (its claim, or as far as its
     #                                   tasks' times bear that out: model.evidence.verified_cpu; None: not published)
+    p_tr: np.ndarray | None = None  # (P,) each pair's P(tr) by the model's channel curve (None: the model has none,
+    #                                 and no P(success) is published)
+    weights: TrustWeights = TrustWeights()  # a1, a2: how T_beh weighs transmission and computation
 
     def forecasts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """((P,) pair keys, (P,) raw T_beh, (P,) how far the owner's report of the pair's outcome is believed)."""
@@ -87,6 +92,7 @@ class PairScores:
         slot, ids, src, dst, thresholds = self.slot, self.ids, self.src, self.dst, self.thresholds
         t_beh = np.clip(self.t_beh + shift, 0.0, 1.0) if shift else self.t_beh
         trust = np.clip(t_beh * self.t_res, 0.0, 1.0)
+        success = None if self.p_tr is None else success_probability(t_beh, self.p_tr, self.weights) * self.t_res
         bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1]]) if len(src) else np.zeros(0, np.int64)
         # each owner's pairs: one run of them (none: nothing in range, an empty ranking, so its scheduler knows)
         starts, by_owner = np.r_[bounds, len(src)], np.argsort(src[bounds])  # run k: pairs starts[k]:starts[k + 1]
@@ -97,11 +103,13 @@ class PairScores:
         # owner_lists' padding reads row -1: a last entry no pair has, ordered after every pair and never eligible
         collaborators = np.r_[self.keys[dst], np.iinfo(np.int64).max]
         trust_read, voc_read = np.r_[trust, np.nan], np.r_[self.voc, np.nan]
+        success_read = None if success is None else np.r_[success, np.nan]
         p, _ = owner_lists(begin, end, lambda rows, _: (  # the pairs whose scores are published: the most trusted
             np.lexsort((collaborators[rows], -trust_read[rows]), axis=-1),
             np.arange(rows.shape[1]) < ranking.scores_per_owner))
         c, listed_counts = owner_lists(begin, end, lambda rows, owners: ranked_rows(  # the rankings' pairs
-            trust_read[rows], voc_read[rows], collaborators[rows], thresholds[self.owners[owners]], ranking.top_k))
+            trust_read[rows], voc_read[rows], collaborators[rows], thresholds[self.owners[owners]], ranking.top_k,
+            None if success_read is None else success_read[rows]))
         window = {"slot": slot, "slot_start_ms": int(clock.start_ms(slot)), "slot_end_ms": int(clock.end_ms(slot)),
                   "model_version": model_version, "is_update": revision > 0, "revision": revision}
         sizes = np.full(len(ids), np.nan) if self.task_sizes is None else self.task_sizes
@@ -109,6 +117,8 @@ class PairScores:
         split = {} if self.size_step is None else {"size_split_bits": self.size_split_bits}
         if self.cpu_hz is not None:
             per_pair["cpu_hz"] = nullable(self.cpu_hz[dst])
+        if success is not None:
+            per_pair["p_success"] = success
         scores = Columns.of(TrustScore, len(p), owner=ids[src[p]], collaborator=ids[dst[p]], t_beh=t_beh[p],
                             t_res=self.t_res[p], trust=trust[p], task_size_bits=nullable(sizes[src[p]]),
                             **{name: values[p] for name, values in per_pair.items()}, **split, **window)
@@ -134,13 +144,15 @@ OWNERS_PAD_TO = 16  # owner_lists: owners whose pair counts round up alike are l
 OWNERS_PER_CALL = 512  # this many at a time (a call's arrays stay in cache)
 
 
-def ranked_rows(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, thresholds: np.ndarray, top_k: int
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """What m owners' rankings list of their n candidates each ((m, n) T, VoC and keys; (m,) thresholds): (the (m, n)
-    positions in the paper's selection order (VoC, then T, then key; the eligible, T >= theta, first), (m, n) which
-    of those to publish). Published: the ``top_k`` first eligible, and every eligible candidate on the (T, VoC)
-    Pareto frontier. For any threshold theta' at or above the ranking's, the rule's choice among T >= theta' is then
-    listed: nothing with at least its T has a higher VoC, so it is on the frontier."""
+def ranked_rows(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, thresholds: np.ndarray, top_k: int,
+                success: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """What m owners' rankings list of their n candidates each ((m, n) T, VoC and keys; (m,) thresholds; ``success``
+    (m, n) P(success) * T_res or None): (the (m, n) positions in the paper's selection order (VoC, then T, then key;
+    the eligible, T >= theta, first), (m, n) which of those to publish). Published: the ``top_k`` first eligible, and
+    every eligible candidate on the (T, VoC) Pareto frontier, and on the (T, ``success`` * VoC) one. For any threshold
+    theta' at or above the ranking's, the paper's rule's choice among T >= theta' is then listed (nothing with at
+    least its T has a higher VoC, so it is on the frontier), and so are the expected-value rule's (T * VoC: on the
+    first frontier too) and the success rule's (the highest ``success`` * VoC: on the second)."""
     position = np.arange(trust.shape[1])
     ineligible = ~(trust >= thresholds[:, None])  # NaN trust too
     eligible = (~ineligible).sum(axis=1)[:, None]
@@ -150,12 +162,20 @@ def ranked_rows(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, thresholds
     less_valuable = np.where(ineligible, np.inf, np.where(np.isnan(voc), np.finfo(np.float64).max, -voc))
     order = np.lexsort((keys, less_trusted, less_valuable), axis=-1)  # the selection order (a stable sort per key)
     by_trust = np.lexsort((keys, less_valuable, less_trusted), axis=-1)
-    voc_sorted = np.take_along_axis(voc, by_trust, axis=1)
-    on_frontier = np.ones(trust.shape, bool)  # the most trusted, and each with a VoC above the best of the more trusted
-    np.greater(voc_sorted[:, 1:], np.maximum.accumulate(voc_sorted, axis=1)[:, :-1], out=on_frontier[:, 1:])
+    on_frontier = _frontier(np.take_along_axis(voc, by_trust, axis=1))
+    if success is not None:
+        on_frontier |= _frontier(np.take_along_axis(success * np.maximum(voc, 0.0), by_trust, axis=1))
     frontier = np.zeros(trust.shape, bool)
     np.put_along_axis(frontier, by_trust, on_frontier & (position < eligible), axis=1)
     return order, (np.take_along_axis(frontier, order, axis=1) | (position < top_k)) & (position < eligible)
+
+
+def _frontier(values: np.ndarray) -> np.ndarray:
+    """(m, n) values of candidates in order of T, most trusted first -> (m, n) whether each is on the Pareto frontier:
+    the most trusted, and each with a value above the best of the more trusted (none past a NaN)."""
+    out = np.ones(values.shape, bool)
+    np.greater(values[:, 1:], np.maximum.accumulate(values, axis=1)[:, :-1], out=out[:, 1:])
+    return out
 
 
 def owner_lists(begin: np.ndarray, end: np.ndarray, choose: Callable[[np.ndarray, np.ndarray],

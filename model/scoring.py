@@ -593,6 +593,7 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
         thresholds = np.minimum(thresholds, ranking.threshold_floor)
     t_beh, t_res, voc, believed = np.zeros(len(src)), np.zeros(len(src)), np.zeros(len(src)), np.ones(len(src))
     step = np.zeros(len(src))  # T_beh's change for a task of the other size class
+    p_tr = None if stages.transmission is None else np.zeros(len(src))  # each pair's P(tr) by the model's curve
     status = frame.status
     if len(src):
         pair_table, pair_at = _pair_rows(frame, pair_keys(frame.keys[src], frame.keys[dst]))
@@ -623,9 +624,11 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
         t_beh, step = stages.t_beh_pairs(frame.y, features, blocks, src, dst, pair_at)
         t_res = resource_trust(status[:, WILLINGNESS], status[:, COMM_OK], status[:, COMP_OK])[dst]  # per device
         voc = physics.value(params)
+        if stages.transmission is not None:
+            p_tr = stages.transmission[0].read(physics.distance_m, stages.transmission[1])
     return PairScores(slot, piece, version, frame.keys, frame.ids, owners, thresholds, src, dst, t_beh, t_res, voc,
                       believed, frame.profile[:, 0], step if stages.size_corrected else None,
-                      evidence.size_split_bits, status[:, CPU])
+                      evidence.size_split_bits, status[:, CPU], p_tr, stages.config.weights)
 
 
 def frame_cycle(frame: DeviceFrame, slot: int) -> np.ndarray:

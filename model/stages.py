@@ -28,6 +28,7 @@ import pyarrow as pa
 import torch
 
 from model.bm import BM, BMConfig
+from model.channel import OutageCurve
 from model.config import DEVICES
 from model.evidence import EvidenceBlocks
 from model.gnn import batched_inputs
@@ -41,6 +42,9 @@ class Stages(Protocol):
     uses_encoder: bool  # whether t_beh reads Y (else slot_embeddings and long_term are never needed)
     size_corrected: bool  # whether t_beh depends on the task's size (the last physics column)
     pairs_per_call: int  # pairs a t_beh call scores at once (bounds its memory)
+    transmission: tuple[OutageCurve, float] | None  # the P(tr) curve and the rate where the distance is unknown that
+    #                                                 the model's rules read (model.bm.BM.transmission), which the
+    #                                                 published P(success) reads; None: the model has none
 
     def feature_rows(self, ids: pa.Array) -> np.ndarray:
         """(n,) int64 node2vec rows of device ids; the cold row (the table's length) for devices the model
@@ -219,6 +223,7 @@ class TorchStages:
         self.config = model.config
         self.uses_encoder = model.uses_encoder
         self.size_corrected = model.size_corrected
+        self.transmission = model.transmission()
         self.idle = model.slot_encoder.idle.detach().cpu().numpy()
         with torch.no_grad():  # the node2vec rows as inference reads them, then the cold row
             self.table = torch.cat([model.device_features(), model.cold[None]])

@@ -52,6 +52,15 @@ def _cpu() -> Any:
                   nullable=True)
 
 
+def _p_success() -> Any:
+    """The chance a task succeeds at the collaborator, as the success rule weighs its VoC
+    (:func:`model.trust.success_probability`)."""
+    return number("P(success) x T_res: the chance the owner's task succeeds at the collaborator (transmission and "
+                  "computation, P(tr) * P(com | tr), read from T_beh and the model's P(tr) curve at the pair's "
+                  "distance) times T_res; a scheduler maximizing the value it expects picks the highest p_success "
+                  "x VoC among T >= theta (null: the model has no P(tr) curve)", ge=0, le=1, nullable=True)
+
+
 def foreign_reporter(reporter: Any, owner: Any) -> Any:
     """True where a reporter names neither the task's owner nor a monitor (null: the neutral monitor of a log that
     does not say), for one record or for object columns of a batch."""
@@ -140,10 +149,10 @@ class TrustScore(Record):
     ``task_size_bits``; a scheduler's task of another size s has T + ``size_step`` where s and ``task_size_bits``
     lie on different sides of ``size_split_bits``, else T (clipped to [0, 1]). Version 2 added the task's size and
     ``size_slope`` (then T + ``size_slope`` * log2(s / task_size_bits)); version 3 the split and the step; version 4
-    the collaborator's CPU as the job reads it (``cpu_hz``)."""
+    the collaborator's CPU as the job reads it (``cpu_hz``); version 5 the chance of success (``p_success``)."""
 
     NAME = "trust_score"
-    SCHEMA_VERSION = 4
+    SCHEMA_VERSION = 5
 
     owner: str = ident("device that would offload (i)")
     collaborator: str = ident("candidate collaborator (j)")
@@ -162,6 +171,7 @@ class TrustScore(Record):
     size_split_bits: float = _size_split()
     size_step: float = _size_step()
     cpu_hz: float = _cpu()
+    p_success: float = _p_success()
 
     RULES = (
         Rule("collaborator", "must differ from owner", lambda r: r.owner == r.collaborator),
@@ -181,6 +191,7 @@ class RankedCandidate(Record):
     size_slope: float = _size_slope()
     size_step: float = _size_step()
     cpu_hz: float = _cpu()
+    p_success: float = _p_success()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,10 +199,11 @@ class CollaboratorRanking(Record):
     """An owner's top candidates after a slot: those with T >= threshold, best VoC first, for a task of
     ``task_size_bits`` (see :class:`TrustScore` for another size). Version 2 added it and the candidates'
     ``size_slope``; version 3 ``size_split_bits`` and the candidates' ``size_step``; version 4 the candidates'
-    ``cpu_hz``."""
+    ``cpu_hz``; version 5 their ``p_success``. Listed: the top candidates by VoC, then every other candidate the
+    paper's, the expected-value or the success rule would choose at some theta' >= ``threshold``."""
 
     NAME = "collaborator_ranking"
-    SCHEMA_VERSION = 4
+    SCHEMA_VERSION = 5
 
     owner: str = ident("device that would offload (i)")
     slot: int = integer("slot index k", ge=0)

@@ -21,21 +21,22 @@ SLOT_MS = 60_000
 def slot_records(owner: str, slot: int, candidates: dict[str, tuple[float, float]], threshold: float = 0.4,
                  is_update: bool = False, revision: int | None = None, model: str = "bm-test",
                  task_size_bits: float | None = None, split_bits: float | None = None,
-                 steps: dict[str, float] | None = None, cpu: dict[str, float] | None = None
-                 ) -> list[tuple[str, object]]:
+                 steps: dict[str, float] | None = None, cpu: dict[str, float] | None = None,
+                 success: dict[str, float] | None = None) -> list[tuple[str, object]]:
     """A ranking (candidates with T >= threshold, best VoC first) and a trust score per candidate; ``steps``: each
     candidate's change of T for a task on the other side of ``split_bits`` than ``task_size_bits`` (what the trust
-    is for); ``cpu``: the CPU the job read each candidate at."""
+    is for); ``cpu``: the CPU the job read each candidate at; ``success``: each candidate's chance of success."""
     common = dict(owner=owner, slot=slot, slot_start_ms=slot * SLOT_MS, slot_end_ms=(slot + 1) * SLOT_MS,
                   model_version=model, is_update=is_update, revision=revision, task_size_bits=task_size_bits,
                   size_split_bits=split_bits)
-    steps, cpu = steps or {}, cpu or {}
+    steps, cpu, success = steps or {}, cpu or {}, success or {}
     ranked = sorted(((c, t, v) for c, (t, v) in candidates.items() if t >= threshold), key=lambda x: -x[2])
     ranking = CollaboratorRanking(threshold=threshold, candidates=tuple(
-        RankedCandidate(collaborator=c, trust=t, voc=v, size_step=steps.get(c), cpu_hz=cpu.get(c))
+        RankedCandidate(collaborator=c, trust=t, voc=v, size_step=steps.get(c), cpu_hz=cpu.get(c),
+                        p_success=success.get(c))
         for c, t, v in ranked), **common)
     scores = [TrustScore(collaborator=c, t_beh=t, t_res=1.0, trust=t, size_step=steps.get(c), cpu_hz=cpu.get(c),
-                         **common) for c, (t, _) in candidates.items()]
+                         p_success=success.get(c), **common) for c, (t, _) in candidates.items()]
     return [("rankings", ranking)] + [("scores", s) for s in scores]
 
 
@@ -147,6 +148,25 @@ def test_a_scheduler_reads_the_cpus_the_job_read(broker) -> None:
     client.catch_up()
     assert client.cpu_hz("a") == {"b": 2.1e9, "d": 6e9} and client.cpu_hz("z") == {"b": 1.9e9}
     assert client.cpu_hz() == {"b": 1.9e9, "d": 6e9} and client.cpu_hz("nobody") == {}
+    client.close()
+
+
+def test_a_scheduler_that_maximizes_the_value_it_expects_reads_each_chance_of_success(broker) -> None:
+    """b and c both reach theta 0.5; by VoC b wins (0.8 > 0.7), by T x VoC too (0.72 > 0.42), by the chance of success
+    x VoC c does (0.55 x 0.7 = 0.385 > 0.3 x 0.8 = 0.24): b's trust rests on transmissions whose computations fail.
+    d, below theta, and e, whose records say no chance, are never rated by it."""
+    topics = fresh_topics(broker)
+    send(broker, topics, slot_records("a", 3, {"b": (0.9, 0.8), "c": (0.6, 0.7), "d": (0.3, 0.9), "e": (0.55, 0.1)},
+                                      threshold=0.5, success={"b": 0.3, "c": 0.55, "d": 0.2}))
+    client = TrustClient(broker.settings, topics, group=f"g-{uuid.uuid4().hex[:6]}")
+    client.catch_up()
+    assert client.success("a") == {"b": 0.3, "c": 0.55, "d": 0.2} and client.success("nobody") == {}
+    chance = client.success("a")
+    voc = {"b": 0.8, "c": 0.7, "d": 0.9, "e": 0.1}
+    choice = client.best("a", theta=0.5, value=lambda eligible: np.array([chance.get(c, -1.0) * voc[c] if c in chance
+                                                                         else -1.0 for c in eligible]))
+    assert (choice.collaborator, choice.eligible) == ("c", 3) and choice.voc == pytest.approx(0.385)
+    assert client.best("a", theta=0.5).collaborator == "b"
     client.close()
 
 

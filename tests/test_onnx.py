@@ -42,6 +42,8 @@ def test_export_passes_the_checker_and_carries_its_metadata(exported) -> None:
     manifest = json.loads((onnx_dir / "manifest.json").read_text())
     source = json.loads((checkpoint / "config.json").read_text())
     assert manifest["format"] == FORMAT and manifest["source_content_hash"] == source["content_hash"]
+    curve, tr_rate = load(checkpoint)[0].transmission()  # what the published P(success) reads, as training fitted it
+    assert manifest["transmission"] == pytest.approx([curve.log_c, curve.alpha, tr_rate])
     for name in ("gnn.onnx", "sequence.onnx", "head.onnx", "pairs.onnx"):
         graph = onnx.load(str(onnx_dir / name))
         onnx.checker.check_model(graph, full_check=True)
@@ -151,6 +153,7 @@ def scores_alike(both: tuple[TorchStages, OnnxStages], sim: SimConfig) -> None:
         assert [(s.owner, s.collaborator) for s in a.scores] == [(s.owner, s.collaborator) for s in b.scores]
         np.testing.assert_allclose([s.t_beh for s in b.scores], [s.t_beh for s in a.scores], atol=1e-5)
         np.testing.assert_allclose([s.trust for s in b.scores], [s.trust for s in a.scores], atol=1e-5)
+        np.testing.assert_allclose([s.p_success for s in b.scores], [s.p_success for s in a.scores], atol=1e-4)
         assert [[c.collaborator for c in r.candidates] for r in a.rankings] == \
             [[c.collaborator for c in r.candidates] for r in b.rankings]
     assert sum(len(r.scores) for r in runs[0]) > 100

@@ -399,13 +399,19 @@ def test_rankings_follow_the_rule_and_bounds(log) -> None:
         for r in result.rankings:
             assert all(c.trust >= r.threshold for c in r.candidates)  # the records also validate this
             assert [c.voc for c in r.candidates] == sorted((c.voc for c in r.candidates), reverse=True)
-            extra = [c.trust for c in r.candidates[3:]]  # past the top 3 by VoC: frontier members only
-            assert extra == sorted(set(extra)) and all(t > max(c.trust for c in r.candidates[:3]) for t in extra)
+            for c in r.candidates[3:]:  # past the top 3 by VoC: members of the (T, VoC) or (T, p_success x VoC)
+                more = [d for d in r.candidates if d.trust > c.trust]  # frontier only: above the more trusted
+                assert c.voc >= max((d.voc for d in more), default=0) or \
+                    c.p_success * c.voc >= max((d.p_success * d.voc for d in more), default=0)
+            assert all(0 <= c.p_success <= c.trust for c in r.candidates)  # P(success) <= T_beh: a1 < 1
+        assert all(0 <= s.p_success <= s.trust for s in result.scores)
 
 
-def ranked_one(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, threshold: float, top_k: int) -> np.ndarray:
+def ranked_one(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, threshold: float, top_k: int,
+               success: np.ndarray | None = None) -> np.ndarray:
     """The positions one owner's ranking lists, in their order (:func:`ranked_rows` for one row)."""
-    order, keep = ranked_rows(trust[None], voc[None], keys[None], np.array([threshold]), top_k)
+    order, keep = ranked_rows(trust[None], voc[None], keys[None], np.array([threshold]), top_k,
+                              None if success is None else success[None])
     return order[0][keep[0]]
 
 
@@ -423,6 +429,17 @@ def test_a_ranking_holds_the_rules_choice_for_every_threshold_above_its_own(seed
         eligible = [p for p in order if trust[p] >= theta]
         if eligible:  # the rule's choice at theta, and what a scheduler reading the ranking picks
             assert next(p for p in listed if trust[p] >= theta) == eligible[0]
+    # with P(success) x T_res, the success rule's best value at every theta is listed too (the expected-value
+    # rule's, T x VoC, is on the (T, VoC) frontier already)
+    success = trust * rng.choice(np.linspace(0.3, 1, 8), n)
+    listed = ranked_one(trust, voc, keys, 0.0, top_k=3, success=success)
+    np.testing.assert_array_equal(listed[:3], order[:3])
+    for theta in np.linspace(0, 1, 41):
+        eligible = trust >= theta
+        if eligible.any():
+            shown = np.isin(np.arange(n), listed) & eligible
+            for value in (success * voc, trust * voc, voc):
+                assert value[shown].max() == value[eligible].max()
 
 
 def one_owner_at_a_time(trust: np.ndarray, voc: np.ndarray, keys: np.ndarray, threshold: float,

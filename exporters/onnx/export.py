@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +54,9 @@ from model.head import PairSides
 from model.stages import SIDES
 
 # 3: sequence.onnx reads each slot's telemetry; 4: uses_encoder; 5: pairs.onnx; 6: the load's drift; 7: its memory;
-# 8: pairs.onnx gives T_beh's size slope beside it, and size_corrected; 9: its size step (a task of the other class)
-FORMAT = "trustbeam-onnx/9"
+# 8: pairs.onnx gives T_beh's size slope beside it, and size_corrected; 9: its size step (a task of the other class);
+# 10: the rules' P(tr) curve (transmission), which the published P(success) reads
+FORMAT = "trustbeam-onnx/10"
 OPSET = 18
 STAGE_FILES = ("gnn.onnx", "sequence.onnx", "head.onnx", "pairs.onnx")
 HEAD_FILES = ("head.onnx", "pairs.onnx")  # what a model that reads no Y needs
@@ -193,8 +195,10 @@ def export_onnx(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str] 
             if error > tolerance:
                 raise ValueError(f"{name}: onnxruntime differs from PyTorch by {error:.3g} (> {tolerance})")
             files[name] = file_sha256(path)
+        transmission = model.transmission()
         manifest = {**meta, "files": files, "config": config_to_dict(config), "ids": list(index.ids),
-                    "idle": model.slot_encoder.idle.detach().tolist()}
+                    "idle": model.slot_encoder.idle.detach().tolist(),
+                    "transmission": None if transmission is None else [*astuple(transmission[0]), transmission[1]]}
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return manifest
 

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from model.bm import BMConfig
+from model.channel import OutageCurve
 from model.checkpoint import CheckpointError, config_from_dict, file_sha256, read_manifest
 from model.gnn import batched_inputs
 from model.graphs import DeviceIndex, SlotGraph
@@ -85,6 +86,8 @@ class OnnxStages:
         self.manifest = manifest
         self.index = DeviceIndex(tuple(manifest["ids"]))
         self.idle = np.asarray(manifest["idle"], dtype=np.float32)
+        curve = manifest["transmission"]
+        self.transmission = None if curve is None else (OutageCurve(curve[0], curve[1]), curve[2])
         self.providers = providers(device)
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only: the GPU packages warn on every CPU fallback
