@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from model.config import RankingConfig
-from schemas import CollaborationEvent, from_json
+from schemas import CollaborationEvent, TrustScore, from_json
 from simulator.config import Attack, AttackKind
 from simulator.engine import MemorySink, Simulator
 from tests.pipeline_fixtures import SIM, job, write_checkpoint
@@ -94,11 +94,15 @@ def test_the_loop_schedules_from_the_live_topics_and_its_outcomes_flow_back(brok
     assert report.achieved["trustbeam"] == pytest.approx(ran)  # the arm's VoC is what the published tasks achieved
     summary = report.summary()
     arms = {"trustbeam", "qs_trust", "channel_beta", "oracle"} | ({"channel_beta_sized"} if sim.attack else set())
-    assert set(summary["mean_voc"]) == arms | {f"{a}_ev" for a in arms} | {"random"} == set(report.arms)
+    assert set(summary["mean_voc"]) == (arms | {f"{a}_ev" for a in arms} | {f"{a}_success" for a in arms}
+                                        | {"random"}) == set(report.arms)
     assert all(0 <= summary["mean_voc"][arm] <= 1 for arm in report.arms)
     assert summary["mean_voc"]["oracle"] > summary["mean_voc"]["random"]  # the same tasks and draws for every arm
     assert set(summary["expected_voc"]) == set(report.arms) and all(0 < v <= 1 for v in summary["expected_voc"].values())
     assert summary["expected_voc"]["oracle_ev"] > summary["expected_voc"]["random"]
+    assert summary["expected_voc"]["oracle_success"] > summary["expected_voc"]["random"]
+    scores = [from_json(TrustScore, r.value) for r in read_to_end(broker.settings, topics.scores)]
+    assert scores and all(0 <= s.p_success <= s.trust for s in scores)  # what trustbeam_success rates by
     assert all(0 <= share <= 1 for share in summary["fallback_share"].values())
     sizes = {e.task_size_bits for e in events if e.event_time_ms >= loop_start}
     if sim.attack is None:

@@ -51,7 +51,8 @@ from model.history import History
 from model.manipulation import won_by_attack
 from model.context import pair_physics
 from model.status import COMM_OK, COMP_OK, CPU, STATUS_COLUMNS, WILLINGNESS, status_values
-from model.trust import resource_trust, select
+from model.targets import fit_outage
+from model.trust import resource_trust, select, success_probability
 from model.voc import in_range
 from simulator.config import SimConfig
 from simulator.engine import Simulator, Summary
@@ -59,7 +60,7 @@ from simulator.publish import KafkaPublisher
 from exporters.client import TrustClient
 from exporters.kafka_client import KafkaSettings, Topics, ensure_topics
 
-LIVE_ARMS = ("trustbeam", "trustbeam_ev", "random")  # the arms that do not select among T >= theta themselves
+LIVE_ARMS = ("trustbeam", "trustbeam_ev", "trustbeam_success", "random")  # the arms that do not select themselves
 
 
 def rule_arms(sim: SimConfig) -> tuple[str, ...]:
@@ -70,8 +71,11 @@ def rule_arms(sim: SimConfig) -> tuple[str, ...]:
 
 def arms_of(rules: tuple[str, ...]) -> tuple[str, ...]:
     """Every arm: trustbeam, the rules and the oracle by the paper's rule, then by the expected-value rule (``_ev``:
-    the highest T x VoC among T >= theta), then random-in-range."""
-    return ("trustbeam", *rules, "oracle", "trustbeam_ev", *(f"{arm}_ev" for arm in rules), "oracle_ev", "random")
+    the highest T x VoC among T >= theta), then by the success rule (``_success``: the highest P(success) x T_res x
+    VoC among them; trustbeam's from the records' ``p_success``, a rule's from its T_beh and the P(tr) curve fitted
+    to the warm-up, :func:`model.trust.success_probability`; the oracle's the hidden one), then random-in-range."""
+    return ("trustbeam", *rules, "oracle", "trustbeam_ev", *(f"{arm}_ev" for arm in rules), "oracle_ev",
+            "trustbeam_success", *(f"{arm}_success" for arm in rules), "oracle_success", "random")
 
 
 @dataclass
@@ -179,6 +183,7 @@ class RuleArms:
         history = History.from_events(events, config.clock, weights, index=self.index, first_slot=0, status=status)
         train = list(range(1, history.slots))
         self.scorers: dict[str, OnlineScorer] = {name: RULES[name](history, train) for name in names}
+        self.channel = fit_outage(history, train, config.system)  # the P(tr) curve the rules' P(success) read
         for graph in history.graphs:
             for scorer in self.scorers.values():
                 scorer.advance(graph)
@@ -236,31 +241,36 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
     t_res = resource_trust(seen[pool.cols, WILLINGNESS], seen[pool.cols, COMM_OK], seen[pool.cols, COMP_OK])
     beliefs = {name: scorer.score(owners[pool.rows], pool.cols, profile) for name, scorer in rules.scorers.items()}
     beliefs["oracle"] = pool.expected.reliability(rules.weights)
+    distance = pair_physics(seen[owners[pool.rows]], seen[pool.cols], profile, config.system).distance_m
+    p_tr = rules.channel.read(distance, 0.0)  # unknown where a status is: no T_res either, never eligible
+    chances = {name: pool.dense(success_probability(t_beh, p_tr, rules.weights) * t_res, 0.0)
+               for name, t_beh in beliefs.items()}
+    chances["oracle"] = pool.dense(pool.expected.p_tr * pool.expected.p_com_given_tr * t_res, 0.0)
 
     def choose(claimed: np.ndarray, trustbeams: np.ndarray, counted: bool) -> dict[str, np.ndarray]:
         """Every arm's device per task (random-in-range where it had none), given the statuses the rules read and
         those trustbeam reads (ids, 9); ``counted``: the choices made (their ages and fallbacks are reported)."""
         voc, voc_read = task_vocs(claimed), task_vocs(trustbeams)
-        chosen = np.full(len(tasks), -1, dtype=np.int64)
-        chosen_ev = np.full(len(tasks), -1, dtype=np.int64)
+        chosen = {name: np.full(len(tasks), -1, dtype=np.int64)
+                  for name in ("trustbeam", "trustbeam_ev", "trustbeam_success")}
         for k, (owner, theta) in enumerate(zip(world.ids.take(owners).to_pylist(), thetas)):
             size = float(task_bits[k])
             task_voc = task_value(voc_read[k], row_of)
-            choice = client.best(owner, theta=float(theta), value=task_voc, task_size_bits=size)
-            if choice.collaborator is not None:
-                chosen[k] = row_of[choice.collaborator]
-                if counted:
-                    report.ages_s.append(choice.age_s)
-            expected = client.best(owner, theta=float(theta), value=expected_value(client.trust(owner, size), task_voc),
-                                   task_size_bits=size)
-            if expected.collaborator is not None:
-                chosen_ev[k] = row_of[expected.collaborator]
+            values = {"trustbeam": task_voc, "trustbeam_ev": weighted_value(client.trust(owner, size), task_voc),
+                      "trustbeam_success": weighted_value(client.success(owner), task_voc)}
+            for name, value in values.items():
+                choice = client.best(owner, theta=float(theta), value=value, task_size_bits=size)
+                if choice.collaborator is not None:
+                    chosen[name][k] = row_of[choice.collaborator]
+                    if counted and name == "trustbeam":
+                        report.ages_s.append(choice.age_s)
         if counted:
-            report.answered += int((chosen >= 0).sum())
-        picks = {"trustbeam": fallback(chosen, 10), "trustbeam_ev": fallback(chosen_ev, 10)}
+            report.answered += int((chosen["trustbeam"] >= 0).sum())
+        picks = {name: fallback(choice, 10) for name, choice in chosen.items()}
         for arm, t_beh in beliefs.items():
-            for rule, name in (("paper", arm), ("expected", f"{arm}_ev")):
-                choice = select(pool.dense(t_beh * t_res, 0.0), voc, pool.valid, thetas[:, None], rule)
+            for rule, name in (("paper", arm), ("expected", f"{arm}_ev"), ("success", f"{arm}_success")):
+                choice = select(pool.dense(t_beh * t_res, 0.0), voc, pool.valid, thetas[:, None], rule,
+                                chances[arm] if rule == "success" else None)
                 if counted:
                     report.without_candidate[name] += int((choice < 0).sum())
                 picks[name] = fallback(choice, 10)
@@ -325,13 +335,15 @@ def task_value(voc: np.ndarray, row_of: dict[str, int]) -> Callable[[list[str]],
     return value
 
 
-def expected_value(trust: dict[str, float], voc: Callable[[list[str]], np.ndarray]
+def weighted_value(weight: dict[str, float], voc: Callable[[list[str]], np.ndarray]
                    ) -> Callable[[list[str]], np.ndarray]:
-    """The scheduler's value of each eligible candidate under the expected-value rule: its T for the task (``trust``,
-    :meth:`TrustClient.trust`) x the task's VoC there (-1 where that is unknown)."""
+    """The scheduler's value of each eligible candidate: its weight (its T for the task under the expected-value
+    rule, :meth:`TrustClient.trust`; its chance of success under the success rule, :meth:`TrustClient.success`) x
+    the task's VoC there (-1 where either is unknown)."""
     def value(eligible: list[str]) -> np.ndarray:
         rated = voc(eligible)
-        return np.where(rated >= 0, np.array([trust[c] for c in eligible]) * rated, -1.0)
+        weights = np.array([weight.get(c, np.nan) for c in eligible])
+        return np.where((rated >= 0) & ~np.isnan(weights), weights * rated, -1.0)
 
     return value
 
