@@ -46,7 +46,7 @@ from model.plots import plot_curves, plot_reliability
 from model.recalibration import RecalibrationConfig, replayed_shifts
 from model.targets import PairQuery, fit_outage, targets
 from model.train import TrainConfig, WarmUps, predict, prepare, time_split, train_bm
-from model.trust import RULE_WORDS, SELECTION_RULES
+from model.trust import RULE_WORDS, SELECTION_RULES, rule_suffix
 from model.voc import THETAS, CpuReader, Scorer, candidate_rmse, scored_tasks, voc_curves
 
 # method -> (sequence encoder, head); bm_paper also reports its literal "max" readout as bm_paper_max
@@ -308,7 +308,7 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
         for method, rmse in candidate_rmse(simulated.world, scored).items():
             out.setdefault(method, {})["rmse_truth_candidates"] = rmse
         for rule in SELECTION_RULES:
-            metric = "voc" if rule == "paper" else f"voc_{rule}"
+            metric = f"voc{rule_suffix(rule)}"
             curves = voc_curves(simulated.world, scored, seed=train.seed, rule=rule)  # the candidates scored once
             for method, curve in curves.items():
                 out.setdefault(method, {})[metric] = curve
@@ -423,7 +423,7 @@ def _attack_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
 
     lines = []
     for rule in SELECTION_RULES:
-        suffix = "" if rule == "paper" else f"_{rule}"
+        suffix = rule_suffix(rule)
         measures = [m for m in SELECTION_MEASURES if any(f"{m}{suffix}" in row for row in rows.values())]
         if not measures:
             continue
@@ -469,7 +469,7 @@ def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], 
     lines += _behaviour_lines(summary) + (_paired_lines(paired) if paired else []) + _attack_lines(summary)
     lines += _injection_lines(summary)
     for rule in SELECTION_RULES:
-        metric = "voc" if rule == "paper" else f"voc_{rule}"
+        metric = f"voc{rule_suffix(rule)}"
         curves = {method: row[metric] for method, row in summary.items() if metric in row}
         if curves:
             lines += ["", f"Achieved VoC per task versus the trust threshold θ, selecting by {RULE_WORDS[rule]} (mean "

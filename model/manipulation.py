@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from model.trust import SELECTION_RULES, select
+from model.trust import SELECTION_RULES, rule_suffix, select
 from model.voc import ScoredTasks, uniform_choice
 
 DETECT_BELOW = 0.7  # T_beh below the top of the default task thresholds: detected
@@ -142,7 +142,7 @@ def attack_measures(world, events: pa.Table, scored: list[ScoredTasks], seed: in
     out: dict[str, dict[str, float]] = {}
     late = bool(world.late_joiners.any())
     for (name, rule), tally in selections.items():
-        suffix = "" if rule == "paper" else f"_{rule}"
+        suffix = rule_suffix(rule)
         before, after = whitewash_shares(world, np.array(slots), np.array(tally.share))
         out.setdefault(name, {}).update({
             f"tasks_assigned{suffix}": tally.assigned / max(tasks, 1),

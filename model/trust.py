@@ -37,6 +37,11 @@ def success_probability(t_beh: np.ndarray, p_tr: np.ndarray, weights: TrustWeigh
 
 SelectionRule = Literal["paper", "expected", "success"]
 SELECTION_RULES: tuple[SelectionRule, ...] = ("paper", "expected", "success")
+def rule_suffix(rule: SelectionRule) -> str:
+    """What a report's figures by ``rule`` are suffixed with: nothing for the paper's rule, else ``_<rule>``."""
+    return "" if rule == "paper" else f"_{rule}"
+
+
 RULE_WORDS: dict[SelectionRule, str] = {  # each rule as reports name it
     "paper": "the paper's rule: the highest VoC among T >= θ",
     "expected": "the expected-value rule: the highest T × VoC among T >= θ",
