@@ -11,7 +11,9 @@ Each report is one setting (:func:`setting`): the simulated paper setting, the s
 * with telemetry: at most :data:`TELEMETRY_VS_RULE` × the best rule's; on each class whose load carries its
   behaviour (:data:`TRACED`) at most :data:`TRACED_VS_RULE` × the rule's there, or, where the report has the Bayes
   filter (``bayes``, the ceiling), within :data:`CEILING_SLACK` × the filter's;
-* simulated, both: VoC at θ = 0.7 (the paper's rule) at least :data:`VOC_VS_ORACLE` × the oracle's;
+* simulated, both: VoC at θ = 0.7 (the paper's rule) at least :data:`VOC_VS_ORACLE` × the oracle's; beside it, no
+  target, the VoC by the success rule (P(success) x T_res x VoC, :func:`model.trust.select`) against the best rule's
+  (``success voc ÷ rule``);
 * a log: at most every rule's error (the training period's mean is one); :data:`MEAN_GAIN` below the mean's wherever
   any method of the report is; MAE at most the mean's; ECE at most :data:`MAX_ECE`.
 
@@ -42,7 +44,7 @@ MEAN_GAIN = 0.02
 MAX_ECE = 0.02
 TRACED = ("degrading", "recovering", "periodic")  # the classes whose reported load carries their behaviour
 ENCODERS = ("lstm", "transformer", "gnn", "bm_paper")  # the other sequence encoders (and the paper's literal head)
-RATIOS = ("÷ rule", "÷ encoders", "voc ÷ oracle", "÷ mean", "best ÷ mean", "mae ÷ mean's", "ece",
+RATIOS = ("÷ rule", "÷ encoders", "voc ÷ oracle", "success voc ÷ rule", "÷ mean", "best ÷ mean", "mae ÷ mean's", "ece",
           *(f"{label} ÷ {of}" for label in TRACED for of in ("rule", "bayes")))
 
 
@@ -81,6 +83,7 @@ def report_figures(report: dict[str, Any], method: str = "bm") -> dict[str, Any]
     encoders = [ratio(own, figure(report, m, error)) for m in ENCODERS if m != method and m in report]
     row["÷ encoders"] = max(encoders) if encoders else math.nan
     row["voc ÷ oracle"] = ratio(voc_at(report, method, THETA), voc_at(report, "oracle", THETA))
+    row["success voc ÷ rule"] = ratio(*(voc_at(report, m, THETA, "voc_success") for m in (method, rule)))
     if kind == "telemetry":
         by_class = {m: report.get(m, {}).get("rmse_truth_by_behaviour", {}) for m in (method, rule, "bayes")}
         for label in TRACED:

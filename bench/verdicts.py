@@ -51,8 +51,8 @@ def best_rule(report: dict[str, Any], error: str, needs: str | None = None) -> s
     return min(rules, key=lambda m: figure(report, m, error))
 
 
-def voc_at(report: dict[str, Any], method: str, theta: float) -> float:
-    """The report's mean VoC per task at the trust threshold ``theta`` selecting by the paper's rule (NaN where the
-    method has no VoC curve)."""
-    curve = report.get(method, {}).get("voc", {}).get("mean")
+def voc_at(report: dict[str, Any], method: str, theta: float, curve_of: str = "voc") -> float:
+    """The report's mean VoC per task at the trust threshold ``theta`` selecting by the paper's rule (``curve_of``
+    another report curve: ``voc_expected``, ``voc_success``), NaN where the method has no such curve."""
+    curve = report.get(method, {}).get(curve_of, {}).get("mean")
     return math.nan if curve is None else curve[THETAS.index(theta)]
