@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -52,7 +52,7 @@ from model.manipulation import won_by_attack
 from model.context import pair_physics
 from model.status import COMM_OK, COMP_OK, CPU, STATUS_COLUMNS, WILLINGNESS, status_values
 from model.targets import fit_outage
-from model.trust import resource_trust, select, success_probability
+from model.trust import resource_trust, select
 from model.voc import in_range
 from simulator.config import SimConfig
 from simulator.engine import Simulator, Summary
@@ -242,10 +242,10 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
     beliefs = {name: scorer.score(owners[pool.rows], pool.cols, profile) for name, scorer in rules.scorers.items()}
     beliefs["oracle"] = pool.expected.reliability(rules.weights)
     distance = pair_physics(seen[owners[pool.rows]], seen[pool.cols], profile, config.system).distance_m
-    p_tr = rules.channel.read(distance, 0.0)  # unknown where a status is: no T_res either, never eligible
-    chances = {name: pool.dense(success_probability(t_beh, p_tr, rules.weights) * t_res, 0.0)
-               for name, t_beh in beliefs.items()}
-    chances["oracle"] = pool.dense(pool.expected.p_tr * pool.expected.p_com_given_tr * t_res, 0.0)
+    # each arm's P(success) x T_res as the scheduler knows them (the oracle's the hidden P(success)); P(tr) unknown
+    # where a status is: no T_res either, never eligible
+    known = replace(pool, t_res=t_res, p_tr=rules.channel.read(distance, 0.0))
+    chances = {name: pool.dense(known.success(name, t_beh, rules.weights), 0.0) for name, t_beh in beliefs.items()}
 
     def choose(claimed: np.ndarray, trustbeams: np.ndarray, counted: bool) -> dict[str, np.ndarray]:
         """Every arm's device per task (random-in-range where it had none), given the statuses the rules read and
