@@ -9,7 +9,9 @@ For each report (its ``report.json``), BM's figures against:
 Targets (per kind, 20 % attackers): under the expected-value rule BM hands attackers at most ``EV_VS_RULE`` × what
 the best rule does (``attack_tasks_won_expected``); under the paper's rule at most ``PAPER_VS_ORACLE`` × the
 oracle's share (``attack_tasks_won``); VoC at θ = 0.7 (paper's rule) at least ``VOC_VS_ORACLE`` × the oracle's;
-whitewashers' share in their first slots under a new id at most their share before leaving. Each row also gives
+whitewashers' share in their first slots under a new id at most their share before leaving. The success rule
+(the highest P(success) · T_res × VoC among T ≥ θ, ``attack_tasks_won_success``) is held to the expected-value
+rule's mark against the best rule's share by the same rule. Each row also gives
 honest devices' T_beh − truth (``honest_trust_shift``; under bad-mouthing it should stay within 0.05 of a run
 without the attack). A target a report cannot judge (no oracle, no whitewashers) is left blank.
 
@@ -59,11 +61,15 @@ def target_row(report: dict[str, Any], method: str = "bm") -> dict[str, Any]:
            "best rule": rule, "won (ev)": ev, "rule's (ev)": ev_rule, "÷ rule": ratio(ev, ev_rule),
            "won (paper)": paper, "÷ oracle": ratio(paper, paper_oracle), "voc ÷ oracle": ratio(*voc)}
     row["ev target"] = verdict(row["÷ rule"], row["÷ rule"] <= EV_VS_RULE)
+    success, success_rule = (figure(report, m, "attack_tasks_won_success") for m in (method, rule))
+    row["won (success)"], row["÷ rule (success)"] = success, ratio(success, success_rule)
+    row["success target"] = verdict(row["÷ rule (success)"], row["÷ rule (success)"] <= EV_VS_RULE)
     row["paper target"] = verdict(row["÷ oracle"], row["÷ oracle"] <= PAPER_VS_ORACLE)
     row["voc target"] = verdict(row["voc ÷ oracle"], row["voc ÷ oracle"] >= VOC_VS_ORACLE)
     if "bayes" in report:  # what the outcomes allow: the filter against the rule, BM against the filter
         bayes = figure(report, "bayes", "attack_tasks_won_expected")
         row["bayes ÷ rule (ev)"], row["÷ bayes (ev)"] = ratio(bayes, ev_rule), ratio(ev, bayes)
+        row["bayes ÷ rule (success)"] = ratio(figure(report, "bayes", "attack_tasks_won_success"), success_rule)
     before, after = (figure(report, method, f"whitewash_share_{when}") for when in ("before", "after"))
     if not math.isnan(before):
         row["new id ÷ before"] = ratio(after, before)

@@ -25,17 +25,22 @@ def _method(won_ev: float, won_paper: float, rmse: float, voc: float, **more: fl
             "rmse_truth_honest": _figure(rmse), "voc": _voc(voc), **{k: _figure(v) for k, v in more.items()}}
 
 
+def _succeeding(method: dict, won: float) -> dict:
+    """``method`` with the share of tasks the success rule hands attackers."""
+    return {**method, "attack_tasks_won_success": _figure(won)}
+
+
 def _report(attack: str | None, **methods: dict) -> dict:
     return {"setup": {"attack": attack, "seed": 700, "runs_done": 2}, **methods}
 
 
 def test_bm_is_judged_against_the_rule_with_the_lowest_error_and_the_oracle() -> None:
     report = _report("sybil=0.2",
-                     bm=_method(0.01, 0.15, 0.07, 0.68, honest_trust_shift=-0.02),
-                     channel_beta=_method(0.04, 0.16, 0.08, 0.66),  # the lower error: the best rule
-                     mean=_method(0.002, 0.10, 0.18, 0.30),  # hands attackers least, but forecasts worst
+                     bm=_succeeding(_method(0.01, 0.15, 0.07, 0.68, honest_trust_shift=-0.02), 0.03),
+                     channel_beta=_succeeding(_method(0.04, 0.16, 0.08, 0.66), 0.05),  # the lower error: the best rule
+                     mean=_succeeding(_method(0.002, 0.10, 0.18, 0.30), 0.001),  # hands attackers least, forecasts worst
                      oracle=_method(0.0, 0.12, 0.0, 0.80),
-                     bayes=_method(0.03, 0.13, 0.06, 0.72))
+                     bayes=_succeeding(_method(0.03, 0.13, 0.06, 0.72), 0.02))
     assert best_rule(report) == "channel_beta"
     row = target_row(report)
     assert row["attack"] == "sybil=0.2" and row["seeds"] == "700-701" and row["best rule"] == "channel_beta"
@@ -43,6 +48,8 @@ def test_bm_is_judged_against_the_rule_with_the_lowest_error_and_the_oracle() ->
     assert row["÷ oracle"] == pytest.approx(1.25) and row["paper target"] == "met"  # 0.15 / 0.12 <= 1.5
     assert row["voc ÷ oracle"] == pytest.approx(0.85) and row["voc target"] == "met"  # 0.68 / 0.80 >= 0.85
     assert row["bayes ÷ rule (ev)"] == pytest.approx(0.75) and row["÷ bayes (ev)"] == pytest.approx(1 / 3)
+    assert row["won (success)"] == pytest.approx(0.03) and row["÷ rule (success)"] == pytest.approx(0.6)
+    assert row["success target"] == "not met" and row["bayes ÷ rule (success)"] == pytest.approx(0.4)  # 0.03 / 0.05
     assert row["honest shift"] == pytest.approx(-0.02) and "whitewash target" not in row
 
 
@@ -57,6 +64,7 @@ def test_targets_missed_and_whitewashers_judged_by_their_share_before_leaving() 
     assert row["voc ÷ oracle"] == pytest.approx(0.75) and row["voc target"] == "not met"
     assert row["new id ÷ before"] == pytest.approx(1.5) and row["whitewash target"] == "not met"
     assert "bayes ÷ rule (ev)" not in row
+    assert math.isnan(row["÷ rule (success)"]) and row["success target"] == ""  # a report from before the success rule
 
 
 def test_a_report_without_an_oracle_leaves_its_targets_blank() -> None:
