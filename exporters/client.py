@@ -78,9 +78,10 @@ def trust_for_size(trust: float, published_bits: float | None, task_bits: float 
                    step: float | None, slope: float | None = None) -> float:
     """A published T read for a task of ``task_bits``: T + ``step`` where the task and the size the trust is for
     (``published_bits``) lie on different sides of ``split_bits`` (a version-3 record's ``size_split_bits`` and
-    ``size_step``), else T; from a version-2 record, T + slope * log2(task_bits / published_bits) (its
-    ``size_slope`` per doubling); clipped to [0, 1]; T itself where the record says nothing of sizes or a size is
-    unknown. Raises ValueError naming ``task_size_bits`` for a size that is not a positive number."""
+    ``size_step``; a version-6 record's ``p_success`` reads its ``success_step`` alike), else T; from a version-2
+    record, T + slope * log2(task_bits / published_bits) (its ``size_slope`` per doubling); clipped to [0, 1]; T
+    itself where the record says nothing of sizes or a size is unknown. Raises ValueError naming ``task_size_bits``
+    for a size that is not a positive number."""
     if task_bits is not None and not (isinstance(task_bits, Real) and not isinstance(task_bits, bool)
                                       and 0 < task_bits < np.inf):
         raise ValueError(f"task_size_bits: must be a finite number > 0 (got {task_bits!r})")
@@ -345,17 +346,23 @@ class TrustClient:
                                                            candidate.size_slope)
         return trust
 
-    def success(self, owner: str) -> dict[str, float]:
-        """Each candidate's chance of success (``p_success``: P(success) x T_res) in ``owner``'s newest view, for the
-        owner's latest task, where its records say (version 5 on): a scheduler that maximizes the value it expects
-        rates each candidate with T >= theta by this times its task's VoC (``value`` of :meth:`best`)."""
+    def success(self, owner: str, task_size_bits: float | None = None) -> dict[str, float]:
+        """Each candidate's chance of success (``p_success``: P(success) x T_res) in ``owner``'s newest view, where its
+        records say (version 5 on), read for a task of ``task_size_bits`` as :meth:`trust` reads T (by the records'
+        ``success_step``, version 6 on; default: the owner's latest task, which the records are for): a scheduler
+        that maximizes the value it expects rates each candidate with T >= theta by this times its task's VoC
+        (``value`` of :meth:`best`)."""
         view = self.views.get(owner)
         if view is None:
             return {}
-        out = {c: s.p_success for c, s in view.scores.items() if s.p_success is not None}
-        for candidate in view.ranking.candidates if view.ranking else ():
+        out = {c: trust_for_size(s.p_success, s.task_size_bits, task_size_bits, s.size_split_bits, s.success_step)
+               for c, s in view.scores.items() if s.p_success is not None}
+        ranking = view.ranking
+        for candidate in ranking.candidates if ranking else ():
             if candidate.p_success is not None:
-                out[candidate.collaborator] = candidate.p_success
+                out[candidate.collaborator] = trust_for_size(candidate.p_success, ranking.task_size_bits,
+                                                             task_size_bits, ranking.size_split_bits,
+                                                             candidate.success_step)
         return out
 
     def cpu_hz(self, owner: str | None = None) -> dict[str, float]:

@@ -86,9 +86,9 @@ class PairScores:
         recent owner, by the paper's rule, with no candidates where none is in range. ``revision`` numbers the
         piece's publications (0: the first; an update after late events has a higher one). Each record says the
         owner's task size its trust is for, and, where the model's trust depends on it, the size that parts large
-        tasks from small ones and the trust's change for a task of the other class (T_res times T_beh's), with which
-        a scheduler reads the trust for a task of its own, and the CPU the collaborator's trust and VoC were computed
-        at, with which it computes its own task's VoC."""
+        tasks from small ones and the trust's change for a task of the other class (T_res times T_beh's; and the chance
+        of success's, read from T_beh so moved), with which a scheduler reads the trust for a task of its own, and the
+        CPU the collaborator's trust and VoC were computed at, with which it computes its own task's VoC."""
         slot, ids, src, dst, thresholds = self.slot, self.ids, self.src, self.dst, self.thresholds
         t_beh = np.clip(self.t_beh + shift, 0.0, 1.0) if shift else self.t_beh
         trust = np.clip(t_beh * self.t_res, 0.0, 1.0)
@@ -119,6 +119,9 @@ class PairScores:
             per_pair["cpu_hz"] = nullable(self.cpu_hz[dst])
         if success is not None:
             per_pair["p_success"] = success
+            if self.size_step is not None:  # the chance read from T_beh as a task of the other size class moves it
+                moved = np.clip(t_beh + self.size_step, 0.0, 1.0)
+                per_pair["success_step"] = success_probability(moved, self.p_tr, self.weights) * self.t_res - success
         scores = Columns.of(TrustScore, len(p), owner=ids[src[p]], collaborator=ids[dst[p]], t_beh=t_beh[p],
                             t_res=self.t_res[p], trust=trust[p], task_size_bits=nullable(sizes[src[p]]),
                             **{name: values[p] for name, values in per_pair.items()}, **split, **window)

@@ -61,6 +61,13 @@ def _p_success() -> Any:
                   "x VoC among T >= theta (null: the model has no P(tr) curve)", ge=0, le=1, nullable=True)
 
 
+def _success_step() -> Any:
+    """How a published chance of success moves for a task of the other size class, as the trust does by size_step."""
+    return number("change of p_success for a task on the other side of size_split_bits than task_size_bits: the "
+                  "chance read from T_beh moved by the size correction (null: the model's trust does not depend on "
+                  "the size, or no p_success is published)", nullable=True)
+
+
 def foreign_reporter(reporter: Any, owner: Any) -> Any:
     """True where a reporter names neither the task's owner nor a monitor (null: the neutral monitor of a log that
     does not say), for one record or for object columns of a batch."""
@@ -149,10 +156,11 @@ class TrustScore(Record):
     ``task_size_bits``; a scheduler's task of another size s has T + ``size_step`` where s and ``task_size_bits``
     lie on different sides of ``size_split_bits``, else T (clipped to [0, 1]). Version 2 added the task's size and
     ``size_slope`` (then T + ``size_slope`` * log2(s / task_size_bits)); version 3 the split and the step; version 4
-    the collaborator's CPU as the job reads it (``cpu_hz``); version 5 the chance of success (``p_success``)."""
+    the collaborator's CPU as the job reads it (``cpu_hz``); version 5 the chance of success (``p_success``); version
+    6 its change for a task of the other size class (``success_step``, read as ``size_step`` is)."""
 
     NAME = "trust_score"
-    SCHEMA_VERSION = 5
+    SCHEMA_VERSION = 6
 
     owner: str = ident("device that would offload (i)")
     collaborator: str = ident("candidate collaborator (j)")
@@ -172,6 +180,7 @@ class TrustScore(Record):
     size_step: float = _size_step()
     cpu_hz: float = _cpu()
     p_success: float = _p_success()
+    success_step: float = _success_step()
 
     RULES = (
         Rule("collaborator", "must differ from owner", lambda r: r.owner == r.collaborator),
@@ -192,6 +201,7 @@ class RankedCandidate(Record):
     size_step: float = _size_step()
     cpu_hz: float = _cpu()
     p_success: float = _p_success()
+    success_step: float = _success_step()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,11 +209,12 @@ class CollaboratorRanking(Record):
     """An owner's top candidates after a slot: those with T >= threshold, best VoC first, for a task of
     ``task_size_bits`` (see :class:`TrustScore` for another size). Version 2 added it and the candidates'
     ``size_slope``; version 3 ``size_split_bits`` and the candidates' ``size_step``; version 4 the candidates'
-    ``cpu_hz``; version 5 their ``p_success``. Listed: the top candidates by VoC, then every other candidate the
-    paper's, the expected-value or the success rule would choose at some theta' >= ``threshold``."""
+    ``cpu_hz``; version 5 their ``p_success``; version 6 their ``success_step``. Listed: the top candidates by VoC,
+    then every other candidate the paper's, the expected-value or the success rule would choose at some theta' >=
+    ``threshold`` (for the task of ``task_size_bits``)."""
 
     NAME = "collaborator_ranking"
-    SCHEMA_VERSION = 5
+    SCHEMA_VERSION = 6
 
     owner: str = ident("device that would offload (i)")
     slot: int = integer("slot index k", ge=0)

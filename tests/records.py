@@ -29,7 +29,7 @@ def ranking(**changes: Any) -> CollaboratorRanking:
                   model_version="bm-abc123", is_update=False, task_size_bits=4e7,
                   size_split_bits=3e7,
                   candidates=(RankedCandidate(collaborator="dev-2", trust=0.9, voc=0.8, size_step=-0.05, cpu_hz=2.1e9,
-                                              p_success=0.72),
+                                              p_success=0.72, success_step=-0.1),
                               RankedCandidate(collaborator="dev-3", trust=0.6, voc=0.7)))
     return CollaboratorRanking(**{**fields, **changes})
 
@@ -37,7 +37,8 @@ def ranking(**changes: Any) -> CollaboratorRanking:
 def score(**changes: Any) -> TrustScore:
     fields = dict(owner="dev-1", collaborator="dev-2", slot=3, slot_start_ms=180_000, slot_end_ms=240_000,
                   t_beh=0.8, t_res=0.5, trust=0.4, model_version="bm-abc123", is_update=True, task_size_bits=4e7,
-                  size_split_bits=3e7, size_step=-0.03, cpu_hz=2.1e9, p_success=0.3)
+                  size_split_bits=3e7, size_step=-0.03, cpu_hz=2.1e9, p_success=0.3,
+                  success_step=-0.06)
     return TrustScore(**{**fields, **changes})
 
 

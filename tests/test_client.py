@@ -22,21 +22,23 @@ def slot_records(owner: str, slot: int, candidates: dict[str, tuple[float, float
                  is_update: bool = False, revision: int | None = None, model: str = "bm-test",
                  task_size_bits: float | None = None, split_bits: float | None = None,
                  steps: dict[str, float] | None = None, cpu: dict[str, float] | None = None,
-                 success: dict[str, float] | None = None) -> list[tuple[str, object]]:
+                 success: dict[str, float] | None = None, success_steps: dict[str, float] | None = None
+                 ) -> list[tuple[str, object]]:
     """A ranking (candidates with T >= threshold, best VoC first) and a trust score per candidate; ``steps``: each
     candidate's change of T for a task on the other side of ``split_bits`` than ``task_size_bits`` (what the trust
-    is for); ``cpu``: the CPU the job read each candidate at; ``success``: each candidate's chance of success."""
+    is for); ``cpu``: the CPU the job read each candidate at; ``success``: each candidate's chance of success, and
+    ``success_steps`` its change for a task of the other size class."""
     common = dict(owner=owner, slot=slot, slot_start_ms=slot * SLOT_MS, slot_end_ms=(slot + 1) * SLOT_MS,
                   model_version=model, is_update=is_update, revision=revision, task_size_bits=task_size_bits,
                   size_split_bits=split_bits)
-    steps, cpu, success = steps or {}, cpu or {}, success or {}
+    steps, cpu, success, success_steps = steps or {}, cpu or {}, success or {}, success_steps or {}
+    per_candidate = {c: dict(size_step=steps.get(c), cpu_hz=cpu.get(c), p_success=success.get(c),
+                             success_step=success_steps.get(c)) for c in candidates}
     ranked = sorted(((c, t, v) for c, (t, v) in candidates.items() if t >= threshold), key=lambda x: -x[2])
     ranking = CollaboratorRanking(threshold=threshold, candidates=tuple(
-        RankedCandidate(collaborator=c, trust=t, voc=v, size_step=steps.get(c), cpu_hz=cpu.get(c),
-                        p_success=success.get(c))
-        for c, t, v in ranked), **common)
-    scores = [TrustScore(collaborator=c, t_beh=t, t_res=1.0, trust=t, size_step=steps.get(c), cpu_hz=cpu.get(c),
-                         p_success=success.get(c), **common) for c, (t, _) in candidates.items()]
+        RankedCandidate(collaborator=c, trust=t, voc=v, **per_candidate[c]) for c, t, v in ranked), **common)
+    scores = [TrustScore(collaborator=c, t_beh=t, t_res=1.0, trust=t, **per_candidate[c], **common)
+              for c, (t, _) in candidates.items()]
     return [("rankings", ranking)] + [("scores", s) for s in scores]
 
 
@@ -154,19 +156,28 @@ def test_a_scheduler_reads_the_cpus_the_job_read(broker) -> None:
 def test_a_scheduler_that_maximizes_the_value_it_expects_reads_each_chance_of_success(broker) -> None:
     """b and c both reach theta 0.5; by VoC b wins (0.8 > 0.7), by T x VoC too (0.72 > 0.42), by the chance of success
     x VoC c does (0.55 x 0.7 = 0.385 > 0.3 x 0.8 = 0.24): b's trust rests on transmissions whose computations fail.
-    d, below theta, and e, whose records say no chance, are never rated by it."""
+    d, below theta, and e, whose records say no chance, are never rated by it. The records are for a 1 Mbit task,
+    small beside the 2-Mbit split: for a 4 Mbit task b's chance is 0.3 + 0.35 and c's 0.55 - 0.3 (their success_step;
+    d's record says none, so its chance stands), and b wins again (0.65 x 0.8 = 0.52 > 0.25 x 0.7 = 0.175)."""
     topics = fresh_topics(broker)
     send(broker, topics, slot_records("a", 3, {"b": (0.9, 0.8), "c": (0.6, 0.7), "d": (0.3, 0.9), "e": (0.55, 0.1)},
-                                      threshold=0.5, success={"b": 0.3, "c": 0.55, "d": 0.2}))
+                                      threshold=0.5, success={"b": 0.3, "c": 0.55, "d": 0.2}, task_size_bits=1e6,
+                                      split_bits=2e6, success_steps={"b": 0.35, "c": -0.3}))
     client = TrustClient(broker.settings, topics, group=f"g-{uuid.uuid4().hex[:6]}")
     client.catch_up()
     assert client.success("a") == {"b": 0.3, "c": 0.55, "d": 0.2} and client.success("nobody") == {}
-    chance = client.success("a")
+    assert client.success("a", 1.5e6) == client.success("a")  # the same size class
+    assert client.success("a", 4e6) == pytest.approx({"b": 0.65, "c": 0.25, "d": 0.2})
     voc = {"b": 0.8, "c": 0.7, "d": 0.9, "e": 0.1}
-    choice = client.best("a", theta=0.5, value=lambda eligible: np.array([chance.get(c, -1.0) * voc[c] if c in chance
-                                                                         else -1.0 for c in eligible]))
+
+    def value(chance: dict[str, float]):
+        return lambda eligible: np.array([chance[c] * voc[c] if c in chance else -1.0 for c in eligible])
+
+    choice = client.best("a", theta=0.5, value=value(client.success("a")))
     assert (choice.collaborator, choice.eligible) == ("c", 3) and choice.voc == pytest.approx(0.385)
     assert client.best("a", theta=0.5).collaborator == "b"
+    large = client.best("a", theta=0.5, value=value(client.success("a", 4e6)), task_size_bits=4e6)
+    assert large.collaborator == "b" and large.voc == pytest.approx(0.52)
     client.close()
 
 

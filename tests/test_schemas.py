@@ -102,11 +102,16 @@ def test_missing_field_and_missing_version() -> None:
 
 def test_an_older_version_is_read_without_the_fields_added_since() -> None:
     """Trust scores gained the task's size and the size slope in version 2, the size split and step in version 3, the
-    CPU the collaborator was read at in version 4, the chance of success in version 5 (nullable, as every field a
-    version adds): version-1 to version-4 records still decode strictly, and still match their versions' JSON
-    Schemas; versions outside 1 to the current one do not decode."""
+    CPU the collaborator was read at in version 4, the chance of success in version 5 and its step by size in version
+    6 (nullable, as every field a version adds): version-1 to version-5 records still decode strictly, and still match
+    their versions' JSON Schemas; versions outside 1 to the current one do not decode."""
     body = json.loads(to_json(VALID[TrustScore]()))
-    assert body["schema_version"] == TrustScore.SCHEMA_VERSION == 5 and body["p_success"] == 0.3
+    assert body["schema_version"] == TrustScore.SCHEMA_VERSION == 6 and body["success_step"] == -0.06
+    del body["success_step"]
+    body["schema_version"] = 5
+    fifth = from_json(TrustScore, json.dumps(body))
+    assert fifth.success_step is None and fifth.p_success == 0.3
+    jsonschema.validate(body, json.loads((schema_path(TrustScore).parent / "trust_score.v5.schema.json").read_text()))
     del body["p_success"]
     body["schema_version"] = 4
     fourth = from_json(TrustScore, json.dumps(body))
@@ -127,7 +132,7 @@ def test_an_older_version_is_read_without_the_fields_added_since() -> None:
     older = from_json(TrustScore, json.dumps(body))
     assert older.size_slope is None and older.task_size_bits is None and older.trust == VALID[TrustScore]().trust
     jsonschema.validate(body, json.loads((schema_path(TrustScore).parent / "trust_score.v1.schema.json").read_text()))
-    for version in (0, 6):
+    for version in (0, 7):
         assert rejected(json.dumps({**body, "schema_version": version}), TrustScore).rule.startswith("unknown version")
 
 
@@ -205,8 +210,9 @@ def test_arrow_schema_carries_nullability_units_and_version() -> None:
                    pa.field("size_slope", pa.float64(), nullable=True),
                    pa.field("size_step", pa.float64(), nullable=True),
                    pa.field("cpu_hz", pa.float64(), nullable=True),
-                   pa.field("p_success", pa.float64(), nullable=True)]))
-    assert arrow_schema(CollaboratorRanking).metadata[b"schema_version"] == b"5"
+                   pa.field("p_success", pa.float64(), nullable=True),
+                   pa.field("success_step", pa.float64(), nullable=True)]))
+    assert arrow_schema(CollaboratorRanking).metadata[b"schema_version"] == b"6"
 
 
 def test_from_arrow_names_bad_rows_and_columns() -> None:

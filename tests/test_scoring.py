@@ -146,6 +146,12 @@ def test_published_trust_says_its_task_size_and_how_it_moves_with_the_size() -> 
     assert listed and all(by_pair[pair] == value for pair, value in listed.items())
     size_of = {s.owner: s.task_size_bits for s in result.scores}
     assert all(r.task_size_bits == size_of[r.owner] for r in result.rankings)
+    # the chance of success moves with T_beh: never above the other class's T, never below 0, and it moves somewhere
+    moved = np.array([s.p_success + s.success_step for s in result.scores])
+    assert (moved >= -1e-12).all() and (moved <= np.clip(np.array([s.trust for s in result.scores]) + step, 0, 1)
+                                        + 1e-12).all()
+    assert np.abs(moved - [s.p_success for s in result.scores]).max() > 0.01
+    assert all(s.success_step is None for s in unadopted.scores)
 
 
 def test_the_scorer_reads_each_cpu_as_its_tasks_times_show_and_publishes_it() -> None:
@@ -489,6 +495,28 @@ def test_owner_lists_keep_each_owners_picks_in_owner_order(pad_to: int, per_call
     picked, counts = owner_lists(begin, end, choose, pad_to)
     assert counts.tolist() == [2, 1, 0, 2, 1]
     assert picked.tolist() == [5, 7, 0, 3, 4, 9]
+
+
+def test_the_chance_of_success_and_its_step_by_size_by_hand() -> None:
+    """a1 = 0.6, a2 = 0.4: P(success) = clip((T_beh - 0.6 P(tr)) / 0.4, 0, P(tr)), times T_res, and its step for the
+    other size class read from T_beh + the size correction. Pair 1: 0.9 -> 0.9, and at 0.7 0.4 (step -0.5); pair 2:
+    0.15 x 0.5 -> 0.075, at 0.7 0.4 x 0.5 = 0.2 (+0.125); pair 3: 0 (T_beh at 0.6 P(tr)), at 0.6 0.75 clipped to its
+    P(tr) 0.5 (+0.5). The published size_step is T_res times T_beh's."""
+    keys = np.arange(4, dtype=np.int64)
+    pairs = published.PairScores(
+        0, 0, 0, keys, np.array(["o", "a", "b", "c"], object), np.array([0]), np.full(4, 0.1), np.zeros(3, np.int64),
+        np.array([1, 2, 3]), np.array([0.9, 0.6, 0.3]), np.array([1.0, 0.5, 1.0]), np.array([0.5, 0.6, 0.7]),
+        size_step=np.array([-0.2, 0.1, 0.3]), size_split_bits=1e6, p_tr=np.array([0.9, 0.9, 0.5]))
+    result = pairs.publish(RankingConfig(top_k=3, scores_per_owner=3), "v", SlotClock(0, 1000))
+    by_collaborator = {s.collaborator: s for s in result.scores}
+    assert [by_collaborator[c].p_success for c in "abc"] == pytest.approx([0.9, 0.075, 0.0])
+    assert [by_collaborator[c].success_step for c in "abc"] == pytest.approx([-0.5, 0.125, 0.5])
+    assert [by_collaborator[c].size_step for c in "abc"] == pytest.approx([-0.2, 0.05, 0.3])
+    listed = {c.collaborator: c.success_step for r in result.rankings for c in r.candidates}
+    assert listed == {c: by_collaborator[c].success_step for c in listed} and listed
+    without = replace(pairs, size_step=None).publish(RankingConfig(top_k=3, scores_per_owner=3), "v",
+                                                     SlotClock(0, 1000))
+    assert all(s.success_step is None and s.p_success is not None for s in without.scores)
 
 
 @pytest.mark.parametrize("k, n", [(0, 5), (1, 5), (7, 3), (131_072, 10 ** 6), (1_000, 10 ** 12)])

@@ -257,7 +257,7 @@ def _run_slot(simulator: Simulator, client: TrustClient, rules: RuleArms, slot: 
             size = float(task_bits[k])
             task_voc = task_value(voc_read[k], row_of)
             values = {"trustbeam": task_voc, "trustbeam_ev": weighted_value(client.trust(owner, size), task_voc),
-                      "trustbeam_success": weighted_value(client.success(owner), task_voc)}
+                      "trustbeam_success": weighted_value(client.success(owner, size), task_voc)}
             for name, value in values.items():
                 choice = client.best(owner, theta=float(theta), value=value, task_size_bits=size)
                 if choice.collaborator is not None:
