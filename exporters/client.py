@@ -40,7 +40,7 @@ from typing import Callable, Sequence
 import numpy as np
 from kafka import KafkaConsumer, TopicPartition
 
-from schemas import CollaboratorRanking, TrustScore, ValidationError, from_json_forward
+from schemas import CollaboratorRanking, RankedCandidate, TrustScore, ValidationError, from_json_forward
 from exporters.kafka_client import KafkaSettings, Topics, end_offsets
 
 log = logging.getLogger(__name__)
@@ -333,18 +333,7 @@ class TrustClient:
     def trust(self, owner: str, task_size_bits: float | None = None) -> dict[str, float]:
         """Each candidate's T in ``owner``'s newest view (its trust scores, then its ranking's), read for a task of
         ``task_size_bits`` (default: the owner's latest, which the records are for); empty for an owner unseen."""
-        view = self.views.get(owner)
-        if view is None:
-            return {}
-        trust = {c: trust_for_size(s.trust, s.task_size_bits, task_size_bits, s.size_split_bits, s.size_step,
-                                   s.size_slope)
-                 for c, s in view.scores.items()}
-        ranking = view.ranking
-        for candidate in ranking.candidates if ranking else ():
-            trust[candidate.collaborator] = trust_for_size(candidate.trust, ranking.task_size_bits, task_size_bits,
-                                                           ranking.size_split_bits, candidate.size_step,
-                                                           candidate.size_slope)
-        return trust
+        return self._for_size(owner, task_size_bits, lambda r: (r.trust, r.size_step, r.size_slope))
 
     def success(self, owner: str, task_size_bits: float | None = None) -> dict[str, float]:
         """Each candidate's chance of success (``p_success``: P(success) x T_res) in ``owner``'s newest view, where its
@@ -352,17 +341,26 @@ class TrustClient:
         ``success_step``, version 6 on; default: the owner's latest task, which the records are for): a scheduler
         that maximizes the value it expects rates each candidate with T >= theta by this times its task's VoC
         (``value`` of :meth:`best`)."""
+        return self._for_size(owner, task_size_bits, lambda r: (r.p_success, r.success_step, None))
+
+    def _for_size(self, owner: str, task_size_bits: float | None,
+                  figure: Callable[[TrustScore | RankedCandidate], tuple[float | None, float | None, float | None]]
+                  ) -> dict[str, float]:
+        """Each candidate's ``figure`` of its record (the value, its step across the size split, a version-2 slope)
+        in ``owner``'s newest view, its trust scores' then its ranking's, read for a task of ``task_size_bits``
+        (:func:`trust_for_size`); candidates whose records give no value are left out."""
         view = self.views.get(owner)
         if view is None:
             return {}
-        out = {c: trust_for_size(s.p_success, s.task_size_bits, task_size_bits, s.size_split_bits, s.success_step)
-               for c, s in view.scores.items() if s.p_success is not None}
         ranking = view.ranking
-        for candidate in ranking.candidates if ranking else ():
-            if candidate.p_success is not None:
-                out[candidate.collaborator] = trust_for_size(candidate.p_success, ranking.task_size_bits,
-                                                             task_size_bits, ranking.size_split_bits,
-                                                             candidate.success_step)
+        records = [(c, s, s.task_size_bits, s.size_split_bits) for c, s in view.scores.items()]
+        records += [(c.collaborator, c, ranking.task_size_bits, ranking.size_split_bits)
+                    for c in (ranking.candidates if ranking else ())]
+        out: dict[str, float] = {}
+        for collaborator, record, published_bits, split_bits in records:
+            value, step, slope = figure(record)
+            if value is not None:
+                out[collaborator] = trust_for_size(value, published_bits, task_size_bits, split_bits, step, slope)
         return out
 
     def cpu_hz(self, owner: str | None = None) -> dict[str, float]:
