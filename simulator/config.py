@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from model.config import SlotClock, SystemParams, TrustWeights
 
@@ -290,6 +290,15 @@ class SimConfig:
     def fake_burn(self) -> bool:
         """Whether fake recoverers run their excess load rather than report it (``Attack.fake_burn``)."""
         return self.fake_load > 0 and self.attack.fake_burn
+
+    def at_fleet_size(self, devices: int) -> "SimConfig":
+        """The same world with ``devices`` devices: the tasks per device per slot and the devices per km² kept (tasks
+        and the area's side scaled), so each owner has as many candidates in range and each device as long a
+        record; only the fleet, and with it what a model can learn across devices, grows."""
+        if devices < 2:
+            raise ValueError(f"--sim-devices: need at least 2 devices (got {devices!r})")
+        scale = devices / self.devices
+        return replace(self, devices=devices, tasks=round(self.tasks * scale), area_m=self.area_m * scale ** 0.5)
 
     @property
     def behaviour_mix(self) -> dict[Behaviour, float]:

@@ -125,6 +125,7 @@ def test_every_method_of_a_plot_looks_different() -> None:
 
 @pytest.mark.parametrize("args, message", [(["--seed", "-1"], "--seed: must be >= 0 (got -1)"),
                                            (["--mix", "stable_reliable=1,sneaky=1"], "unknown behaviour 'sneaky'"),
+                                           (["--sim-devices", "1"], "--sim-devices: need at least 2 devices (got 1)"),
                                            (["--overclaimer-cpu-hz", "4e9"], "--overclaimer-cpu-hz: only with --attack"),
                                            (["--attack", "overclaiming=0.2", "--overclaimer-cpu-hz", "7e9"],
                                             "--overclaimer-cpu-hz: an overclaimer claims the fastest CPU")])

@@ -57,6 +57,21 @@ def test_paper_setting_defaults() -> None:
     assert (c.weights.a_tr, c.weights.a_com, c.system.xi_time) == (0.6, 0.4, 0.5)
 
 
+def test_a_larger_fleet_keeps_each_devices_load_and_neighbours() -> None:
+    larger = SMALL.at_fleet_size(4 * SMALL.devices)
+    assert (larger.devices, larger.tasks, larger.area_m, larger.slots) == (480, 12_000, 2 * SMALL.area_m, SMALL.slots)
+    neighbours = []
+    for config in (SMALL, larger):
+        world = World(config)
+        gaps = np.hypot(world.x_m[:, None] - world.x_m[None, :], world.y_m[:, None] - world.y_m[None, :])
+        neighbours.append(((gaps < config.range_m).sum() - config.devices) / config.devices)
+    # at the same density a device far from the square's edges has as many in range; the larger square has fewer
+    # devices near an edge, so more on average, never fewer
+    assert neighbours[0] < neighbours[1] < 1.5 * neighbours[0]
+    with pytest.raises(ValueError, match="--sim-devices: need at least 2 devices"):
+        SMALL.at_fleet_size(1)
+
+
 def test_tasks_run_sequentially_and_fill_every_slot(small) -> None:
     events = small[0]["events"]
     times = events["event_time_ms"].to_numpy()

@@ -305,6 +305,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         train = replace(train, test_fraction=args.test_fraction)
     if args.sim_slots is not None:  # the same task density per slot
         sim = replace(sim, slots=args.sim_slots, tasks=round(sim.tasks * args.sim_slots / sim.slots))
+    if args.sim_devices is not None:
+        sim = sim.at_fleet_size(args.sim_devices)
     runs = args.runs or (2 if args.quick else 10)
     methods = args.methods or list(EVALUATE_METHODS)
     started = time.perf_counter()
@@ -580,6 +582,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="share of slots tested (default 0.2; 0.8 trains on the first 20%% for a long horizon)")
     evaluate.add_argument("--sim-slots", type=int, default=None,
                           help="simulated slots (default 100), tasks scaled to keep the tasks per slot")
+    evaluate.add_argument("--sim-devices", type=int, default=None,
+                          help="simulated devices (default 500), tasks and the area scaled to keep the tasks per "
+                               "device and the devices per km2")
     evaluate.add_argument("--no-voc", action="store_true", help="skip the selection (VoC) experiment")
     evaluate.add_argument("--seed", type=int, default=0,
                           help="the first run's seed (simulation and training); run k uses seed + k")
