@@ -260,6 +260,7 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
             model, _, trained = train_bm(history, replace(config, sequence=sequence, head=head), train,
                                          prepared=prepared, warm_ups=warm_ups)
             facts["kept_epoch"] = trained.fit.best_epoch  # -1: no end-to-end epoch beat the warmed-up head
+            facts["end_to_end_gain"] = trained.fit.end_to_end_gain  # what the best epoch took off the head's loss
             if head == "context":  # the stack's weight on the head's own forecast (1: no rule mixed in), and
                 facts["stack_own"] = float(model.head.stack[0])  # 1 where the head reads the task's size
                 facts["size_corrected"] = float(model.head.sizing.adopted)
@@ -458,8 +459,8 @@ def _injection_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
 def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], paired: dict | None = None) -> str:
     coarse = ("seconds", "kept_epoch", "size_corrected", "memories", "shifts")  # one decimal
     metrics = [m for m in ("rmse", "mae", "rmse_truth", "rmse_truth_honest", "rmse_truth_candidates", "mae_truth",
-                           "ece", "ece_truth", "seconds", "kept_epoch", "stack_own", "size_corrected", "memories",
-                           "shifts")
+                           "ece", "ece_truth", "seconds", "kept_epoch", "end_to_end_gain", "stack_own",
+                           "size_corrected", "memories", "shifts")
                if any(m in row for row in summary.values())]
     lines = [f"# {title}", ""] + _table(["method", *metrics], [
         [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m in coarse

@@ -73,12 +73,20 @@ class TrainConfig:
 @dataclass
 class FitResult:
     """What :func:`fit` saw: the kept epoch (-1: the starting state, before any end-to-end step), its
-    validation loss, and the per-epoch training and validation losses."""
+    validation loss, the per-epoch training and validation losses, and the starting state's validation loss."""
 
     best_epoch: int
     best_loss: float
     train_losses: list[float]
     val_losses: list[float]
+    start_loss: float
+
+    @property
+    def end_to_end_gain(self) -> float:
+        """The share of the starting state's (the warmed-up head's) validation loss that the best end-to-end epoch
+        took off: above 0 where an epoch was kept, at most 0 where every epoch did worse (NaN: none ran)."""
+        finite = [loss for loss in self.val_losses if math.isfinite(loss)]
+        return 1.0 - min(finite) / self.start_loss if finite else math.nan
 
 
 def time_split(history: History, test_fraction: float) -> tuple[list[int], list[int]]:
@@ -310,7 +318,8 @@ def fit(model: BM, history: History, fit_slots: Sequence[int], val_slots: Sequen
     generator = np.random.default_rng(config.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, foreach=True)
     chunks = [list(c) for c in np.array_split(np.asarray(fit_slots), max(1, len(fit_slots) // config.chunk_slots))]
-    best = FitResult(-1, validation_loss(model, history, val_slots, judged_at=judged), [], [])
+    start = validation_loss(model, history, val_slots, judged_at=judged)
+    best = FitResult(-1, start, [], [], start)
     best_state = copy.deepcopy(model.state_dict())
     for epoch in tqdm(range(config.epochs), desc="train", unit="epoch", disable=not progress, leave=False):
         model.train()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 from dataclasses import replace
 
@@ -24,8 +25,8 @@ from model.history import History
 from model.node2vec import Node2VecConfig
 from model.scan import cpu_extension, fused_inference
 from model.targets import PairQuery, targets
-from model.train import (TrainConfig, WarmUps, blocked_folds, build, fit, parallel_members, predict, prepare,
-                         time_split, train_bm, validation_loss)
+from model.train import (FitResult, TrainConfig, WarmUps, blocked_folds, build, fit, parallel_members, predict,
+                         prepare, time_split, train_bm, validation_loss)
 from simulator.config import Attack, AttackKind, Behaviour, SimConfig
 
 SMALL = BMConfig(gnn=GNNConfig(node_dim=8, psi_dim=4, time_dim=4, widths=(8, 16, 8)),
@@ -223,10 +224,17 @@ def test_end_to_end_epochs_that_hurt_the_validation_loss_are_not_kept(history: H
     result = fit(model, history, fit_slots, folds[-1], setting)
     assert result.best_epoch == -1 and len(result.val_losses) == setting.patience  # stopped by patience
     assert not any(loss <= result.best_loss for loss in result.val_losses)  # worse, or NaN
+    assert result.start_loss == result.best_loss and not result.end_to_end_gain > 0
     d = SMALL.gnn.out_dim
     assert all(torch.count_nonzero(net.behaviour[0].weight[:, : 2 * d]) == 0 for net in model.head.members)
     assert not model.uses_encoder  # so scoring, the ONNX export and the streaming job skip the encoder
     assert validation_loss(model, history, folds[-1]) < result.best_loss + 0.05  # the refitted head, not a wreck
+
+
+def test_end_to_end_gain_is_the_share_of_the_warmed_up_loss_the_best_epoch_took_off() -> None:
+    assert FitResult(-1, 0.8, [0.9, 0.9], [0.82, 0.81], 0.8).end_to_end_gain == pytest.approx(1 - 0.81 / 0.8)  # < 0
+    assert FitResult(1, 0.78, [0.9] * 3, [0.79, 0.78, math.nan], 0.8).end_to_end_gain == pytest.approx(0.025)
+    assert math.isnan(FitResult(-1, 0.8, [], [], 0.8).end_to_end_gain)  # no epoch ran
 
 
 def test_time_split_never_mixes_and_folds_are_contiguous(history: History) -> None:

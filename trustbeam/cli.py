@@ -225,7 +225,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         train = replace(train, head_epochs=args.head_epochs)
     with phase("train"):
         model, _, report = train_bm(history, config, train, progress=args.progress or sys.stderr.isatty())
-    summary = {"setting": report.setting, "best_epoch": report.fit.best_epoch, "val_loss": report.fit.val_losses,
+    summary = {"setting": report.setting, "best_epoch": report.fit.best_epoch,
+               "warm_up_val_loss": report.fit.start_loss, "val_loss": report.fit.val_losses,
                "train_loss": report.fit.train_losses, "test_rmse": report.test_rmse, "test_mae": report.test_mae,
                "train_slots": len(report.train_slots), "test_slots": len(report.test_slots),
                "devices": len(history.index), "search": report.search, "train_seconds": round(phase.seconds["train"], 1),
