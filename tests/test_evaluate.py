@@ -126,6 +126,8 @@ def test_every_method_of_a_plot_looks_different() -> None:
 @pytest.mark.parametrize("args, message", [(["--seed", "-1"], "--seed: must be >= 0 (got -1)"),
                                            (["--mix", "stable_reliable=1,sneaky=1"], "unknown behaviour 'sneaky'"),
                                            (["--sim-devices", "1"], "--sim-devices: need at least 2 devices (got 1)"),
+                                           (["--sim-devices", "2000", "--events", "x.parquet"],
+                                            "--sim-slots, --sim-devices: simulated runs only"),
                                            (["--overclaimer-cpu-hz", "4e9"], "--overclaimer-cpu-hz: only with --attack"),
                                            (["--attack", "overclaiming=0.2", "--overclaimer-cpu-hz", "7e9"],
                                             "--overclaimer-cpu-hz: an overclaimer claims the fastest CPU")])
@@ -148,7 +150,7 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     assert main(["evaluate", "--quick", "--runs", "1", "--epochs", "2", "--quiet", "--out", str(tmp_path), "--seed", "3",
                  "--predictions", str(predictions)]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["setup"]["seed"] == 3
+    assert report["setup"]["seed"] == 3 and report["setup"]["simulation"]["area_m"] == 1000.0
     methods = ("bm", "bm_paper", "bm_paper_max", "lstm", "transformer", "gnn", "channel_beta", "fxg", "beta",
                "qs_trust", "mean", "oracle")
     for method in methods:

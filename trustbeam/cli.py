@@ -302,6 +302,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.events and (args.owner_reports is not None or args.task_size_spread is not None):
         raise ValueError("--owner-reports, --task-size-spread: simulated runs only (a recorded --events log says who "
                          "reported and how large its tasks were)")
+    if args.events and (args.sim_slots is not None or args.sim_devices is not None):
+        raise ValueError("--sim-slots, --sim-devices: simulated runs only (a recorded --events log has its own "
+                         "slots and devices)")
     if args.test_fraction is not None:
         train = replace(train, test_fraction=args.test_fraction)
     if args.sim_slots is not None:  # the same task density per slot
@@ -321,7 +324,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 "overclaimer_cpu_hz": args.overclaimer_cpu_hz, "fake_load": args.fake_load,
                 "fake_burn": args.fake_burn,
                 "quick": args.quick, "bm": asdict(config), "train": asdict(train),
-                "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots},
+                "simulation": None if args.events else {"devices": sim.devices, "tasks": sim.tasks, "slots": sim.slots,
+                                                        "area_m": sim.area_m},
                 "seconds": round(time.perf_counter() - started, 1)}
 
     def keep(results: list) -> None:  # the report (and the forecasts) so far, rewritten after every run
