@@ -291,6 +291,13 @@ class SimConfig:
         """Whether fake recoverers run their excess load rather than report it (``Attack.fake_burn``)."""
         return self.fake_load > 0 and self.attack.fake_burn
 
+    def at_run_length(self, slots: int) -> "SimConfig":
+        """The same world over ``slots`` slots: the tasks per slot kept (tasks scaled), so each slot's graph is as
+        dense and only each device's record grows."""
+        if slots < 1:
+            raise ValueError(f"--sim-slots: need at least 1 slot (got {slots!r})")
+        return replace(self, slots=slots, tasks=round(self.tasks * slots / self.slots))
+
     def at_fleet_size(self, devices: int) -> "SimConfig":
         """The same world with ``devices`` devices: the tasks per device per slot and the devices per km² kept (tasks
         and the area's side scaled), so each owner has as many candidates in range and each device as long a

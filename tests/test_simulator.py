@@ -72,6 +72,16 @@ def test_a_larger_fleet_keeps_each_devices_load_and_neighbours() -> None:
         SMALL.at_fleet_size(1)
 
 
+def test_a_longer_run_keeps_each_slots_tasks(small) -> None:
+    longer = SMALL.at_run_length(2 * SMALL.slots)
+    assert (longer.slots, longer.tasks, longer.devices, longer.area_m) == (60, 6000, SMALL.devices, SMALL.area_m)
+    per_slot = [np.bincount(sink["events"]["slot"].to_numpy()) for sink in (small[0], run(longer)[0])]
+    assert (len(per_slot[0]), len(per_slot[1])) == (30, 60) and per_slot[1].min() > 0
+    assert abs(per_slot[1].mean() - per_slot[0].mean()) < 1e-9
+    with pytest.raises(ValueError, match="--sim-slots: need at least 1 slot"):
+        SMALL.at_run_length(0)
+
+
 def test_tasks_run_sequentially_and_fill_every_slot(small) -> None:
     events = small[0]["events"]
     times = events["event_time_ms"].to_numpy()

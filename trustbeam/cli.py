@@ -307,8 +307,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                          "slots and devices)")
     if args.test_fraction is not None:
         train = replace(train, test_fraction=args.test_fraction)
-    if args.sim_slots is not None:  # the same task density per slot
-        sim = replace(sim, slots=args.sim_slots, tasks=round(sim.tasks * args.sim_slots / sim.slots))
+    if args.sim_slots is not None:
+        sim = sim.at_run_length(args.sim_slots)
     if args.sim_devices is not None:
         sim = sim.at_fleet_size(args.sim_devices)
     runs = args.runs or (2 if args.quick else 10)
