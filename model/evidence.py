@@ -36,7 +36,8 @@ Glossary: lambda (``lams``) is the forgetting factor per slot; N, W, F, TR, COM,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 import numpy as np
 
@@ -188,6 +189,15 @@ class EvidenceConfig:
 
     def on_time_factor(self, time_ratio: np.ndarray) -> np.ndarray:
         return OnTimeCurve(self.on_time)(time_ratio) if self.on_time else np.ones(len(time_ratio))
+
+    def with_memories(self, lams: Sequence[float]) -> "EvidenceConfig":
+        """The same evidence kept at the forgetting factors ``lams`` (``--memories``; training still adds
+        :data:`LONG_MEMORY` where devices report their loads), the population's level read at the one nearest
+        :attr:`level_memory`. ``--memories 0.7`` leaves a device's record beyond a few slots to the sequence encoder."""
+        if not lams or len(set(lams)) != len(lams) or any(not 0 < lam <= 1 for lam in lams):
+            raise ValueError(f"--memories: distinct forgetting factors in (0, 1] (got {' '.join(map(str, lams))})")
+        ordered = tuple(sorted(lams))
+        return replace(self, lams=ordered, level_memory=min(ordered, key=lambda lam: abs(lam - self.level_memory)))
 
 
 def channels_of(role: str) -> int:

@@ -301,14 +301,17 @@ def test_cli_train_writes_a_loadable_checkpoint(tmp_path, capsys) -> None:
     capsys.readouterr()
     events = str(tmp_path / "sim" / "events.parquet")
     assert main(["train", "--events", events, "--out", str(tmp_path / "ckpt"), "--epochs", "2", "--window", "4",
-                 "--head-epochs", "20"]) == 0
+                 "--head-epochs", "20", "--memories", "0.9", "0.7"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["model_version"].startswith("bm-") and len(report["val_loss"]) <= 2
     model, index, manifest = load(tmp_path / "ckpt")
+    assert (model.config.evidence.lams, model.config.evidence.level_memory) == ((0.7, 0.9), 0.9)
     assert len(index) == report["devices"] and manifest["metadata"]["test_rmse"] == report["test_rmse"]
     assert report["size_corrected"] is False and not model.head.sizing.adopted  # one task size: nothing to read
     assert main(["train", "--events", events, "--out", str(tmp_path / "none"), "--head-epochs", "0"]) == 2
     assert "--head-epochs: expected at least 1 (got 0)" in capsys.readouterr().err
+    assert main(["train", "--events", events, "--out", str(tmp_path / "none"), "--memories", "0.7", "1.5"]) == 2
+    assert "--memories: distinct forgetting factors in (0, 1] (got 0.7 1.5)" in capsys.readouterr().err
 
 
 def test_training_is_deterministic_for_a_seed(history: History) -> None:

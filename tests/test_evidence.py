@@ -58,6 +58,15 @@ def test_a_long_memory_is_kept_only_where_loads_are_reported() -> None:
     assert memories((0.9, 0.995, 1.0), loads_reported=True) == (0.9, 0.995, 1.0)  # kept once, in order
 
 
+def test_chosen_memories_are_ordered_and_read_the_level_at_the_nearest() -> None:
+    config = EvidenceConfig()
+    assert config.with_memories([0.98, 0.7]) == replace(config, lams=(0.7, 0.98), level_memory=0.98)
+    assert config.with_memories([0.7]).level_memory == 0.7 and config.with_memories([0.9, 1.0]).level_memory == 0.9
+    for bad, shown in (([], ""), ([0.7, 0.7], "0.7 0.7"), ([0.0], "0.0"), ([1.2], "1.2")):
+        with pytest.raises(ValueError, match=rf"--memories: distinct forgetting factors in \(0, 1\] \(got {shown}\)"):
+            config.with_memories(bad)
+
+
 @pytest.mark.parametrize("n", [0, 1, 7, KEY_ORDER_MIN - 1, KEY_ORDER_MIN, 3 * KEY_ORDER_MIN + 5])
 def test_key_order_is_the_stable_argsort(n: int) -> None:
     keys = hashed_keys(n, n)

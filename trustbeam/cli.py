@@ -13,13 +13,16 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from kafka.errors import KafkaError
 
 from model.config import DEVICES, SlotClock
 from simulator.config import AttackKind, ChannelModel, Policy, SimConfig, attack_setting, parse_attack, parse_mix
 from trustbeam.progress import Phases, bar
+
+if TYPE_CHECKING:
+    from model.bm import BMConfig
 
 Handler = Callable[[argparse.Namespace], int]
 # model.evaluate.METHODS, spelled out so that building the parser imports no model (a test keeps them equal)
@@ -72,6 +75,21 @@ def _add_fall_earned_option(parser: argparse.ArgumentParser) -> None:
                         help="read a fall in a device's reported load only once it has served TASKS on-time tasks "
                              "since (default 0: at once; 2 cuts what devices that burn a load to drop it win, at a "
                              "cost to honest recovering devices; with loads reported)")
+
+
+def _add_memories_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--memories", type=float, nargs="+", default=None, metavar="LAMBDA",
+                        help="the forgetting factors per slot the head's evidence is kept at (default 0.7 0.9 0.95 "
+                             "0.98; 0.995 is added where devices report loads): an ablation, --memories 0.7 leaves a "
+                             "device's record beyond a few slots to the sequence encoder")
+
+
+def _evidence_options(config: BMConfig, args: argparse.Namespace) -> BMConfig:
+    """``config`` with the evidence options of train and evaluate (--fall-earned, --memories) applied."""
+    from dataclasses import replace
+
+    evidence = replace(config.evidence, fall_earned=args.fall_earned)
+    return replace(config, evidence=evidence if args.memories is None else evidence.with_memories(args.memories))
 
 
 def _positive_metres(option: str, text: str) -> float:
@@ -215,7 +233,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         clock = SlotClock(origin_ms=clock.origin_ms if args.origin_ms is None else args.origin_ms,
                           slot_ms=clock.slot_ms if args.slot_seconds is None else int(args.slot_seconds * 1000))
     config = replace(BMConfig(), clock=clock, window=args.window, sequence=args.sequence, head=args.head)
-    config = replace(config, evidence=replace(config.evidence, fall_earned=args.fall_earned))
+    config = _evidence_options(config, args)
     with phase("history"):
         history = History.from_events(events, config.clock, config.weights, status=status)
     train = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout, epochs=args.epochs,
@@ -294,7 +312,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if text != "default":
             radius = None if text == "none" else _positive_metres(option, text)
             config = replace(config, evidence=replace(config.evidence, **{name: radius}))
-    config = replace(config, evidence=replace(config.evidence, fall_earned=args.fall_earned))
+    config = _evidence_options(config, args)
     sim = replace(sim, seed=args.seed, telemetry=args.telemetry, **({"mix": parse_mix(args.mix)} if args.mix else {}),
                   **_attack_setting(args))
     if args.events and sim.attack is not None:
@@ -557,6 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="paper: blocked 5-fold CV over the paper's lr x L2 x dropout grid")
     train.add_argument("--workers", type=int, default=1, help="processes scoring grid settings in parallel")
     _add_fall_earned_option(train)
+    _add_memories_option(train)
     _add_device_option(train)
     train.add_argument("--progress", action="store_true")
     train.set_defaults(handler=cmd_train)
@@ -600,6 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "fail when busy; changing devices' load drifts) instead of the paper's")
     _add_attack_option(evaluate)
     _add_fall_earned_option(evaluate)
+    _add_memories_option(evaluate)
     evaluate.add_argument("--colocation-m", default="default", metavar="M|none",
                           help="ids whose reported positions lie within M metres of each other are judged as one "
                                "collaborator (default: EvidenceConfig's 0.1 m; none: every id apart)")
