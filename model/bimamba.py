@@ -141,6 +141,11 @@ def valid_mask(lengths: torch.Tensor, length: int) -> torch.Tensor:
     return torch.arange(length, device=lengths.device) < lengths[:, None]
 
 
+def max_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """(batch, L, d) -> (batch, d): the max over each sequence's valid positions."""
+    return x.masked_fill(~valid_mask(lengths, x.shape[1])[..., None], float("-inf")).amax(dim=1)
+
+
 class BiMambaLayer(nn.Module):
     """Forward and backward Mamba blocks, summed, mixed by a Linear, plus the residual."""
 
@@ -185,5 +190,4 @@ class BiMambaEncoder(nn.Module):
             raise ValueError(f"lengths: each must be in [1, {x.shape[1]}] (got {lengths.tolist()})")
         for layer in self.layers:
             x = layer(x, lengths)
-        mask = valid_mask(lengths, x.shape[1])[..., None]
-        return x.masked_fill(~mask, float("-inf")).amax(dim=1)
+        return max_pool(x, lengths)

@@ -51,7 +51,7 @@ from model.voc import THETAS, CpuReader, Scorer, candidate_rmse, scored_tasks, v
 
 # method -> (sequence encoder, head); bm_paper also reports its literal "max" readout as bm_paper_max
 LEARNED = {"bm": ("bimamba", "context"), "bm_paper": ("bimamba", "paper"), "lstm": ("lstm", "context"),
-           "transformer": ("transformer", "context"), "gnn": ("last", "context")}
+           "transformer": ("transformer", "context"), "gnn": ("last", "context"), "gnn_pool": ("pool", "context")}
 # references, simulated logs only: the hidden truth itself, and the simulator's Bayes filter (simulator.bayes: the
 # best forecast anything learning from the log could make; computed by the simulator, passed as ``references``)
 REFERENCES = ("oracle", "bayes")

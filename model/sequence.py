@@ -7,6 +7,8 @@ the baselines share BM's slot GNN, pair head, inputs, split and training:
 * ``lstm``: an LSTM's hidden state after each sequence's last valid slot
 * ``transformer``: a Transformer encoder with learned positions, padding masked, max-pool
 * ``last``: the GNN embedding of the last slot alone (the "GNN only" baseline)
+* ``pool``: the max over the window's GNN embeddings, no sequence model: what BiMamba's and the Transformer's
+  residual paths and max-pool give by themselves (the control that tells what the sequence models add)
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from typing import Literal
 import torch
 from torch import nn
 
-from model.bimamba import BiMambaEncoder, MambaConfig, valid_mask
+from model.bimamba import BiMambaEncoder, MambaConfig, max_pool, valid_mask
 
-SequenceKind = Literal["bimamba", "lstm", "transformer", "last"]
+SequenceKind = Literal["bimamba", "lstm", "transformer", "last", "pool"]
 
 
 def last_valid(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -29,6 +31,11 @@ def last_valid(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 class LastSlot(nn.Module):
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         return last_valid(x, lengths)
+
+
+class WindowMax(nn.Module):
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return max_pool(x, lengths)
 
 
 class LSTMEncoder(nn.Module):
@@ -50,9 +57,8 @@ class TransformerEncoder(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        mask = valid_mask(lengths, x.shape[1])
-        out = self.encoder(x + self.position[: x.shape[1]], src_key_padding_mask=~mask)
-        return out.masked_fill(~mask[..., None], float("-inf")).amax(dim=1)
+        out = self.encoder(x + self.position[: x.shape[1]], src_key_padding_mask=~valid_mask(lengths, x.shape[1]))
+        return max_pool(out, lengths)
 
 
 def sequence_encoder(kind: SequenceKind, config: MambaConfig, window: int) -> nn.Module:
@@ -64,4 +70,6 @@ def sequence_encoder(kind: SequenceKind, config: MambaConfig, window: int) -> nn
         return TransformerEncoder(config.d_model, config.n_layers, window)
     if kind == "last":
         return LastSlot()
-    raise ValueError(f"sequence: unknown kind {kind!r} (known: bimamba, lstm, transformer, last)")
+    if kind == "pool":
+        return WindowMax()
+    raise ValueError(f"sequence: unknown kind {kind!r} (known: bimamba, lstm, transformer, last, pool)")

@@ -277,7 +277,7 @@ def test_training_beats_the_constant_and_checkpoints_round_trip(history: History
         load(tmp_path / "nothing")
 
 
-@pytest.mark.parametrize("kind", ["lstm", "transformer", "last"])
+@pytest.mark.parametrize("kind", ["lstm", "transformer", "last", "pool"])
 def test_learned_baselines_share_the_pipeline_and_ignore_padding(kind, history: History) -> None:
     from model.sequence import sequence_encoder
 
@@ -288,6 +288,9 @@ def test_learned_baselines_share_the_pipeline_and_ignore_padding(kind, history: 
     lengths = torch.tensor([3, 6])
     with torch.no_grad():
         torch.testing.assert_close(encoder(x, lengths), encoder(junk, lengths))
+        if kind == "pool":  # the window's max by hand: no parameters, nothing but the pool
+            torch.testing.assert_close(encoder(junk, lengths), torch.stack([x[0, :3].amax(0), x[1].amax(0)]))
+            assert not list(encoder.parameters())
     model = BM(replace(SMALL, sequence=kind), np.zeros((len(history.index), 8), dtype=np.float32))
     graph = history.graphs[5]
     raw = model.pair_outputs(history, PairQuery(graph.src, graph.dst, 4, graph.profile))
@@ -349,7 +352,7 @@ def test_every_encoder_starts_its_head_alike_for_a_seed() -> None:
         return BM(replace(SMALL, sequence=kind), np.zeros((3, 8), dtype=np.float32)).head.state_dict()
 
     bimamba = head_state("bimamba", 5)
-    for kind in ("lstm", "transformer", "last"):
+    for kind in ("lstm", "transformer", "last", "pool"):
         other = head_state(kind, 5)
         assert other.keys() == bimamba.keys() and all(torch.equal(other[k], bimamba[k]) for k in bimamba)
     assert not torch.equal(head_state("bimamba", 6)["members.0.tr_adjust.0.weight"],

@@ -151,13 +151,13 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
                  "--predictions", str(predictions)]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["setup"]["seed"] == 3 and report["setup"]["simulation"]["area_m"] == 1000.0
-    methods = ("bm", "bm_paper", "bm_paper_max", "lstm", "transformer", "gnn", "channel_beta", "fxg", "beta",
-               "qs_trust", "mean", "oracle")
+    methods = ("bm", "bm_paper", "bm_paper_max", "lstm", "transformer", "gnn", "gnn_pool", "channel_beta", "fxg",
+               "beta", "qs_trust", "mean", "oracle")
     for method in methods:
         assert set(report[method]["rmse"]) == {"mean", "std"} and 0 <= report[method]["rmse"]["mean"] <= 1
         assert 0 <= report[method]["ece_truth"]["mean"] <= 1 and f"| {method} |" in (tmp_path / "report.md").read_text()
     assert report["oracle"]["rmse_truth"]["mean"] == 0.0 and report["oracle"]["ece_truth"]["mean"] == 0.0
-    for method in ("bm", "bm_paper", "bm_paper_max", "lstm", "transformer", "gnn"):  # which epoch training kept
+    for method in ("bm", "bm_paper", "bm_paper_max", "lstm", "transformer", "gnn", "gnn_pool"):  # the epoch kept
         assert report["runs"][0][method]["kept_epoch"] in (-1, 0, 1)
     assert "kept_epoch" not in report["channel_beta"] and "kept_epoch" in (tmp_path / "report.md").read_text()
     assert report["channel_beta"]["rmse_truth"]["mean"] < report["mean"]["rmse_truth"]["mean"]  # it knows the pair

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
 Handler = Callable[[argparse.Namespace], int]
 # model.evaluate.METHODS, spelled out so that building the parser imports no model (a test keeps them equal)
-EVALUATE_METHODS = ("bm", "bm_paper", "lstm", "transformer", "gnn", "channel_beta", "channel_beta_sized", "fxg", "beta",
-                    "qs_trust", "mean", "oracle", "bayes")
+EVALUATE_METHODS = ("bm", "bm_paper", "lstm", "transformer", "gnn", "gnn_pool", "channel_beta", "channel_beta_sized",
+                    "fxg", "beta", "qs_trust", "mean", "oracle", "bayes")
 
 
 def _add_device_option(parser: argparse.ArgumentParser) -> None:
@@ -559,7 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="slot length, s (default: the clock recorded in the events file, else 60)")
     train.add_argument("--origin-ms", type=int, default=None, help="slot origin, ms since epoch (default: the file's)")
     train.add_argument("--window", type=int, default=32, help="slots of history per device (S)")
-    train.add_argument("--sequence", choices=["bimamba", "lstm", "transformer", "last"], default="bimamba")
+    train.add_argument("--sequence", choices=["bimamba", "lstm", "transformer", "last", "pool"], default="bimamba")
     train.add_argument("--head", choices=["context", "paper"], default="context",
                        help="context: T_beh from Y, the pair's physics and evidence; paper: MLP(Y_i, Y_j) alone")
     train.add_argument("--lr", type=float, default=1e-3)
