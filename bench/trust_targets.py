@@ -43,7 +43,7 @@ THETA = 0.7
 MEAN_GAIN = 0.02
 MAX_ECE = 0.02
 TRACED = ("degrading", "recovering", "periodic")  # the classes whose reported load carries their behaviour
-ENCODERS = ("lstm", "transformer", "gnn", "gnn_pool", "bm_paper")  # the other sequence encoders (and the paper's literal head)
+ENCODERS = ("lstm", "transformer", "gnn", "gnn_pool", "bm_paper")  # the other encoders (and the paper's literal head)
 RATIOS = ("÷ rule", "÷ encoders", "voc ÷ oracle", "success voc ÷ rule", "÷ mean", "best ÷ mean", "mae ÷ mean's", "ece",
           *(f"{label} ÷ {of}" for label in TRACED for of in ("rule", "bayes")))
 
