@@ -23,6 +23,7 @@ its MAE is BM's median readout's, which a shift of the mean leaves alone), the r
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -56,6 +57,9 @@ LEARNED = {"bm": ("bimamba", "context"), "bm_paper": ("bimamba", "paper"), "lstm
 # best forecast anything learning from the log could make; computed by the simulator, passed as ``references``)
 REFERENCES = ("oracle", "bayes")
 ONLINE = "bm_online"  # bm recalibrated online (model.recalibration), reported with bm
+# how a choice's VoC is scored: the report's key prefix, model.voc.voc_curves' ``drawn``, the tables' words
+VOC_SCORES = (("", True, "Achieved VoC (each choice's outcome drawn from the hidden probabilities)"),
+              ("expected_", False, "Expected VoC (each choice's VoC times its hidden P(success): no draws' noise)"))
 METHODS = (*LEARNED, *RULES, *REFERENCES)
 
 
@@ -308,9 +312,9 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
                                    readers, channel))
         for method, rmse in candidate_rmse(simulated.world, scored).items():
             out.setdefault(method, {})["rmse_truth_candidates"] = rmse
-        for rule in SELECTION_RULES:
-            metric = f"voc{rule_suffix(rule)}"
-            curves = voc_curves(simulated.world, scored, seed=train.seed, rule=rule)  # the candidates scored once
+        for (prefix, drawn, _), rule in itertools.product(VOC_SCORES, SELECTION_RULES):
+            metric = f"{prefix}voc{rule_suffix(rule)}"
+            curves = voc_curves(simulated.world, scored, seed=train.seed, rule=rule, drawn=drawn)  # scored once
             for method, curve in curves.items():
                 out.setdefault(method, {})[metric] = curve
         if simulated.world.attacker.any() or simulated.world.late_joiners.any():
@@ -469,11 +473,11 @@ def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], 
         for method, row in summary.items() if any(m in row for m in metrics)])
     lines += _behaviour_lines(summary) + (_paired_lines(paired) if paired else []) + _attack_lines(summary)
     lines += _injection_lines(summary)
-    for rule in SELECTION_RULES:
-        metric = f"voc{rule_suffix(rule)}"
+    for (prefix, _, scored_by), rule in itertools.product(VOC_SCORES, SELECTION_RULES):
+        metric = f"{prefix}voc{rule_suffix(rule)}"
         curves = {method: row[metric] for method, row in summary.items() if metric in row}
         if curves:
-            lines += ["", f"Achieved VoC per task versus the trust threshold θ, selecting by {RULE_WORDS[rule]} (mean "
+            lines += ["", f"{scored_by} per task versus the trust threshold θ, selecting by {RULE_WORDS[rule]} (mean "
                           "over runs):", ""]
             lines += _table(["method", *(f"θ={t}" for t in THETAS)],
                             [[m, *(f"{v:.3f}" for v in c["mean"])] for m, c in curves.items()])

@@ -33,11 +33,13 @@ ScoredTasks = tuple[np.ndarray, "InRange", dict[str, np.ndarray]]  # a slot: own
 
 
 def voc_curves(world, scored: list[ScoredTasks], thetas: tuple[float, ...] = THETAS, seed: int = 0,
-               rule: SelectionRule = "paper") -> dict[str, list[float]]:
+               rule: SelectionRule = "paper", drawn: bool = True) -> dict[str, list[float]]:
     """Mean achieved VoC per theta for each scorer of ``scored`` (:func:`scored_tasks`), plus ``oracle`` and
     ``random``, over the test tasks, each choosing by the selection ``rule`` (:func:`model.trust.select`; for
     ``"success"`` each method's P(success) from its T_beh and the pairs' fitted P(tr), :attr:`InRange.p_tr`, the
-    oracle's the hidden one).
+    oracle's the hidden one). ``drawn``: each choice scored by an outcome drawn from the hidden probabilities (one
+    draw per task, shared by the methods); False: by its VoC times its hidden P(success), the expected VoC, free of
+    the draws' noise (``random`` chooses the same candidates either way).
 
     ``world`` is the simulator's :class:`simulator.world.World`.
     """
@@ -48,8 +50,9 @@ def voc_curves(world, scored: list[ScoredTasks], thetas: tuple[float, ...] = THE
     for owners, pool, beliefs in scored:
         expected, rows = pool.expected, pool.rows
         draws = rng.random((2, len(owners)))
-        success = (draws[0][rows] < expected.p_tr) & (draws[1][rows] < expected.p_com_given_tr)
-        achieved = pool.dense(pool.value * success, 0.0)
+        outcome = ((draws[0][rows] < expected.p_tr) & (draws[1][rows] < expected.p_com_given_tr) if drawn
+                   else expected.p_tr * expected.p_com_given_tr)
+        achieved = pool.dense(pool.value * outcome, 0.0)
         for name, t_beh in {**beliefs, "oracle": expected.reliability(config.weights)}.items():
             trust, voc = pool.dense(t_beh * pool.t_res, 0.0), pool.dense(pool.value_for(name), -np.inf)
             success = pool.dense(pool.success(name, t_beh, config.weights), 0.0) if rule == "success" else None

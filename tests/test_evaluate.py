@@ -176,6 +176,12 @@ def test_quick_evaluation_writes_the_report(tmp_path, capsys) -> None:
     assert "success rule" in (tmp_path / "report.md").read_text()
     assert max(report["oracle"]["voc_success"]["mean"]) >= max(report["oracle"]["voc_expected"]["mean"]) - 0.02
     assert len(report["bm_online"]["voc"]["mean"]) == 9  # bm_online selects too, with the shift it publishes
+    # scored by expectation rather than drawn outcomes: the same choices, so the same level within the draws' noise
+    for method in ("bm", "channel_beta", "oracle"):
+        expected = report[method]["expected_voc"]["mean"]
+        assert len(expected) == 9 and all(0 <= v <= 1 for v in expected)
+        assert abs(np.mean(expected) - np.mean(report[method]["voc"]["mean"])) < 0.02
+    assert "Expected VoC" in (tmp_path / "report.md").read_text()
     for method in ("bm", "bm_paper_max", "qs_trust"):  # the reliability diagram covers every prediction
         assert sum(report[method]["calibration_share"]["mean"]) == pytest.approx(1.0)
     assert "Calibration on the test edges" in (tmp_path / "report.md").read_text()
