@@ -13,7 +13,7 @@ the baselines share BM's slot GNN, pair head, inputs, split and training:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import nn
@@ -72,4 +72,4 @@ def sequence_encoder(kind: SequenceKind, config: MambaConfig, window: int) -> nn
         return LastSlot()
     if kind == "pool":
         return WindowMax()
-    raise ValueError(f"sequence: unknown kind {kind!r} (known: bimamba, lstm, transformer, last, pool)")
+    raise ValueError(f"sequence: unknown kind {kind!r} (known: {', '.join(get_args(SequenceKind))})")
