@@ -227,19 +227,24 @@ def whitewash_shares(world, slots: np.ndarray, share: np.ndarray) -> tuple[float
     return (float(np.mean(before)), float(np.mean(after))) if before else (float("nan"), float("nan"))
 
 
-def injection_measures(clean: pa.Table, attacked: pa.Table, colluders: np.ndarray, victims: np.ndarray,
-                       methods: list[str]) -> dict[str, dict[str, float]]:
+def injection_measures(clean: pa.Table, attacked: pa.Table, attackers: np.ndarray, victims: np.ndarray,
+                       methods: list[str], alias: dict[str, str] | None = None) -> dict[str, dict[str, float]]:
     """{method: measures} of an attack injected into a recorded log (:mod:`simulator.inject`), from each run's test-edge
     forecasts on the clean log and on the attacked one (:func:`model.evaluate.predictions_table`): on the genuine test
-    edges (honest raters' own, in both), ``rmse_genuine_clean`` / ``rmse_genuine_attacked`` against what they rated,
-    ``victim_shift`` (the attacked forecast minus the clean one, on those toward the accounts fake ratings named)
-    and ``colluder_shift`` (the same toward colluders); NaN where no such edge."""
+    edges (honest raters' own, in both; an attacked edge's fresh ids read as the accounts ``alias`` names behind them),
+    ``rmse_genuine_clean`` / ``rmse_genuine_attacked`` against what they rated, ``victim_shift`` (the attacked forecast
+    minus the clean one, on those toward the accounts fake ratings named) and ``attacker_shift`` (the same toward the
+    attackers: what an attacker's fake ratings or fresh ids won it); NaN where no such edge."""
     keys = ["slot", "owner", "collaborator"]
-    honest = pc.invert(pc.is_in(attacked["owner"], value_set=pa.array(colluders, pa.string())))
+    for column in ("owner", "collaborator") if alias else ():
+        names = attacked[column].to_pylist()
+        attacked = attacked.set_column(attacked.column_names.index(column), column,
+                                       pa.array([alias.get(name, name) for name in names], pa.string()))
+    honest = pc.invert(pc.is_in(attacked["owner"], value_set=pa.array(attackers, pa.string())))
     joined = attacked.filter(honest).join(clean.select([*keys, *methods]), keys=keys, right_suffix="_clean")
     target, collaborator = joined["target"].to_numpy(), joined["collaborator"]
     toward = {"victim": pc.is_in(collaborator, value_set=pa.array(victims, pa.string())).to_numpy(),
-              "colluder": pc.is_in(collaborator, value_set=pa.array(colluders, pa.string())).to_numpy()}
+              "attacker": pc.is_in(collaborator, value_set=pa.array(attackers, pa.string())).to_numpy()}
     out = {}
     for method in methods:
         now, before = joined[method].to_numpy(), joined[f"{method}_clean"].to_numpy()

@@ -89,16 +89,17 @@ def evaluate_injected(events: pa.Table, attack: Attack, config: BMConfig, train:
     on its clean twin, ``runs`` training seeds: the attacked runs' figures, each method's with what the attack moved
     (:func:`model.manipulation.injection_measures`)."""
     injected = inject(events, attack, train.seed)
-    clean = History.from_events(injected.clean, config.clock, config.weights)
-    attacked = History.from_events(injected.attacked, config.clock, config.weights, index=clean.index,
+    index = DeviceIndex.from_edges(injected.clean, injected.attacked)  # the twins' devices, fresh ids among them
+    clean = History.from_events(injected.clean, config.clock, config.weights, index=index)
+    attacked = History.from_events(injected.attacked, config.clock, config.weights, index=index,
                                    first_slot=clean.first_slot)
     results = []
     for run in range(runs):
         seeded = replace(train, seed=train.seed + run)
         twin, result = (evaluate_run(history, config, seeded, methods) for history in (clean, attacked))
         forecasts = [name for name in result.scores if name in result.predictions.column_names]
-        for method, measures in injection_measures(twin.predictions, result.predictions, injected.colluders,
-                                                   injected.victims, forecasts).items():
+        for method, measures in injection_measures(twin.predictions, result.predictions, injected.attackers,
+                                                   injected.victims, forecasts, injected.alias).items():
             result.scores[method].update(measures)
         results.append(result)
         progress(f"run {run + 1}/{runs} done")

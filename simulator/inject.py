@@ -1,30 +1,48 @@
-"""The false-report attacks injected into a recorded ratings log (Bitcoin-OTC and the like), and what they move.
+"""Attacks injected into a recorded ratings log (Bitcoin-OTC and the like), and what they move.
 
-Protocol (the rating attacks of the trust-management literature, where colluders add fake ratings to a real log):
-``share`` of the accounts that rated at least :data:`MIN_RATINGS` others, drawn with the seed, collude. Each colluder
-adds as many fake ratings as it gave real ones, at the times of its real ones (its activity keeps its rhythm):
+Protocols (the attacks of the trust-management literature, carried out on a real log):
 
-- ``ballot-stuffing``: each rates a fellow colluder, drawn at random, with the top of the scale;
-- ``bad-mouthing``: each rates an honest account that had been rated before then, drawn at random, with the bottom.
+- False reports: ``share`` of the accounts that rated at least :data:`MIN_RATINGS` others, drawn with the seed,
+  collude. Each colluder adds as many fake ratings as it gave real ones, at the times of its real ones (its activity
+  keeps its rhythm):
+
+  - ``ballot-stuffing``: each rates a fellow colluder, drawn at random, with the top of the scale;
+  - ``bad-mouthing``: each rates an honest account that had been rated before then, drawn at random, with the bottom.
+
+- Fresh ids: ``share`` of the accounts that received at least :data:`MIN_RATINGS` ratings and a negative one (a
+  grade below :data:`model.distrust.DISTRUST`: an account the log's raters found wanting), drawn with the seed, act
+  under other ids. No rating is added or changed; only the ids the attacker's ratings, given and received, name:
+
+  - ``whitewashing``: right after each negative rating it receives the account leaves its id and goes on under a new
+    one (``Attack.whitewash_ids`` at most), so each new id starts without the record that rating began. (The
+    simulator's rule, a mean T_col under the mark, does not carry over: most of Bitcoin-OTC's ratings are +1 or +2,
+    below any mark a scheduler's thresholds set.)
+  - ``sybil``: each of its ratings names one of ``Attack.sybil_ids`` ids, drawn at random, so its record is split.
+
+  A new id is the account's name with ``#ww<k>`` or ``#sybil<k>`` appended (:attr:`Injected.alias`).
 
 Every rating, real or fake, is reported by its rater (the event's ``reporter`` is the owner): a log of ratings is what
-raters say. The clean twin is the same log with the same reporters and no fakes, so a method's forecasts of the same
-genuine test edges (honest raters' own ratings) can be set side by side: the RMSE on them, how far the forecasts of
-those toward bad-mouthed accounts fell (``victim_shift``) and those toward colluders rose (``colluder_shift``).
+raters say. The clean twin is the same log with the same reporters, no fakes and every account under its own id, so
+a method's forecasts of the same genuine test edges (honest raters' own ratings) can be set side by side: the RMSE on
+them, how far the forecasts of those toward bad-mouthed accounts fell (``victim_shift``) and those toward the attackers
+rose (``attacker_shift``: colluders, or the accounts behind the fresh ids).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from model.distrust import DISTRUST
 from simulator.config import Attack, AttackKind
 
-MIN_RATINGS = 3  # an account that rated at least this many times can collude
-INJECTED = (AttackKind.BALLOT_STUFFING, AttackKind.BAD_MOUTHING)  # the attacks a ratings log can carry
+MIN_RATINGS = 3  # an account that rated (colluders) or was rated (fresh ids) at least this many times can attack
+FALSE_REPORTS = (AttackKind.BALLOT_STUFFING, AttackKind.BAD_MOUTHING)
+FRESH_IDS = {AttackKind.WHITEWASHING: "ww", AttackKind.SYBIL: "sybil"}  # and the suffix of their new ids
+INJECTED = (*FALSE_REPORTS, *FRESH_IDS)  # the attacks a ratings log can carry
 
 
 def reported_by_raters(events: pa.Table) -> pa.Table:
@@ -39,9 +57,10 @@ class Injected:
     """A log and its attacked twin (see the module's docstring)."""
 
     clean: pa.Table  # the log, every rating reported by its rater
-    attacked: pa.Table  # the same with the fake ratings, in time order
-    colluders: np.ndarray  # (k,) the colluders' ids
-    victims: np.ndarray  # (v,) the honest accounts fake ratings named (bad-mouthing; none for ballot-stuffing)
+    attacked: pa.Table  # the same with the fake ratings or the fresh ids, in time order
+    attackers: np.ndarray  # (k,) the attacking accounts' own ids (colluders, whitewashers, Sybils)
+    victims: np.ndarray  # (v,) the honest accounts fake ratings named (bad-mouthing; none for the other kinds)
+    alias: dict[str, str] = field(default_factory=dict)  # each fresh id -> the account behind it
 
 
 def injectable(attack: Attack) -> None:
@@ -53,12 +72,15 @@ def injectable(attack: Attack) -> None:
 
 def inject(events: pa.Table, attack: Attack, seed: int) -> Injected:
     """``events`` (a graded log, e.g. from ``import-log``, in time order) reported by its raters, and the same with the
-    colluders' fake ratings (see the module's docstring); a kind a ratings log cannot carry is refused by name."""
+    colluders' fake ratings or the attackers' fresh ids (see the module's docstring); a kind a ratings log cannot carry
+    is refused by name."""
     injectable(attack)
     clean = reported_by_raters(events)
     rng = np.random.default_rng([seed, 13])
     owner = events["owner"].to_numpy(zero_copy_only=False).astype(str)
     collaborator = events["collaborator"].to_numpy(zero_copy_only=False).astype(str)
+    if attack.kind in FRESH_IDS:
+        return _fresh_ids(clean, owner, collaborator, attack, rng)
     raters, given = np.unique(owner, return_counts=True)
     eligible = raters[given >= MIN_RATINGS]
     colluders = np.sort(rng.choice(eligible, size=round(attack.share * len(eligible)), replace=False))
@@ -81,6 +103,34 @@ def inject(events: pa.Table, attack: Attack, seed: int) -> Injected:
     order = np.argsort(attacked["event_time_ms"].to_numpy(), kind="stable")
     victims = np.unique(targets) if attack.kind is AttackKind.BAD_MOUTHING else np.zeros(0, str)
     return Injected(clean, attacked.take(pa.array(order)), colluders, victims)
+
+
+def _fresh_ids(clean: pa.Table, owner: np.ndarray, collaborator: np.ndarray, attack: Attack,
+               rng: np.random.Generator) -> Injected:
+    """The log with ``share`` of the accounts rated at least :data:`MIN_RATINGS` times, a negative rating among them,
+    acting under fresh ids (whitewashing or Sybil, see the module's docstring)."""
+    negative = clean["reliability"].to_numpy(zero_copy_only=False).astype(np.float64) < DISTRUST
+    rated, received = np.unique(collaborator, return_counts=True)
+    eligible = rated[(received >= MIN_RATINGS) & np.isin(rated, collaborator[negative])]
+    attackers = np.sort(rng.choice(eligible, size=round(attack.share * len(eligible)), replace=False))
+    names = {"owner": owner.astype(object), "collaborator": collaborator.astype(object)}  # room for longer ids
+    suffix = FRESH_IDS[attack.kind]
+    alias = {}
+    for account in attackers:
+        rows = np.flatnonzero((owner == account) | (collaborator == account))  # in time order
+        if attack.kind is AttackKind.WHITEWASHING:  # the k-th id after the k-th negative rating received, at most
+            left = np.cumsum(negative[rows] & (collaborator[rows] == account))  # ``whitewash_ids - 1`` times
+            k = np.minimum(np.r_[0, left[:-1]], attack.whitewash_ids - 1)
+        else:
+            k = rng.integers(0, attack.sybil_ids, size=len(rows))
+        ids = np.where(k > 0, np.char.add(f"{account}#{suffix}", k.astype(str)), account)
+        alias.update({fresh: account for fresh in ids[k > 0].tolist()})
+        for column, rows_of in (("owner", owner[rows] == account), ("collaborator", collaborator[rows] == account)):
+            names[column][rows[rows_of]] = ids[rows_of]
+    attacked = clean
+    for column, values in names.items():
+        attacked = attacked.set_column(attacked.column_names.index(column), column, pa.array(values, pa.string()))
+    return Injected(clean, reported_by_raters(attacked), attackers, np.zeros(0, str), alias)
 
 
 def _rivals(owner: np.ndarray, collaborator: np.ndarray, colluders: np.ndarray, rows: np.ndarray,

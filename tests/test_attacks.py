@@ -532,8 +532,8 @@ def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
 
 @pytest.mark.parametrize("args, message", [(["--attack", "sybil=1.5"], "share of 'sybil' must be in [0, 1)"),
                                            (["--attack", "gossip=0.1"], "--attack: unknown kind 'gossip'"),
-                                           (["--attack", "sybil=0.1", "--events", "x.parquet"],
-                                            "'sybil' cannot be injected into a recorded log"),
+                                           (["--attack", "on-off=0.1", "--events", "x.parquet"],
+                                            "'on-off' cannot be injected into a recorded log"),
                                            (["--owner-reports", "0.5", "--events", "x.parquet"],
                                             "simulated runs only"),
                                            (["--succession-m", "-3"], "--succession-m: expected metres > 0 or 'none'"),

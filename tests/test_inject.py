@@ -11,6 +11,7 @@ import pytest
 
 from model.manipulation import injection_measures
 from simulator.config import Attack, AttackKind
+from model.distrust import DISTRUST
 from simulator.inject import MIN_RATINGS, inject
 from tests.test_snapshots import write_log
 from trustbeam.cli import main
@@ -37,7 +38,7 @@ def test_colluders_add_one_fake_rating_per_real_one_at_its_time(log: str, kind: 
 
     events = pq.read_table(log)
     injected = inject(events, Attack(kind, 0.25), seed=3)
-    clean, attacked, colluders = injected.clean, injected.attacked, injected.colluders
+    clean, attacked, colluders = injected.clean, injected.attacked, injected.attackers
     raters, given = np.unique(_column(events, "owner"), return_counts=True)
     assert len(colluders) == round(0.25 * (given >= MIN_RATINGS).sum())
     assert clean.drop_columns(["reporter"]).equals(events.drop_columns(["reporter"]))
@@ -64,12 +65,40 @@ def test_colluders_add_one_fake_rating_per_real_one_at_its_time(log: str, kind: 
         assert set(injected.victims) == set(targets)
 
 
-def test_a_log_cannot_carry_a_sybil_and_the_same_seed_injects_the_same(log: str) -> None:
+@pytest.mark.parametrize("kind", [AttackKind.WHITEWASHING, AttackKind.SYBIL])
+def test_fresh_ids_rename_the_attackers_ratings_and_change_nothing_else(log: str, kind: AttackKind) -> None:
     import pyarrow.parquet as pq
 
     events = pq.read_table(log)
-    with pytest.raises(ValueError, match="'sybil' cannot be injected into a recorded log"):
-        inject(events, Attack(AttackKind.SYBIL, 0.2), seed=0)
+    attack = Attack(kind, 0.25, whitewash_ids=4)
+    injected = inject(events, attack, seed=3)
+    clean, attacked, attackers, alias = injected.clean, injected.attacked, injected.attackers, injected.alias
+    grade, rated = _column(events, "reliability"), _column(events, "collaborator")
+    names, received = np.unique(rated, return_counts=True)
+    eligible = names[(received >= MIN_RATINGS) & np.isin(names, rated[grade < DISTRUST])]
+    assert len(attackers) == round(0.25 * len(eligible)) and np.isin(attackers, eligible).all()
+    assert not len(injected.victims) and attacked["reporter"].equals(attacked["owner"])
+    assert attacked.drop_columns(["owner", "collaborator", "reporter"]).equals(
+        clean.drop_columns(["owner", "collaborator", "reporter"]))  # no rating added, dropped or regraded
+    assert set(alias.values()) == set(attackers)  # every attacker acts under a fresh id
+    for column in ("owner", "collaborator"):  # the fresh ids read as their accounts give the clean log back
+        assert [alias.get(n, n) for n in attacked[column].to_pylist()] == clean[column].to_pylist()
+    for account in attackers:
+        ids = _column(attacked, "collaborator")[_column(clean, "collaborator") == account]
+        if kind is AttackKind.SYBIL:
+            assert set(ids) <= {account, *(f"{account}#sybil{k}" for k in (1, 2))}
+            continue
+        negatives = np.cumsum(grade[rated == account] < DISTRUST)  # the k-th id after the k-th negative, at most 3
+        expected = np.minimum(np.r_[0, negatives[:-1]], 3)
+        assert ids.tolist() == [account if k == 0 else f"{account}#ww{k}" for k in expected]
+
+
+def test_a_log_cannot_carry_on_off_and_the_same_seed_injects_the_same(log: str) -> None:
+    import pyarrow.parquet as pq
+
+    events = pq.read_table(log)
+    with pytest.raises(ValueError, match="'on-off' cannot be injected into a recorded log"):
+        inject(events, Attack(AttackKind.ON_OFF, 0.2), seed=0)
     a, b = (inject(events, Attack(AttackKind.BAD_MOUTHING, 0.2), seed=5) for _ in range(2))
     assert a.attacked.equals(b.attacked)
 
@@ -80,9 +109,23 @@ def test_injection_measures_by_hand() -> None:
     clean = pa.table({**keys, "m": [0.9, 0.3, 0.5]})
     attacked = pa.table({**keys, "m": [0.6, 0.5, 0.1]})
     out = injection_measures(clean, attacked, np.array(["c"]), np.array(["v"]), ["m"])["m"]
-    assert out["victim_shift"] == pytest.approx(-0.3) and out["colluder_shift"] == pytest.approx(0.2)
+    assert out["victim_shift"] == pytest.approx(-0.3) and out["attacker_shift"] == pytest.approx(0.2)
     assert out["rmse_genuine_clean"] == pytest.approx(np.sqrt((0.1 ** 2 + 0.3 ** 2) / 2))
     assert out["rmse_genuine_attacked"] == pytest.approx(np.sqrt((0.4 ** 2 + 0.5 ** 2) / 2))
+
+
+def test_injection_measures_read_fresh_ids_as_their_accounts() -> None:
+    """Honest rater h rated whitewasher w under its fresh id w#ww1 (0.4 -> 0.7) and honest v (0.8 -> 0.8); the
+    fresh id's own rating of v is the attacker's, left out."""
+    clean = pa.table({"slot": [7, 7, 7], "owner": ["h", "h", "w"], "collaborator": ["w", "v", "v"],
+                      "target": [0.0, 1.0, 1.0], "m": [0.4, 0.8, 0.5]})
+    attacked = pa.table({"slot": [7, 7, 7], "owner": ["h", "h", "w#ww1"], "collaborator": ["w#ww1", "v", "v"],
+                         "target": [0.0, 1.0, 1.0], "m": [0.7, 0.8, 0.9]})
+    out = injection_measures(clean, attacked, np.array(["w"]), np.zeros(0, str), ["m"], {"w#ww1": "w"})["m"]
+    assert out["attacker_shift"] == pytest.approx(0.3) and np.isnan(out["victim_shift"])
+    assert out["rmse_genuine_attacked"] == pytest.approx(np.sqrt((0.7 ** 2 + 0.2 ** 2) / 2))
+    without = injection_measures(clean, attacked, np.array(["w"]), np.zeros(0, str), ["m"])["m"]
+    assert np.isnan(without["attacker_shift"])  # unread, the fresh id matches no clean edge
 
 
 def test_evaluate_reports_what_an_injected_attack_moved(log: str, tmp_path) -> None:
@@ -95,3 +138,14 @@ def test_evaluate_reports_what_an_injected_attack_moved(log: str, tmp_path) -> N
         assert set(report[method]["victim_shift"]) == {"mean", "std"}
     assert report["channel_beta"]["victim_shift"]["mean"] < 0  # a rule believes every report
     assert "Injected attack" in (out / "report.md").read_text()
+
+
+def test_evaluate_reports_what_fresh_ids_won(log: str, tmp_path) -> None:
+    out = tmp_path / "report"
+    assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--events", log, "--attack", "whitewashing=0.25",
+                 "--methods", "mean", "channel_beta", "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert "whitewashing=0.25 injected" in report["title"]
+    for method in ("mean", "channel_beta"):
+        assert np.isfinite(report[method]["attacker_shift"]["mean"])  # the fresh ids' edges matched their accounts'
+        assert report[method]["rmse_genuine_clean"]["mean"] > 0
