@@ -223,6 +223,9 @@ class SimConfig:
     churn: float = 0.0  # share of the honest devices that join after the start, each at a slot drawn uniformly before
     #                     the run's last tenth (until then it serves, owns and reports nothing): the newcomers a fresh id
     #                     hides among. 0: the paper's setting, every device there from slot 0
+    leave: float = 0.0  # share of the honest devices that leave before the end, each at a slot drawn uniformly after
+    #                     the run's first tenth (from then on it serves, owns and reports nothing): the silent ids an
+    #                     honest newcomer may stand near. 0: the paper's setting, every device there to the last slot
     clock: SlotClock = field(default_factory=SlotClock)
     system: SystemParams = field(default_factory=SystemParams)
     weights: TrustWeights = field(default_factory=TrustWeights)
@@ -262,6 +265,8 @@ class SimConfig:
                              f"{self.load_mean}, {self.load_swing}, {drift}, {self.load_max})")
         if not 0 <= self.churn < 1:
             raise ValueError(f"SimConfig.churn (--churn): must be in [0, 1) (got {self.churn!r})")
+        if not 0 <= self.leave < 1:
+            raise ValueError(f"SimConfig.leave (--leave): must be in [0, 1) (got {self.leave!r})")
         if not 0 <= self.owner_reports <= 1:
             raise ValueError(f"SimConfig.owner_reports: must be in [0, 1] (got {self.owner_reports!r})")
         if not self.task_size_spread >= 1:

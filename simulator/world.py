@@ -134,6 +134,12 @@ class World:
             honest = np.setdiff1d(np.arange(n), attackers)
             late = late_rng.choice(honest, size=round(config.churn * len(honest)), replace=False)
             self.joined[late] = late_rng.integers(1, max(2, int(0.9 * config.slots)), size=len(late))
+        if config.leave > 0:  # honest devices that leave early (never a late joiner), from a stream of their own
+            leave_rng = np.random.default_rng([config.seed, 9])
+            staying = np.setdiff1d(np.arange(n), np.concatenate([attackers, np.flatnonzero(self.joined[:n] > 0)]))
+            leaving = leave_rng.choice(staying, size=min(round(config.leave * (n - len(attackers))), len(staying)),
+                                       replace=False)
+            self.left[leaving] = leave_rng.integers(max(1, config.slots // 10), max(2, config.slots), size=len(leaving))
         self.channel = make_channel(config)
 
     @property
@@ -152,9 +158,10 @@ class World:
         return (self.joined > 0) & (self.joined != NEVER) & ~self.attacker
 
     def present_owners(self, owners: np.ndarray, slot: int, key: list[int]) -> np.ndarray:
-        """``owners`` (ids) with each one yet to join in ``slot`` (``config.churn``) replaced by a present device's
-        current id, drawn from the stream ``key`` (nothing is drawn where every owner has joined)."""
-        pending = self.joined[owners] > slot
+        """``owners`` (ids) with each one yet to join in ``slot`` (``config.churn``) or gone (``config.leave``) replaced
+        by a present device's current id, drawn from the stream ``key`` (nothing is drawn where every owner is
+        present)."""
+        pending = ~self.present(owners, slot)
         if not pending.any():
             return owners
         present = self.active[self.present(self.active, slot)]

@@ -227,6 +227,32 @@ def test_honest_devices_that_join_late_serve_own_and_report_nothing_before() -> 
         replace(SMALL, churn=1.0)
 
 
+def test_honest_devices_that_leave_serve_own_and_report_nothing_after() -> None:
+    """``leave``: a share of the honest devices (never a late joiner) leaves early, from a stream of its own; from then
+    on no task, status or ownership names it, and everything else of the world is drawn as without it."""
+    config = replace(SMALL, churn=0.25, leave=0.25, attack=Attack(AttackKind.WHITEWASHING, 0.1))
+    events, _, status, world = simulated_world(config)
+    gone = np.flatnonzero((world.left < SMALL.slots) & ~world.attacker)
+    assert len(gone) == round(0.25 * (SMALL.devices - 8)) and not world.late_joiners[gone].any()
+    assert world.left[gone].min() >= SMALL.slots // 10 and world.left[gone].max() < SMALL.slots
+    clock = SMALL.clock
+    status_slot = (status["time_ms"].to_numpy() - clock.origin_ms) // clock.slot_ms
+    served = 0
+    for device, left in zip(world.ids.take(gone).to_pylist(), world.left[gone]):
+        for ids, slots in ((events["owner"], events["slot"]), (events["collaborator"], events["slot"]),
+                           (status["device"], status_slot)):
+            at = np.asarray(slots)[pc.equal(ids, device).to_numpy(zero_copy_only=False)]
+            assert (at < left).all()
+        served += int(pc.sum(pc.equal(events["collaborator"], device)).as_py() > 0)
+    assert served > len(gone) // 2  # and they served while they were there
+    plain = simulated_world(replace(config, leave=0.0))[3]
+    assert (plain.cpu_hz == world.cpu_hz).all() and (plain.params.kind == world.params.kind).all()
+    late = plain.late_joiners
+    assert (late == world.late_joiners).all() and (plain.joined[late] == world.joined[late]).all()
+    with pytest.raises(ValueError, match="leave"):
+        replace(SMALL, leave=1.0)
+
+
 def _rows(world, ids: pa.ChunkedArray) -> np.ndarray:
     return pc.index_in(ids, value_set=world.ids).to_numpy()
 
@@ -537,6 +563,7 @@ def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
                                            (["--owner-reports", "0.5", "--events", "x.parquet"],
                                             "simulated runs only"),
                                            (["--succession-m", "-3"], "--succession-m: expected metres > 0 or 'none'"),
+                                           (["--leave", "1.5"], "SimConfig.leave (--leave): must be in [0, 1)"),
                                            (["--fake-burn"], "--fake-burn: only with --attack fake-recovery=SHARE"),
                                            (["--fall-earned", "-1"], "EvidenceConfig.fall_earned (--fall-earned): "
                                                                      "must be >= 0")])

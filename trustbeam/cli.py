@@ -68,6 +68,10 @@ def _add_attack_option(parser: argparse.ArgumentParser) -> None:
                         help="share of the honest devices that join after the start, each at a random slot before "
                              "the run's last tenth: the honest newcomers a whitewasher's fresh id hides among (default "
                              "0: every device there from the start, the paper)")
+    parser.add_argument("--leave", type=float, default=0.0, metavar="SHARE",
+                        help="share of the honest devices that leave before the end, each at a random slot after the "
+                             "run's first tenth: the silent ids an honest newcomer may stand near (default 0: every "
+                             "device there to the end, the paper)")
 
 
 def _add_fall_earned_option(parser: argparse.ArgumentParser) -> None:
@@ -114,7 +118,8 @@ def _attack_setting(args: argparse.Namespace) -> dict:
     attack = replace(parse_attack(args.attack), id_spread_m=args.id_spread_m, whitewash_from=args.whitewash_from,
                      overclaimer_cpu_hz=args.overclaimer_cpu_hz, fake_load=args.fake_load,
                      fake_burn=args.fake_burn) if args.attack else None
-    return {**attack_setting(attack, args.owner_reports, args.task_size_spread), "churn": args.churn}
+    return {**attack_setting(attack, args.owner_reports, args.task_size_spread), "churn": args.churn,
+            "leave": args.leave}
 
 
 def _add_sim_options(parser: argparse.ArgumentParser) -> None:
@@ -339,6 +344,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return {"runs": runs, "runs_done": done, "seed": args.seed, "mix": args.mix, "telemetry": args.telemetry,
                 "attack": args.attack, "id_spread_m": args.id_spread_m, "owner_reports": sim.owner_reports,
                 "task_size_spread": sim.task_size_spread, "whitewash_from": args.whitewash_from, "churn": sim.churn,
+                "leave": sim.leave,
                 "overclaimer_cpu_hz": args.overclaimer_cpu_hz, "fake_load": args.fake_load,
                 "fake_burn": args.fake_burn,
                 "quick": args.quick, "bm": asdict(config), "train": asdict(train),
