@@ -443,10 +443,10 @@ def test_stretch_delays_by_hand() -> None:
 
 
 def test_whitewash_shares_by_hand() -> None:
-    world = SimpleNamespace(left=np.array([12, NEVER, NEVER]), next_id=np.array([1, -1, -1]))
+    world = SimpleNamespace(left=np.array([12, NEVER, 9]), next_id=np.array([1, -1, -1]))  # 2: an honest leaver
     slots = np.arange(5, 20)
     share = np.zeros((15, 3))
-    share[slots < 12, 0], share[slots >= 12, 1] = 0.1, 0.05
+    share[slots < 12, 0], share[slots >= 12, 1], share[slots < 9, 2] = 0.1, 0.05, 0.3
     assert whitewash_shares(world, slots, share) == pytest.approx((0.1, 0.05))
     assert all(math.isnan(v) for v in whitewash_shares(world, np.arange(13, 20), share[8:]))
 
