@@ -118,9 +118,9 @@ def _fresh_ids(clean: pa.Table, owner: np.ndarray, collaborator: np.ndarray, att
     alias = {}
     for account in attackers:
         rows = np.flatnonzero((owner == account) | (collaborator == account))  # in time order
-        if attack.kind is AttackKind.WHITEWASHING:  # the k-th id after the k-th negative rating received, at most
-            left = np.cumsum(negative[rows] & (collaborator[rows] == account))  # ``whitewash_ids - 1`` times
-            k = np.minimum(np.r_[0, left[:-1]], attack.whitewash_ids - 1)
+        if attack.kind is AttackKind.WHITEWASHING:  # its k-th fresh id after its k-th negative rating received
+            received = np.cumsum(negative[rows] & (collaborator[rows] == account))
+            k = np.minimum(np.r_[0, received[:-1]], attack.whitewash_ids - 1)
         else:
             k = rng.integers(0, attack.sybil_ids, size=len(rows))
         ids = np.where(k > 0, np.char.add(f"{account}#{suffix}", k.astype(str)), account)

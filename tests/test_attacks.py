@@ -203,6 +203,21 @@ def test_a_fake_recovery_that_cannot_be_simulated_is_refused_by_name(telemetry: 
         replace(SMALL, telemetry=telemetry, attack=Attack(**{"kind": AttackKind.FAKE_RECOVERY, "share": 0.2, **attack}))
 
 
+def _served_only_while_present(events: pa.Table, status: pa.Table, world, rows: np.ndarray) -> int:
+    """Asserts that no task (as owner or collaborator) or status names the ids ``rows`` outside the slots they are
+    present (from ``world.joined`` to before ``world.left``); returns how many of them served a task."""
+    clock = SMALL.clock
+    status_slot = (status["time_ms"].to_numpy() - clock.origin_ms) // clock.slot_ms
+    served = 0
+    for device, joined, left in zip(world.ids.take(rows).to_pylist(), world.joined[rows], world.left[rows]):
+        for ids, slots in ((events["owner"], events["slot"]), (events["collaborator"], events["slot"]),
+                           (status["device"], status_slot)):
+            at = np.asarray(slots)[pc.equal(ids, device).to_numpy(zero_copy_only=False)]
+            assert ((at >= joined) & (at < left)).all()
+        served += int(pc.sum(pc.equal(events["collaborator"], device)).as_py() > 0)
+    return served
+
+
 def test_honest_devices_that_join_late_serve_own_and_report_nothing_before() -> None:
     """``churn``: a share of the honest devices joins later, from a stream of its own; until then no task, status or
     ownership names it, and everything else of the world is drawn as without it."""
@@ -211,16 +226,7 @@ def test_honest_devices_that_join_late_serve_own_and_report_nothing_before() -> 
     late = np.flatnonzero(world.late_joiners)
     assert len(late) == round(0.25 * (SMALL.devices - 8)) and not world.attacker[late].any()
     assert world.joined[late].min() >= 1 and world.joined[late].max() < 0.9 * SMALL.slots
-    clock = SMALL.clock
-    status_slot = (status["time_ms"].to_numpy() - clock.origin_ms) // clock.slot_ms
-    served = 0
-    for device, joined in zip(world.ids.take(late).to_pylist(), world.joined[late]):
-        for ids, slots in ((events["owner"], events["slot"]), (events["collaborator"], events["slot"]),
-                           (status["device"], status_slot)):
-            at = np.asarray(slots)[pc.equal(ids, device).to_numpy(zero_copy_only=False)]
-            assert (at >= joined).all()
-        served += int(pc.sum(pc.equal(events["collaborator"], device)).as_py() > 0)
-    assert served > len(late) // 2  # and they do serve once they are there
+    assert _served_only_while_present(events, status, world, late) > len(late) // 2  # and serve once there
     plain = simulated_world(replace(config, churn=0.0))[3]
     assert (plain.cpu_hz == world.cpu_hz).all() and (plain.params.kind == world.params.kind).all()
     with pytest.raises(ValueError, match="churn"):
@@ -235,16 +241,7 @@ def test_honest_devices_that_leave_serve_own_and_report_nothing_after() -> None:
     gone = np.flatnonzero((world.left < SMALL.slots) & ~world.attacker)
     assert len(gone) == round(0.25 * (SMALL.devices - 8)) and not world.late_joiners[gone].any()
     assert world.left[gone].min() >= SMALL.slots // 10 and world.left[gone].max() < SMALL.slots
-    clock = SMALL.clock
-    status_slot = (status["time_ms"].to_numpy() - clock.origin_ms) // clock.slot_ms
-    served = 0
-    for device, left in zip(world.ids.take(gone).to_pylist(), world.left[gone]):
-        for ids, slots in ((events["owner"], events["slot"]), (events["collaborator"], events["slot"]),
-                           (status["device"], status_slot)):
-            at = np.asarray(slots)[pc.equal(ids, device).to_numpy(zero_copy_only=False)]
-            assert (at < left).all()
-        served += int(pc.sum(pc.equal(events["collaborator"], device)).as_py() > 0)
-    assert served > len(gone) // 2  # and they served while they were there
+    assert _served_only_while_present(events, status, world, gone) > len(gone) // 2  # and served while there
     plain = simulated_world(replace(config, leave=0.0))[3]
     assert (plain.cpu_hz == world.cpu_hz).all() and (plain.params.kind == world.params.kind).all()
     late = plain.late_joiners
