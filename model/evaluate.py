@@ -444,7 +444,8 @@ def _attack_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
                                                  for method, row in rows.items() if BELIEF_MEASURES[0] in row])
 
 
-INJECTION_MEASURES = ("rmse_genuine_clean", "rmse_genuine_attacked", "victim_shift", "attacker_shift")
+INJECTION_MEASURES = ("rmse_genuine_clean", "rmse_genuine_attacked", "victim_shift", "attacker_shift",
+                      "attacker_rmse_clean", "attacker_rmse_attacked")
 
 
 def _injection_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
@@ -454,8 +455,8 @@ def _injection_lines(summary: dict[str, dict[str, dict]]) -> list[str]:
         return []
     lines = ["", "Injected attack: on the genuine test edges (honest raters' own), the RMSE on the clean log and on "
                  "the attacked one, and how far the forecasts toward the accounts fake ratings named (victim) and "
-                 "toward the attackers (colluders, or the accounts behind fresh ids) moved (attacked minus clean; "
-                 "mean ± std over runs):", ""]
+                 "toward the attackers (colluders, or the accounts behind fresh ids) moved (attacked minus clean), "
+                 "and the RMSE on those toward the attackers (mean ± std over runs):", ""]
     return lines + _table(["method", *INJECTION_MEASURES], [
         [method, *("" if math.isnan(row[m]["mean"]) else f"{row[m]['mean']:+.4f} ± {row[m]['std']:.4f}"
                    for m in INJECTION_MEASURES)] for method, row in rows.items()])

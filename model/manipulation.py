@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from model.metrics import rmse
 from model.trust import SELECTION_RULES, rule_suffix, select
 from model.voc import ScoredTasks, uniform_choice
 
@@ -235,7 +236,8 @@ def injection_measures(clean: pa.Table, attacked: pa.Table, attackers: np.ndarra
     edges (honest raters' own, in both; an attacked edge's fresh ids read as the accounts ``alias`` names behind them),
     ``rmse_genuine_clean`` / ``rmse_genuine_attacked`` against what they rated, ``victim_shift`` (the attacked forecast
     minus the clean one, on those toward the accounts fake ratings named) and ``attacker_shift`` (the same toward the
-    attackers: what an attacker's fake ratings or fresh ids won it); NaN where no such edge."""
+    attackers: what an attacker's fake ratings or fresh ids won it), with ``attacker_rmse_clean`` /
+    ``attacker_rmse_attacked`` on those edges (whether what it won was a mistake); NaN where no such edge."""
     keys = ["slot", "owner", "collaborator"]
     for column in ("owner", "collaborator") if alias else ():
         names = attacked[column].to_pylist()
@@ -253,5 +255,8 @@ def injection_measures(clean: pa.Table, attacked: pa.Table, attackers: np.ndarra
                "rmse_genuine_attacked": float(np.sqrt(np.mean((now - target) ** 2)))}
         for name, rows in toward.items():
             row[f"{name}_shift"] = float(np.mean(now[rows] - before[rows])) if rows.any() else float("nan")
+        rows = toward["attacker"]
+        for twin, forecast in (("clean", before), ("attacked", now)):
+            row[f"attacker_rmse_{twin}"] = rmse(forecast[rows], target[rows])  # NaN where no such edge
         out[method] = row
     return out

@@ -110,6 +110,7 @@ def test_injection_measures_by_hand() -> None:
     attacked = pa.table({**keys, "m": [0.6, 0.5, 0.1]})
     out = injection_measures(clean, attacked, np.array(["c"]), np.array(["v"]), ["m"])["m"]
     assert out["victim_shift"] == pytest.approx(-0.3) and out["attacker_shift"] == pytest.approx(0.2)
+    assert out["attacker_rmse_clean"] == pytest.approx(0.3) and out["attacker_rmse_attacked"] == pytest.approx(0.5)
     assert out["rmse_genuine_clean"] == pytest.approx(np.sqrt((0.1 ** 2 + 0.3 ** 2) / 2))
     assert out["rmse_genuine_attacked"] == pytest.approx(np.sqrt((0.4 ** 2 + 0.5 ** 2) / 2))
 
@@ -123,6 +124,7 @@ def test_injection_measures_read_fresh_ids_as_their_accounts() -> None:
                          "target": [0.0, 1.0, 1.0], "m": [0.7, 0.8, 0.9]})
     out = injection_measures(clean, attacked, np.array(["w"]), np.zeros(0, str), ["m"], {"w#ww1": "w"})["m"]
     assert out["attacker_shift"] == pytest.approx(0.3) and np.isnan(out["victim_shift"])
+    assert out["attacker_rmse_clean"] == pytest.approx(0.4) and out["attacker_rmse_attacked"] == pytest.approx(0.7)
     assert out["rmse_genuine_attacked"] == pytest.approx(np.sqrt((0.7 ** 2 + 0.2 ** 2) / 2))
     without = injection_measures(clean, attacked, np.array(["w"]), np.zeros(0, str), ["m"])["m"]
     assert np.isnan(without["attacker_shift"])  # unread, the fresh id matches no clean edge
