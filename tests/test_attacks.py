@@ -537,7 +537,8 @@ def test_an_overclaimers_task_is_won_where_its_lie_changed_the_choice() -> None:
 def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
     out = tmp_path / "report"
     assert main(["evaluate", "--quick", "--runs", "1", "--quiet", "--seed", "11", "--attack", "sybil=0.2", "--churn",
-                 "0.2", "--leave", "0.1", "--methods", "mean", "channel_beta", "oracle", "bayes", "--out", str(out)]) == 0
+                 "0.2", "--leave", "0.1", "--methods", "mean", "channel_beta", "oracle", "bayes",
+                 "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["setup"]["attack"] == "sybil=0.2" and report["setup"]["churn"] == 0.2
     assert report["setup"]["leave"] == 0.1
