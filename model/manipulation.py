@@ -251,8 +251,7 @@ def injection_measures(clean: pa.Table, attacked: pa.Table, attackers: np.ndarra
     out = {}
     for method in methods:
         now, before = joined[method].to_numpy(), joined[f"{method}_clean"].to_numpy()
-        row = {"rmse_genuine_clean": float(np.sqrt(np.mean((before - target) ** 2))),
-               "rmse_genuine_attacked": float(np.sqrt(np.mean((now - target) ** 2)))}
+        row = {"rmse_genuine_clean": rmse(before, target), "rmse_genuine_attacked": rmse(now, target)}
         for name, rows in toward.items():
             row[f"{name}_shift"] = float(np.mean(now[rows] - before[rows])) if rows.any() else float("nan")
         rows = toward["attacker"]
