@@ -112,6 +112,8 @@ class EvidenceConfig:
     #                                   (model.identity: Sybils, whitewashers); None: every id apart
     succession_m: float | None = 5.0  # a fresh id reporting this close to where an id fell silent continues its
     succession_slots: int = 10  # record, if that was at most this many slots before (model.identity); None: never
+    poor_succession_m: float | None = 75.0  # a fresh id this far from where an id fell silent with a record poorer
+    #                                         than the fleet's continues it (model.identity.poor_successions); None: never
     discredited: bool = False  # the head reads what the credibility did not let in, of each collaborator and from it
     #                           (:func:`discredited_block`); training sets it where owners report their own tasks
     size_split_bits: float | None = None  # the size that parts large tasks from small ones in the size evidence
@@ -143,6 +145,8 @@ class EvidenceConfig:
             raise ValueError(f"EvidenceConfig.colocation_m: must be > 0 or None (got {self.colocation_m!r})")
         if self.succession_m is not None and not self.succession_m > 0:
             raise ValueError(f"EvidenceConfig.succession_m: must be > 0 or None (got {self.succession_m!r})")
+        if self.poor_succession_m is not None and not self.poor_succession_m > 0:
+            raise ValueError(f"EvidenceConfig.poor_succession_m: must be > 0 or None (got {self.poor_succession_m!r})")
         if self.succession_slots < 1:
             raise ValueError(f"EvidenceConfig.succession_slots: must be >= 1 (got {self.succession_slots!r})")
         if self.size_split_bits is not None and not self.size_split_bits > 0:
@@ -164,7 +168,7 @@ class EvidenceConfig:
     @property
     def identity_m(self) -> float:
         """How far apart two ids judged together (model.identity) may stand at most, chains aside."""
-        return max(self.colocation_m or 0.0, self.succession_m or 0.0)
+        return max(self.colocation_m or 0.0, self.succession_m or 0.0, self.poor_succession_m or 0.0)
 
     @property
     def collaborator_normalized(self) -> int:

@@ -27,7 +27,7 @@ from model.evidence import (DISCREDITED, NEVER, POPULATION, REPORTED, REPORTS, S
                             fall_credit, fall_pool, pair_evidence_features, report_increments, role_increments,
                             role_lams, verified_cpu, with_status)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
-from model.identity import heard_slots, identity_groups, pooled
+from model.identity import heard_slots, identity_groups, pooled, poor_records
 from model.shift import watch
 from model.status import CPU, LOAD, TELEMETRY, X, Y, StatusLog, status_values, telemetry_of
 from model.usage_cycle import CYCLE, cycle_deviation, cycle_increments
@@ -225,15 +225,25 @@ class History:
         """(n,) the group of each id judged as one device through relative slot ``slot`` (at one place, or one after
         another: :mod:`model.identity`); None where every id is judged apart (no statuses, no radius, or no two ids
         linked)."""
-        if self.status is None or (config.colocation_m is None and config.succession_m is None):
+        if self.status is None or (config.colocation_m is None and config.succession_m is None
+                                   and config.poor_succession_m is None):
             return None
-        key = (config.colocation_m, config.succession_m, config.succession_slots, slot)
+        radii = (config.colocation_m, config.succession_m, config.succession_slots)
+        records = replace(config, speed_gap=None)  # what makes the sums a poor record is read from (:meth:`tracks`)
+        key = (records if config.poor_succession_m is not None else radii, slot)
         if key not in self._groups:
             end = int(self.clock.end_ms(self.first_slot + slot))
             status, heard_ms = self.status.heard(np.arange(len(self.index)), end)
             first, last = heard_slots(heard_ms[:, 0], heard_ms[:, 1], self.clock)
+            poor = None
+            if config.poor_succession_m is not None:
+                population = self.tracks(config)["population"].query(np.array([POPULATION]), slot)[0][0]
+                if len(self.tracks(config)[REPORTED].keys):
+                    population = population + self.credited(config, slot).population
+                poor = poor_records(self.credited_collaborator(config, slot)[0], population)
             self._groups[key] = identity_groups(status[:, [X, Y]], first, last, config.colocation_m,
-                                                config.succession_m, config.succession_slots)
+                                                config.succession_m, config.succession_slots, poor,
+                                                config.poor_succession_m)
         return self._groups[key]
 
     def together(self, config: EvidenceConfig, slot: int, sums: np.ndarray) -> np.ndarray:
@@ -247,15 +257,17 @@ class History:
         ``slot``, credited reports included, pooled over the ids judged as one device then
         (:meth:`identity_group`); None where every id is judged apart."""
         group = self.identity_group(config, slot)
-        if group is None:
-            return None
-        devices = np.arange(len(self.index))
+        return None if group is None else pooled(*self.credited_collaborator(config, slot), group)
+
+    def credited_collaborator(self, config: EvidenceConfig, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every id's (evidence as collaborator (n, L, C), slots since it served (n,)) through relative slot
+        ``slot``, what owners reported of it weighed by their credibility included; each id apart."""
         tracks = self.tracks(config)
-        collaborator, since = tracks["collaborator"].query(devices, slot)
+        collaborator, since = tracks["collaborator"].query(np.arange(len(self.index)), slot)
         if len(tracks[REPORTED].keys):
             credited = self.credited(config, slot)
             collaborator, since = collaborator + credited.collaborator, np.minimum(since, credited.served)
-        return pooled(collaborator, since, group)
+        return collaborator, since
 
     def credited(self, config: EvidenceConfig, slot: int) -> Credited:
         """What owners reported themselves through relative slot ``slot``, weighed by their credibility as of then

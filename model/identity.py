@@ -18,6 +18,13 @@ of before first reports near where it stood. Such an id continues the silent one
 (``EvidenceConfig.succession_m``, ``succession_slots``) for as long as the old one stays silent. Honest newcomers
 are judged apart unless one first reports that close to a device that has just fallen silent.
 
+Poor records farther (:func:`poor_successions`): a whitewasher can move its new id beyond that radius. Leaving pays
+it only where the record it leaves is poorer than what a fresh id is given, so an id that fell silent with a record
+poorer than the fleet's (:func:`poor_records`) passes it on farther (``EvidenceConfig.poor_succession_m``): to the
+fresh id within that radius and window that first reports soonest after it fell silent (then the nearest), each id
+linked once either way. An honest newcomer pays where it first reports near a poor device that has just left; none
+inherits a good record from this far.
+
 Glossary: ``xy`` (n, 2) reported positions (NaN: none known); ``group`` (n,) the group each id is judged in;
 ``first``, ``last`` (n,) the slots of each id's first and latest report (-1: none known).
 """
@@ -30,6 +37,7 @@ from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
 from model.config import SlotClock
+from model.evidence import N, W
 
 
 def colocated(xy: np.ndarray, radius_m: float | None, links: np.ndarray | None = None) -> np.ndarray:
@@ -50,13 +58,15 @@ def heard_slots(first_ms: np.ndarray, last_ms: np.ndarray, clock: SlotClock) -> 
     return tuple(np.where(ms >= 0, clock.slot_of(np.maximum(ms, 0)), -1) for ms in (first_ms, last_ms))
 
 
-def successions(xy: np.ndarray, first: np.ndarray, last: np.ndarray, radius_m: float, within_slots: int
-                ) -> np.ndarray:
+def successions(xy: np.ndarray, first: np.ndarray, last: np.ndarray, radius_m: float, within_slots: int,
+                among: np.ndarray | None = None) -> np.ndarray:
     """(k, 2) links (silent id, its successor): ids within ``radius_m`` of each other, one first heard of 1 to
-    ``within_slots`` slots after the other was last."""
+    ``within_slots`` slots after the other was last; silent ids only ``among`` (n,) bool where given."""
     none = np.zeros((0, 2), np.int64)
     heard = np.flatnonzero(np.isfinite(xy).all(axis=1) & (first >= 0))
     silent = heard[last[heard] < last[heard].max()] if len(heard) else heard  # the few not heard of lately
+    if among is not None:
+        silent = silent[among[silent]]
     if not len(silent):
         return none
     fresh = heard[(first[heard] > last[silent].min()) & (first[heard] <= last[silent].max() + within_slots)]
@@ -68,14 +78,48 @@ def successions(xy: np.ndarray, first: np.ndarray, last: np.ndarray, radius_m: f
     return np.stack([a[took_over], b[took_over]], axis=1).astype(np.int64)
 
 
+def poor_records(collaborator: np.ndarray, population: np.ndarray) -> np.ndarray:
+    """(n,) whether each id's record as collaborator (n, L, C), at the longest memory, is poorer than the fleet's
+    (``population`` (L, C)): a mean T_col below the population's. An id that never served has no record."""
+    served, fleet = collaborator[:, -1, N], population[-1]
+    rate = np.divide(collaborator[:, -1, W], served, out=np.ones(len(served)), where=served > 0)
+    return (served > 0) & (rate < fleet[W] / max(fleet[N], 1e-12))
+
+
+def poor_successions(xy: np.ndarray, first: np.ndarray, last: np.ndarray, poor: np.ndarray, radius_m: float,
+                     within_slots: int) -> np.ndarray:
+    """(k, 2) links (silent id, its successor) as :func:`successions` makes them, from ids whose record is ``poor``
+    (n,) bool only, and one to one: the pairs nearest in time first, then nearest in place, each id the silent one
+    of one link at most and the successor in one at most."""
+    links = successions(xy, first, last, radius_m, within_slots, among=poor)
+    gap = first[links[:, 1]] - last[links[:, 0]]
+    order = np.lexsort((np.hypot(*(xy[links[:, 0]] - xy[links[:, 1]]).T), gap))
+    passed, took = set(), set()
+    kept = []
+    for row in order:
+        silent, fresh = links[row]
+        if silent not in passed and fresh not in took:
+            passed.add(silent)
+            took.add(fresh)
+            kept.append(row)
+    return links[np.sort(np.asarray(kept, np.int64))]
+
+
 def identity_groups(xy: np.ndarray, first: np.ndarray, last: np.ndarray, colocation_m: float | None,
-                    succession_m: float | None, within_slots: int) -> np.ndarray | None:
-    """(n,) the group each id is judged in: ids at one place (:func:`colocated`) and ids one after another
-    (:func:`successions`); None where every id is judged apart."""
-    if colocation_m is None and succession_m is None:
+                    succession_m: float | None, within_slots: int, poor: np.ndarray | None = None,
+                    poor_succession_m: float | None = None) -> np.ndarray | None:
+    """(n,) the group each id is judged in: ids at one place (:func:`colocated`), ids one after another
+    (:func:`successions`) and, where ``poor`` (n,) bool is given, poor records passed on as far as
+    ``poor_succession_m`` (:func:`poor_successions`); None where every id is judged apart."""
+    far = poor is not None and poor_succession_m is not None
+    if colocation_m is None and succession_m is None and not far:
         return None
-    links = None if succession_m is None else successions(xy, first, last, succession_m, within_slots)
-    group = colocated(xy, colocation_m, links)
+    links = [np.zeros((0, 2), np.int64)]
+    if succession_m is not None:
+        links.append(successions(xy, first, last, succession_m, within_slots))
+    if far:
+        links.append(poor_successions(xy, first, last, poor, poor_succession_m, within_slots))
+    group = colocated(xy, colocation_m, np.concatenate(links))
     return None if len(np.unique(group)) == len(group) else group
 
 

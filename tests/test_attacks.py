@@ -562,6 +562,8 @@ def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
                                            (["--owner-reports", "0.5", "--events", "x.parquet"],
                                             "simulated runs only"),
                                            (["--succession-m", "-3"], "--succession-m: expected metres > 0 or 'none'"),
+                                           (["--poor-succession-m", "0"],
+                                            "--poor-succession-m: expected metres > 0 or 'none'"),
                                            (["--leave", "1.5"], "SimConfig.leave (--leave): must be in [0, 1)"),
                                            (["--fake-burn"], "--fake-burn: only with --attack fake-recovery=SHARE"),
                                            (["--fall-earned", "-1"], "EvidenceConfig.fall_earned (--fall-earned): "

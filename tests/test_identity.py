@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from model.config import SlotClock
-from model.evidence import EvidenceConfig
-from model.identity import colocated, heard_slots, identity_groups, pooled, successions
+from model.evidence import N, W, EvidenceConfig
+from model.identity import (colocated, heard_slots, identity_groups, pooled, poor_records, poor_successions,
+                            successions)
 from model.status import StatusLog
 
 
@@ -39,6 +40,8 @@ def test_a_radius_that_is_not_positive_is_refused_by_name() -> None:
         EvidenceConfig(colocation_m=0.0)
     with pytest.raises(ValueError, match="succession_m: must be > 0 or None"):
         EvidenceConfig(succession_m=-1.0)
+    with pytest.raises(ValueError, match="poor_succession_m: must be > 0 or None"):
+        EvidenceConfig(poor_succession_m=0.0)
     with pytest.raises(ValueError, match="succession_slots: must be >= 1"):
         EvidenceConfig(succession_slots=0)
 
@@ -59,6 +62,38 @@ def test_an_id_first_heard_of_where_one_fell_silent_continues_it() -> None:
     assert identity_groups(xy, first, last, colocation_m=None, succession_m=None, within_slots=10) is None
     both = identity_groups(xy, first, last, colocation_m=1.5, succession_m=5.0, within_slots=10)
     assert both[0] == both[1] and both[5] == both[6] and len(set(both)) == 7
+
+
+def test_a_record_is_poor_below_the_fleets_mean_t_col_at_the_longest_memory() -> None:
+    collaborator = np.zeros((4, 2, W + 1))
+    collaborator[:, -1, N] = [4.0, 4.0, 0.0, 2.0]
+    collaborator[:, -1, W] = [2.0, 3.2, 0.0, 1.5]  # mean T_col 0.5, 0.8, none, 0.75
+    collaborator[:, 0, W] = 9.0  # a shorter memory is not read
+    population = np.zeros((2, W + 1))
+    population[-1, [N, W]] = [10.0, 7.5]  # the fleet's 0.75
+    np.testing.assert_array_equal(poor_records(collaborator, population), [True, False, False, False])
+
+
+def test_a_poor_record_passes_farther_to_the_soonest_then_nearest_fresh_id_once() -> None:
+    """Ids 0 and 1 fell silent in slot 5 with poor records. Fresh id 4 first reported in slot 6, 60 m from id 0; fresh
+    ids 2 and 3 in slot 7, id 2 30 m from id 0 and 40 m from id 1, id 3 50 m from id 1: 0 passes to 4 (the soonest,
+    though 2 is nearer) and 1 to 2 (the nearer of the two as soon), 3 stays apart. Id 5 fell silent with a good record
+    10 m from fresh id 6: apart."""
+    xy = np.array([[0.0, 0.0], [70.0, 0.0], [30.0, 0.0], [120.0, 0.0], [0.0, 60.0], [500.0, 0.0], [510.0, 0.0],
+                   [900.0, 900.0]])
+    first = np.array([0, 0, 7, 7, 6, 0, 6, 0])
+    last = np.array([5, 5, 9, 9, 9, 5, 9, 9])
+    poor = np.array([True, True, False, False, False, False, False, False])
+    assert sorted(map(tuple, poor_successions(xy, first, last, poor, 75.0, 10))) == [(0, 4), (1, 2)]
+    assert not len(poor_successions(xy, first, last, poor, 20.0, 10))
+    group = identity_groups(xy, first, last, colocation_m=0.1, succession_m=5.0, within_slots=10, poor=poor,
+                            poor_succession_m=75.0)
+    assert group[0] == group[4] and group[1] == group[2] and len(set(group)) == 6
+    assert identity_groups(xy, first, last, colocation_m=0.1, succession_m=5.0, within_slots=10) is None
+    alone = identity_groups(xy, first, last, colocation_m=None, succession_m=None, within_slots=10, poor=poor,
+                            poor_succession_m=75.0)
+    np.testing.assert_array_equal(alone == alone[0], group == group[0])
+    np.testing.assert_array_equal(alone == alone[1], group == group[1])
 
 
 def test_a_status_log_keeps_when_each_device_was_first_heard_of() -> None:

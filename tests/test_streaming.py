@@ -147,15 +147,19 @@ def test_a_sybils_ids_judged_as_one_stream_like_the_offline_twin(tmp_path) -> No
 
 
 @pytest.mark.slow  # a Sybil's ids, streamed above, take the same path
-def test_a_whitewashers_ids_one_after_another_judged_as_one_stream_like_the_offline_twin(tmp_path) -> None:
-    """A fifth of the devices whitewash, each new id reporting up to 3 m from the old one (beyond the place radius):
-    every slot's scorer judges a fresh id that reports where an id just fell silent as its continuation
-    (model.identity.successions) as the offline twin does."""
-    sim = replace(SIM, attack=Attack(AttackKind.WHITEWASHING, 0.2, id_spread_m=3.0))
+@pytest.mark.parametrize("spread_m, radii", [(3.0, ("succession_m", "poor_succession_m")),
+                                             (50.0, ("poor_succession_m",))])
+def test_a_whitewashers_ids_one_after_another_judged_as_one_stream_like_the_offline_twin(tmp_path, spread_m: float,
+                                                                                         radii: tuple) -> None:
+    """A fifth of the devices whitewash, each new id reporting up to ``spread_m`` from the old one, beyond the place
+    radius (3 m) or the succession radius too (50 m): every slot's scorer judges a fresh id that reports where an id
+    just fell silent (model.identity.successions), or far from where an id with a poor record did
+    (model.identity.poor_successions), as its continuation as the offline twin does; without ``radii`` none is."""
+    sim = replace(SIM, attack=Attack(AttackKind.WHITEWASHING, 0.2, id_spread_m=spread_m))
     events, status = run_tables(sim)
     history = History.from_events(events, sim.clock, SMALL.weights, status=status)
     linked = [s for s in range(history.slots) if history.judged_together(SMALL.evidence, s) is not None]
-    apart = replace(SMALL.evidence, succession_m=None)
+    apart = replace(SMALL.evidence, **dict.fromkeys(radii))
     assert linked and not any(history.judged_together(apart, s) is not None for s in linked)
     result = run_stream(tmp_path, 2, sim=sim)
     equals_its_twin(result)

@@ -312,7 +312,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise ValueError(f"--seed: must be >= 0 (got {args.seed})")
     train = replace(train, device=args.device, seed=args.seed)
-    for option, name in (("--colocation-m", "colocation_m"), ("--succession-m", "succession_m")):
+    for option, name in (("--colocation-m", "colocation_m"), ("--succession-m", "succession_m"),
+                         ("--poor-succession-m", "poor_succession_m")):
         text = getattr(args, name)
         if text != "default":
             radius = None if text == "none" else _positive_metres(option, text)
@@ -632,6 +633,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--succession-m", default="default", metavar="M|none",
                           help="an id first heard of within M metres of where another fell silent (at most 10 slots "
                                "before) continues its record (default: EvidenceConfig's 5 m; none: never)")
+    evaluate.add_argument("--poor-succession-m", default="default", metavar="M|none",
+                          help="the nearest id first heard of within M metres of where an id with a record poorer "
+                               "than the fleet's fell silent (at most 10 slots before) continues that record "
+                               "(default: EvidenceConfig's 75 m; none: never)")
     evaluate.add_argument("--protocol", choices=["slots", "snapshots"], default="slots",
                           help="slots: next-slot T_col on the last --test-fraction of slots; snapshots: TrustGuard's "
                                "single-timeslot distrust prediction (AUC, MCC) over --snapshots equal-time snapshots "
