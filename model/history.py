@@ -27,7 +27,7 @@ from model.evidence import (DISCREDITED, NEVER, POPULATION, REPORTED, REPORTS, S
                             fall_credit, fall_pool, pair_evidence_features, report_increments, role_increments,
                             role_lams, verified_cpu, with_status)
 from model.graphs import DeviceIndex, SlotGraph, slot_edges, slot_graphs
-from model.identity import heard_slots, identity_groups, pooled, poor_records
+from model.identity import heard_slots, identity_groups, pooled
 from model.shift import watch
 from model.status import CPU, LOAD, TELEMETRY, X, Y, StatusLog, status_values, telemetry_of
 from model.usage_cycle import CYCLE, cycle_deviation, cycle_increments
@@ -229,20 +229,20 @@ class History:
                                    and config.poor_succession_m is None):
             return None
         radii = (config.colocation_m, config.succession_m, config.succession_slots)
-        records = replace(config, speed_gap=None)  # what makes the sums a poor record is read from (:meth:`tracks`)
-        key = (records if config.poor_succession_m is not None else radii, slot)
+        sums = replace(config, speed_gap=None)  # what makes the sums a poor record is read from (:meth:`tracks`)
+        key = (sums if config.poor_succession_m is not None else radii, slot)
         if key not in self._groups:
             end = int(self.clock.end_ms(self.first_slot + slot))
             status, heard_ms = self.status.heard(np.arange(len(self.index)), end)
             first, last = heard_slots(heard_ms[:, 0], heard_ms[:, 1], self.clock)
-            poor = None
+            records = None
             if config.poor_succession_m is not None:
                 population = self.tracks(config)["population"].query(np.array([POPULATION]), slot)[0][0]
                 if len(self.tracks(config)[REPORTED].keys):
                     population = population + self.credited(config, slot).population
-                poor = poor_records(self.credited_collaborator(config, slot)[0], population)
+                records = (self.credited_collaborator(config, slot)[0], population)
             self._groups[key] = identity_groups(status[:, [X, Y]], first, last, config.colocation_m,
-                                                config.succession_m, config.succession_slots, poor,
+                                                config.succession_m, config.succession_slots, records,
                                                 config.poor_succession_m)
         return self._groups[key]
 

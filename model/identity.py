@@ -22,8 +22,9 @@ Poor records farther (:func:`poor_successions`): a whitewasher can move its new 
 it only where the record it leaves is poorer than what a fresh id is given, so an id that fell silent with a record
 poorer than the fleet's (:func:`poor_records`) passes it on farther (``EvidenceConfig.poor_succession_m``): to the
 fresh id within that radius and window that first reports soonest after it fell silent (then the nearest), each id
-linked once either way. An honest newcomer pays where it first reports near a poor device that has just left; none
-inherits a good record from this far.
+linked once either way. An id is judged by the record it carried (:func:`carried`), so a whitewasher does not shed
+its past by a short stint under an id whose own record is fair. An honest newcomer pays where it first reports near a
+poor device that has just left; none inherits a good record from this far.
 
 Glossary: ``xy`` (n, 2) reported positions (NaN: none known); ``group`` (n,) the group each id is judged in;
 ``first``, ``last`` (n,) the slots of each id's first and latest report (-1: none known).
@@ -105,19 +106,36 @@ def poor_successions(xy: np.ndarray, first: np.ndarray, last: np.ndarray, poor: 
     return links[np.sort(np.asarray(kept, np.int64))]
 
 
+def carried(collaborator: np.ndarray, links: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """(n, 1, 2) each id's record as collaborator (n, L, C) at the longest memory, its channels n and w, with the
+    records it took over along ``links`` (k, 2) (silent id, successor), carried on in the order the silent ids fell
+    silent: the last id of a chain carries every record of it."""
+    out = collaborator[:, -1:, :max(N, W) + 1].copy()
+    for silent, fresh in links[np.argsort(last[links[:, 0]], kind="stable")]:
+        out[fresh] += out[silent]
+    return out
+
+
 def identity_groups(xy: np.ndarray, first: np.ndarray, last: np.ndarray, colocation_m: float | None,
-                    succession_m: float | None, within_slots: int, poor: np.ndarray | None = None,
+                    succession_m: float | None, within_slots: int,
+                    records: tuple[np.ndarray, np.ndarray] | None = None,
                     poor_succession_m: float | None = None) -> np.ndarray | None:
     """(n,) the group each id is judged in: ids at one place (:func:`colocated`), ids one after another
-    (:func:`successions`) and, where ``poor`` (n,) bool is given, poor records passed on as far as
-    ``poor_succession_m`` (:func:`poor_successions`); None where every id is judged apart."""
-    far = poor is not None and poor_succession_m is not None
+    (:func:`successions`) and, where ``records`` (each id's record as collaborator (n, L, C), the population's
+    (L, C)) are given, poor records passed on as far as ``poor_succession_m`` (:func:`poor_successions`): a silent
+    id judged by the record it carried (:func:`carried`: its own and those the links of a first pass, by its own
+    record, handed it); None where every id is judged apart."""
+    far = records is not None and poor_succession_m is not None
     if colocation_m is None and succession_m is None and not far:
         return None
     links = [np.zeros((0, 2), np.int64)]
     if succession_m is not None:
         links.append(successions(xy, first, last, succession_m, within_slots))
     if far:
+        collaborator, population = records
+        own = poor_successions(xy, first, last, poor_records(collaborator, population), poor_succession_m,
+                               within_slots)
+        poor = poor_records(carried(collaborator, np.concatenate([*links, own]), last), population)
         links.append(poor_successions(xy, first, last, poor, poor_succession_m, within_slots))
     group = colocated(xy, colocation_m, np.concatenate(links))
     return None if len(np.unique(group)) == len(group) else group

@@ -49,7 +49,7 @@ from model.evidence import (DISCREDITED, N, POPULATION, REPORTED, REPORTS, ROLES
                             credited_load, decay, empty_state, fall_age, fall_credit, fall_pool, find, key_order,
                             positions, report_increments, role_increments, verified_cpu, with_status)
 from model.graphs import DeviceIndex, device_keys, pair_keys, slot_edges, slot_graphs
-from model.identity import heard_slots, identity_groups, pooled, poor_records
+from model.identity import heard_slots, identity_groups, pooled
 from model.published import PairScores, SlotScores
 from model.publisher import SlotPublisher
 from model.recalibration import OnlineShift
@@ -584,9 +584,8 @@ def score_pairs(stages: Stages, frame: DeviceFrame, slot: int, ranking: RankingC
     evidence = stages.config.evidence  # ids at one place, or one after another: one device
     first, last = heard_slots(frame.heard_ms[:, 0], frame.heard_ms[:, 1], stages.config.clock)
     collaborator, population, reporters, disbelieved = credited_evidence(frame, evidence.discredited)
-    poor = None if evidence.poor_succession_m is None else poor_records(collaborator, population[0])
     group = identity_groups(xy, first, last, evidence.colocation_m, evidence.succession_m, evidence.succession_slots,
-                            poor, evidence.poor_succession_m)
+                            (collaborator, population[0]), evidence.poor_succession_m)
     if group is not None:
         other = group[src] != group[dst]
         src, dst = src[other], dst[other]

@@ -7,8 +7,8 @@ import pytest
 
 from model.config import SlotClock
 from model.evidence import N, W, EvidenceConfig
-from model.identity import (colocated, heard_slots, identity_groups, pooled, poor_records, poor_successions,
-                            successions)
+from model.identity import (carried, colocated, heard_slots, identity_groups, pooled, poor_records,
+                            poor_successions, successions)
 from model.status import StatusLog
 
 
@@ -83,17 +83,43 @@ def test_a_poor_record_passes_farther_to_the_soonest_then_nearest_fresh_id_once(
                    [900.0, 900.0]])
     first = np.array([0, 0, 7, 7, 6, 0, 6, 0])
     last = np.array([5, 5, 9, 9, 9, 5, 9, 9])
-    poor = np.array([True, True, False, False, False, False, False, False])
+    records = served(np.array([0.5, 0.5, 0, 0, 0, 0.9, 0, 0]), np.array([4, 4, 0, 0, 0, 4, 0, 0]))  # the fleet's 0.75
+    poor = poor_records(*records)
+    np.testing.assert_array_equal(np.flatnonzero(poor), [0, 1])
     assert sorted(map(tuple, poor_successions(xy, first, last, poor, 75.0, 10))) == [(0, 4), (1, 2)]
     assert not len(poor_successions(xy, first, last, poor, 20.0, 10))
-    group = identity_groups(xy, first, last, colocation_m=0.1, succession_m=5.0, within_slots=10, poor=poor,
+    group = identity_groups(xy, first, last, colocation_m=0.1, succession_m=5.0, within_slots=10, records=records,
                             poor_succession_m=75.0)
     assert group[0] == group[4] and group[1] == group[2] and len(set(group)) == 6
     assert identity_groups(xy, first, last, colocation_m=0.1, succession_m=5.0, within_slots=10) is None
-    alone = identity_groups(xy, first, last, colocation_m=None, succession_m=None, within_slots=10, poor=poor,
+    alone = identity_groups(xy, first, last, colocation_m=None, succession_m=None, within_slots=10, records=records,
                             poor_succession_m=75.0)
     np.testing.assert_array_equal(alone == alone[0], group == group[0])
     np.testing.assert_array_equal(alone == alone[1], group == group[1])
+
+
+def test_an_id_is_judged_by_the_record_it_carried() -> None:
+    """Id 0 (mean T_col 0.5) fell silent in slot 3 and id 1 took its record over 60 m away; id 1's own record (0.8) is
+    above the fleet's 0.75, the two together (0.65) below it, so when id 1 falls silent in slot 6 it passes them on to
+    id 2, 60 m farther (120 m from id 0)."""
+    xy = np.array([[0.0, 0.0], [60.0, 0.0], [120.0, 0.0], [500.0, 500.0]])
+    first, last = np.array([0, 4, 7, 0]), np.array([3, 6, 9, 9])
+    records = served(np.array([0.5, 0.8, 0, 0]), np.array([4, 4, 0, 0]))
+    group = identity_groups(xy, first, last, None, None, 10, records=records, poor_succession_m=75.0)
+    assert group[0] == group[1] == group[2] != group[3]
+    links = poor_successions(xy, first, last, poor_records(*records), 75.0, 10)  # by its own record: 1 is fair
+    assert list(map(tuple, links)) == [(0, 1)]
+    np.testing.assert_allclose(carried(records[0], links, last)[:, 0, [N, W]], [[4, 2], [8, 5.2], [0, 0], [0, 0]])
+
+
+def served(rate: np.ndarray, tasks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each id's record (n, 2, C) with ``tasks`` at mean T_col ``rate`` at the longest memory, the population's
+    (2, C) at 0.75)."""
+    collaborator = np.zeros((len(rate), 2, W + 1))
+    collaborator[:, -1, N], collaborator[:, -1, W] = tasks, rate * tasks
+    population = np.zeros((2, W + 1))
+    population[-1, [N, W]] = [10.0, 7.5]
+    return collaborator, population
 
 
 def test_a_status_log_keeps_when_each_device_was_first_heard_of() -> None:
