@@ -135,8 +135,11 @@ def identity_groups(xy: np.ndarray, first: np.ndarray, last: np.ndarray, colocat
         collaborator, population = records
         own = poor_successions(xy, first, last, poor_records(collaborator, population), poor_succession_m,
                                within_slots)
-        poor = poor_records(carried(collaborator, np.concatenate([*links, own]), last), population)
-        links.append(poor_successions(xy, first, last, poor, poor_succession_m, within_slots))
+        chain = np.concatenate([*links, own])
+        if len(chain):  # records to carry: judge again by them (else the first pass stands)
+            poor = poor_records(carried(collaborator, chain, last), population)
+            own = poor_successions(xy, first, last, poor, poor_succession_m, within_slots)
+        links.append(own)
     group = colocated(xy, colocation_m, np.concatenate(links))
     return None if len(np.unique(group)) == len(group) else group
 
