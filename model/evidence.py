@@ -112,8 +112,10 @@ class EvidenceConfig:
     #                                   (model.identity: Sybils, whitewashers); None: every id apart
     succession_m: float | None = 5.0  # a fresh id reporting this close to where an id fell silent continues its
     succession_slots: int = 10  # record, if that was at most this many slots before (model.identity); None: never
-    poor_succession_m: float | None = 75.0  # a fresh id this far from an id that fell silent with a record poorer
-    #                                         than the fleet's continues it (model.identity.poor_successions); None: no
+    poor_succession_m: float | None = 150.0  # a fresh id this far from an id that fell silent with a record poorer
+    #                                          than the fleet's continues it (model.identity.poor_successions); None:
+    #                                          no. Farther reaches farther moves, at a cost where honest devices
+    #                                          leave (README, *Manipulation*, *How far a poor record passes*)
     discredited: bool = False  # the head reads what the credibility did not let in, of each collaborator and from it
     #                           (:func:`discredited_block`); training sets it where owners report their own tasks
     size_split_bits: float | None = None  # the size that parts large tasks from small ones in the size evidence

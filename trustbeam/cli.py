@@ -636,7 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--poor-succession-m", default="default", metavar="M|none",
                           help="of the ids first heard of within M metres of where an id with a record poorer "
                                "than the fleet's fell silent (1-10 slots after), the soonest (then the nearest) "
-                               "continues that record (default: EvidenceConfig's 75 m; none: never)")
+                               "continues that record (default: EvidenceConfig's 150 m; none: never)")
     evaluate.add_argument("--protocol", choices=["slots", "snapshots"], default="slots",
                           help="slots: next-slot T_col on the last --test-fraction of slots; snapshots: TrustGuard's "
                                "single-timeslot distrust prediction (AUC, MCC) over --snapshots equal-time snapshots "
