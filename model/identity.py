@@ -133,12 +133,13 @@ def identity_groups(xy: np.ndarray, first: np.ndarray, last: np.ndarray, colocat
         links.append(successions(xy, first, last, succession_m, within_slots))
     if far:
         collaborator, population = records
-        own = poor_successions(xy, first, last, poor_records(collaborator, population), poor_succession_m,
-                               within_slots)
+        poor = poor_records(collaborator, population)
+        own = poor_successions(xy, first, last, poor, poor_succession_m, within_slots)
         chain = np.concatenate([*links, own])
-        if len(chain):  # records to carry: judge again by them (else the first pass stands)
-            poor = poor_records(carried(collaborator, chain, last), population)
-            own = poor_successions(xy, first, last, poor, poor_succession_m, within_slots)
+        if len(chain):  # records to carry: judge again by them where they change a verdict (else the first pass stands)
+            again = poor_records(carried(collaborator, chain, last), population)
+            if not np.array_equal(again, poor):
+                own = poor_successions(xy, first, last, again, poor_succession_m, within_slots)
         links.append(own)
     group = colocated(xy, colocation_m, np.concatenate(links))
     return None if len(np.unique(group)) == len(group) else group
