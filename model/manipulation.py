@@ -214,15 +214,16 @@ def stretch_delays(slots: np.ndarray, suspicion: np.ndarray, misbehaving: np.nda
 
 def whitewash_shares(world, slots: np.ndarray, share: np.ndarray) -> tuple[float, float]:
     """Mean share of a slot's tasks a whitewasher got in up to :data:`WHITEWASH_WINDOW` test slots before leaving an
-    id and under its new id in as many from rejoining (NaN, NaN without such a rejoin in the test slots; an honest
-    device that left, ``SimConfig.leave``, has no new id and is no whitewasher)."""
+    id and under its new id in as many from its first slot (``Attack.rejoin_after`` after; NaN, NaN without such a
+    rejoin in the test slots; an honest device that left, ``SimConfig.leave``, has no new id and is no
+    whitewasher)."""
     before, after = [], []
     if not len(slots):
         return float("nan"), float("nan")
     for old in np.flatnonzero((world.left >= slots[0]) & (world.left <= slots[-1]) & (world.next_id >= 0)):
-        new, leave = world.next_id[old], world.left[old]
+        new, leave, back = world.next_id[old], world.left[old], world.joined[world.next_id[old]]
         ahead = (slots >= leave - WHITEWASH_WINDOW) & (slots < leave)
-        behind = (slots >= leave) & (slots < leave + WHITEWASH_WINDOW)
+        behind = (slots >= back) & (slots < back + WHITEWASH_WINDOW)
         if ahead.any() and behind.any():
             before.append(share[ahead, old].mean())
             after.append(share[behind, new].mean())

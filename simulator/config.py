@@ -71,7 +71,9 @@ class Attack:
     device's further ids (a Sybil's, a whitewasher's) stand and report up to this many metres from it in x and y
     (uniform), as an attacker that spreads its ids' positions to look like several devices would.
     ``whitewash_from``: the slot from which whitewashers leave their ids (before it, poor devices that keep theirs:
-    a wave of whitewashing that starts after a model was trained). An overclaimer runs on the slowest of
+    a wave of whitewashing that starts after a model was trained). ``rejoin_after``: the slots from a whitewasher's
+    leaving to its next id's first (1: the next slot; more: it stays away, tasks forgone, for its move to look like
+    an honest newcomer's). An overclaimer runs on the slowest of
     ``SimConfig.cpu_choices_hz`` (or on ``overclaimer_cpu_hz``: a milder lie) and reports the fastest in every status
     (a claim inside the range a validator accepts): it computes honestly, but a task sized for the CPU it claims runs
     late, and a scheduler that believes the claim expects it to finish in a fraction of the time. A fake recoverer
@@ -92,6 +94,7 @@ class Attack:
     whitewash_below: float = 0.7
     id_spread_m: float = 0.0
     whitewash_from: int = 0
+    rejoin_after: int = 1
     overclaimer_cpu_hz: float | None = None  # None: the slowest of SimConfig.cpu_choices_hz
     fake_load: float | None = None  # None: SimConfig.load_drift
     fake_creep: int = 20
@@ -100,7 +103,7 @@ class Attack:
     def __post_init__(self) -> None:
         if not 0 <= self.share < 1:
             raise ValueError(f"--attack: share of {self.kind.value!r} must be in [0, 1) (got {self.share!r})")
-        for name in ("sybil_ids", "whitewash_ids", "whitewash_min_tasks", "fake_creep"):
+        for name in ("sybil_ids", "whitewash_ids", "whitewash_min_tasks", "fake_creep", "rejoin_after"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Attack.{name}: must be >= 1 (got {getattr(self, name)!r})")
         if not self.id_spread_m >= 0:
@@ -113,6 +116,8 @@ class Attack:
             raise ValueError(f"--fake-load: only with --attack fake-recovery=SHARE (got {self.kind.value!r})")
         if self.fake_burn and self.kind is not AttackKind.FAKE_RECOVERY:
             raise ValueError(f"--fake-burn: only with --attack fake-recovery=SHARE (got {self.kind.value!r})")
+        if self.rejoin_after != 1 and self.kind is not AttackKind.WHITEWASHING:
+            raise ValueError(f"--rejoin-after: only with --attack whitewashing=SHARE (got {self.kind.value!r})")
         if self.fake_load is not None and not self.fake_load >= 0:
             raise ValueError(f"--fake-load: must be >= 0 (got {self.fake_load!r})")
         if self.whitewash_from < 0:

@@ -180,15 +180,16 @@ class Simulator:
 
     def act_on_records(self, slot: int) -> None:
         """At the end of ``slot`` (from ``whitewash_from`` on), attackers whose record is poor act on it: whitewashers
-        rejoin under their next id from the next slot on; fake recoverers whose lie has crept back drop it from the
-        next slot on, and their records start afresh."""
+        leave their id and rejoin under their next ``rejoin_after`` slots later; fake recoverers whose lie has crept
+        back drop it from the next slot on, and their records start afresh."""
         attack, w = self.config.attack, self.world
         if self.record is None or slot < attack.whitewash_from:
             return
         everyone = np.arange(w.size)
         poor = self.record.poor(attack.whitewash_min_tasks, attack.whitewash_below)
         if attack.kind is AttackKind.WHITEWASHING:
-            w.rejoin(np.flatnonzero(w.attacker & w.present(everyone, slot) & poor), slot + 1)
+            leaving = np.flatnonzero(w.attacker & w.present(everyone, slot) & poor)
+            w.rejoin(leaving, slot + 1, slot + attack.rejoin_after)
             return
         rows = np.flatnonzero(poor & w.fakes_recovery(everyone, slot + 1))
         w.dropped[rows] = slot + 1

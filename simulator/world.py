@@ -171,13 +171,13 @@ class World:
         """Whether each id is in the system during ``slot`` (a whitewasher's ids only between join and leave)."""
         return (self.joined[rows] <= slot) & (slot < self.left[rows])
 
-    def rejoin(self, rows: np.ndarray, slot: int) -> None:
-        """Whitewashers' ids ``rows`` leave at ``slot`` and their devices rejoin under their next ids (those with a
-        next id; a device out of ids keeps its last)."""
+    def rejoin(self, rows: np.ndarray, slot: int, back: int) -> None:
+        """Whitewashers' ids ``rows`` leave at ``slot`` and their devices rejoin under their next ids at slot ``back``
+        (>= ``slot``; away, and owning no tasks, in between); a device out of ids keeps its last."""
         rows = rows[self.next_id[rows] >= 0]
         following = self.next_id[rows]
         self.left[rows] = slot
-        self.joined[following] = slot
+        self.joined[following] = back
         self.active[self.physical[rows]] = following
 
     def devices_table(self) -> pa.Table:

@@ -118,6 +118,32 @@ def test_whitewashing_that_starts_late_keeps_every_id_until_then() -> None:
         Attack(AttackKind.WHITEWASHING, 0.2, whitewash_from=-1)
 
 
+def test_a_whitewasher_that_stays_away_owns_serves_and_reports_nothing_in_between() -> None:
+    """``rejoin_after``: a whitewasher's next id first appears that many slots after it left its old one, and its
+    device is absent in between (neither id serves, owns or reports a status)."""
+    away = 4
+    attack = Attack(AttackKind.WHITEWASHING, 0.2, whitewash_ids=6, rejoin_after=away)
+    events, _, status, world = simulated_world(replace(SMALL, attack=attack))
+    left = np.flatnonzero(world.left < NEVER)
+    assert len(left) > 5
+    np.testing.assert_array_equal(world.joined[world.next_id[left]], world.left[left] + away - 1)
+    collab = pc.index_in(events["collaborator"], value_set=world.ids).to_numpy()
+    owner = pc.index_in(events["owner"], value_set=world.ids).to_numpy()
+    status_ids = pc.index_in(status["device"], value_set=world.ids).to_numpy()
+    status_slot = SMALL.clock.slot_of(status["time_ms"].to_numpy())
+    for row in left:
+        gap = np.arange(world.left[row], world.left[row] + away - 1)  # the slots it stays away
+        device = world.physical[row]
+        for ids, slots in ((collab, events["slot"].to_numpy()), (owner, events["slot"].to_numpy()),
+                           (status_ids, status_slot)):
+            assert not (np.isin(slots, gap) & (world.physical[ids] == device)).any()
+    with pytest.raises(ValueError, match="Attack.rejoin_after: must be >= 1"):
+        Attack(AttackKind.WHITEWASHING, 0.2, rejoin_after=0)
+    with pytest.raises(ValueError, match=re.escape("--rejoin-after: only with --attack whitewashing=SHARE "
+                                                   "(got 'sybil')")):
+        Attack(AttackKind.SYBIL, 0.2, rejoin_after=3)
+
+
 def _expected_drops(collab: np.ndarray, slot: np.ndarray, t_col: np.ndarray, row: int, attack: Attack,
                     slots: int) -> list[int]:
     """The slots a fake recoverer (id ``row``) drops its lie, by the rule: at the end of a slot in which its record
@@ -439,12 +465,14 @@ def test_stretch_delays_by_hand() -> None:
     assert stretch_delays(slots, suspicion, misbehaving, unseen, 0.7) == [(1, True)]
 
 
-def test_whitewash_shares_by_hand() -> None:
-    world = SimpleNamespace(left=np.array([12, NEVER, 9]), next_id=np.array([1, -1, -1]))  # 2: an honest leaver
+@pytest.mark.parametrize("back", [12, 15])  # rejoins at once, or stays away 3 slots
+def test_whitewash_shares_by_hand(back: int) -> None:
+    world = SimpleNamespace(left=np.array([12, NEVER, 9]), next_id=np.array([1, -1, -1]),  # 2: an honest leaver
+                            joined=np.array([0, back, 0]))
     slots = np.arange(5, 20)
     share = np.zeros((15, 3))
-    share[slots < 12, 0], share[slots >= 12, 1], share[slots < 9, 2] = 0.1, 0.05, 0.3
-    assert whitewash_shares(world, slots, share) == pytest.approx((0.1, 0.05))
+    share[slots < 12, 0], share[slots >= back, 1], share[slots < 9, 2] = 0.1, 0.05, 0.3
+    assert whitewash_shares(world, slots, share) == pytest.approx((0.1, 0.05))  # from its new id's first slot
     assert all(math.isnan(v) for v in whitewash_shares(world, np.arange(13, 20), share[8:]))
 
 
@@ -566,6 +594,7 @@ def test_evaluate_reports_what_attackers_won(tmp_path) -> None:
                                             "--poor-succession-m: expected metres > 0 or 'none'"),
                                            (["--leave", "1.5"], "SimConfig.leave (--leave): must be in [0, 1)"),
                                            (["--fake-burn"], "--fake-burn: only with --attack fake-recovery=SHARE"),
+                                           (["--rejoin-after", "3"], "--rejoin-after: only with --attack whitewashing"),
                                            (["--fall-earned", "-1"], "EvidenceConfig.fall_earned (--fall-earned): "
                                                                      "must be >= 0")])
 def test_evaluate_refuses_bad_attacks_by_name(args, message, tmp_path, capsys) -> None:

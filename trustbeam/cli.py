@@ -54,6 +54,9 @@ def _add_attack_option(parser: argparse.ArgumentParser) -> None:
                         help="whitewashers leave their ids (fake recoverers drop their loads) from this slot on "
                              "(default 0: throughout; e.g. the first test slot: a wave that starts after the model "
                              "was trained)")
+    parser.add_argument("--rejoin-after", type=int, default=1, metavar="SLOTS",
+                        help="slots from a whitewasher's leaving an id to its next id's first (default 1: the next "
+                             "slot; e.g. 12: it stays away longer than a poor record is passed on, 10 slots)")
     parser.add_argument("--overclaimer-cpu-hz", type=float, default=None, metavar="HZ",
                         help="the CPU an overclaimer runs on while it claims the fastest (default: the slowest, "
                              "2e9; e.g. 4e9: a 1.5x lie)")
@@ -115,9 +118,11 @@ def _attack_setting(args: argparse.Namespace) -> dict:
         raise ValueError("--fake-load: only with --attack fake-recovery=SHARE (got no --attack)")
     if args.fake_burn and not args.attack:
         raise ValueError("--fake-burn: only with --attack fake-recovery=SHARE (got no --attack)")
+    if args.rejoin_after != 1 and not args.attack:
+        raise ValueError("--rejoin-after: only with --attack whitewashing=SHARE (got no --attack)")
     attack = replace(parse_attack(args.attack), id_spread_m=args.id_spread_m, whitewash_from=args.whitewash_from,
-                     overclaimer_cpu_hz=args.overclaimer_cpu_hz, fake_load=args.fake_load,
-                     fake_burn=args.fake_burn) if args.attack else None
+                     rejoin_after=args.rejoin_after, overclaimer_cpu_hz=args.overclaimer_cpu_hz,
+                     fake_load=args.fake_load, fake_burn=args.fake_burn) if args.attack else None
     return {**attack_setting(attack, args.owner_reports, args.task_size_spread), "churn": args.churn,
             "leave": args.leave}
 
@@ -344,7 +349,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     def setup(done: int) -> dict:
         return {"runs": runs, "runs_done": done, "seed": args.seed, "mix": args.mix, "telemetry": args.telemetry,
                 "attack": args.attack, "id_spread_m": args.id_spread_m, "owner_reports": sim.owner_reports,
-                "task_size_spread": sim.task_size_spread, "whitewash_from": args.whitewash_from, "churn": sim.churn,
+                "task_size_spread": sim.task_size_spread, "whitewash_from": args.whitewash_from,
+                "rejoin_after": args.rejoin_after, "churn": sim.churn,
                 "leave": sim.leave,
                 "overclaimer_cpu_hz": args.overclaimer_cpu_hz, "fake_load": args.fake_load,
                 "fake_burn": args.fake_burn,
