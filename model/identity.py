@@ -20,11 +20,13 @@ are judged apart unless one first reports that close to a device that has just f
 
 Poor records farther (:func:`poor_successions`): a whitewasher can move its new id beyond that radius. Leaving pays
 it only where the record it leaves is poorer than what a fresh id is given, so an id that fell silent with a record
-poorer than the fleet's (:func:`poor_records`) passes it on farther (``EvidenceConfig.poor_succession_m``): to the
-fresh id within that radius and window that first reports soonest after it fell silent (then the nearest), each id
-linked once either way. An id is judged by the record it carried (:func:`carried`), so a whitewasher does not shed
-its past by a short stint under an id whose own record is fair. An honest newcomer pays where it first reports near a
-poor device that has just left; none inherits a good record from this far.
+poorer than the fleet's (:func:`poor_records`) passes it on farther (``EvidenceConfig.poor_succession_m``): to a
+fresh id within that radius and window, one to one, by the matching that links the most silent ids at the least cost,
+a link costing its distance and its gap as shares of the radius and the window (a whitewasher that stays away a few
+slots is still found where an id that came sooner stands farther). An id is judged by the record it carried
+(:func:`carried`), so a whitewasher does not shed its past by a short stint under an id whose own record is fair. An
+honest newcomer pays where it first reports near a poor device that has just left; none inherits a good record from
+this far.
 
 Glossary: ``xy`` (n, 2) reported positions (NaN: none known); ``group`` (n,) the group each id is judged in;
 ``first``, ``last`` (n,) the slots of each id's first and latest report (-1: none known).
@@ -33,8 +35,8 @@ Glossary: ``xy`` (n, 2) reported positions (NaN: none known); ``group`` (n,) the
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
+from scipy.sparse import coo_matrix, csr_matrix
+from scipy.sparse.csgraph import connected_components, min_weight_full_bipartite_matching
 from scipy.spatial import cKDTree
 
 from model.config import SlotClock
@@ -90,20 +92,24 @@ def poor_records(collaborator: np.ndarray, population: np.ndarray) -> np.ndarray
 def poor_successions(xy: np.ndarray, first: np.ndarray, last: np.ndarray, poor: np.ndarray, radius_m: float,
                      within_slots: int) -> np.ndarray:
     """(k, 2) links (silent id, its successor) as :func:`successions` makes them, from ids whose record is ``poor``
-    (n,) bool only, and one to one: the pairs nearest in time first, then nearest in place, each id the silent one
-    of one link at most and the successor in one at most."""
+    (n,) bool only, and one to one: the matching that links the most silent ids and, among those, the least in all,
+    a link costing its distance as a share of ``radius_m`` plus its gap as a share of ``within_slots`` (so a
+    successor that waits is still found where a nearer id did not appear sooner)."""
     links = successions(xy, first, last, radius_m, within_slots, among=poor)
+    if not len(links):
+        return links
     gap = first[links[:, 1]] - last[links[:, 0]]
-    order = np.lexsort((np.hypot(*(xy[links[:, 0]] - xy[links[:, 1]]).T), gap))
-    passed, took = set(), set()
-    kept = []
-    for row in order:
-        silent, fresh = links[row]
-        if silent not in passed and fresh not in took:
-            passed.add(silent)
-            took.add(fresh)
-            kept.append(row)
-    return links[np.sort(np.asarray(kept, np.int64))]
+    cost = np.hypot(*(xy[links[:, 0]] - xy[links[:, 1]]).T) / radius_m + gap / within_slots  # (k,) each in (0, 2]
+    silent, row = np.unique(links[:, 0], return_inverse=True)
+    fresh, column = np.unique(links[:, 1], return_inverse=True)
+    unlinked = 2.0 * len(links) + 1.0  # a silent id left unlinked costs more than any links it could reorder
+    graph = csr_matrix((np.r_[cost, np.full(len(silent), unlinked)],
+                        (np.r_[row, np.arange(len(silent))], np.r_[column, len(fresh) + np.arange(len(silent))])),
+                       shape=(len(silent), len(fresh) + len(silent)))
+    rows, columns = min_weight_full_bipartite_matching(graph)
+    linked = columns < len(fresh)
+    kept = {(int(a), int(b)) for a, b in zip(silent[rows[linked]], fresh[columns[linked]])}
+    return links[np.array([(int(a), int(b)) in kept for a, b in links], bool)]
 
 
 def carried(collaborator: np.ndarray, links: np.ndarray, last: np.ndarray) -> np.ndarray:

@@ -74,11 +74,13 @@ def test_a_record_is_poor_below_the_fleets_mean_t_col_at_the_longest_memory() ->
     np.testing.assert_array_equal(poor_records(collaborator, population), [True, False, False, False])
 
 
-def test_a_poor_record_passes_farther_to_the_soonest_then_nearest_fresh_id_once() -> None:
+def test_a_poor_record_passes_farther_by_the_least_costly_matching_once() -> None:
     """Ids 0 and 1 fell silent in slot 5 with poor records. Fresh id 4 first reported in slot 6, 60 m from id 0; fresh
-    ids 2 and 3 in slot 7, id 2 30 m from id 0 and 40 m from id 1, id 3 50 m from id 1: 0 passes to 4 (the soonest,
-    though 2 is nearer) and 1 to 2 (the nearer of the two as soon), 3 stays apart. Id 5 fell silent with a good record
-    10 m from fresh id 6: apart."""
+    ids 2 and 3 in slot 7, id 2 30 m from id 0 and 40 m from id 1, id 3 50 m from id 1. Within 75 m and 10 slots the
+    links cost 0→4 60/75 + 1/10 = 0.9, 0→2 0.4 + 0.2 = 0.6, 1→2 0.533 + 0.2 = 0.733, 1→3 0.667 + 0.2 = 0.867:
+    of the matchings that link both, {0→2, 1→3} costs least (1.467; {0→4, 1→2} 1.633), so 4 stays apart though it
+    came sooner. With id 3 out of reach, linking both takes {0→4, 1→2}: 0 gives up its nearer id so that 1 is
+    linked. Id 5 fell silent with a good record 10 m from fresh id 6: apart."""
     xy = np.array([[0.0, 0.0], [70.0, 0.0], [30.0, 0.0], [120.0, 0.0], [0.0, 60.0], [500.0, 0.0], [510.0, 0.0],
                    [900.0, 900.0]])
     first = np.array([0, 0, 7, 7, 6, 0, 6, 0])
@@ -86,11 +88,14 @@ def test_a_poor_record_passes_farther_to_the_soonest_then_nearest_fresh_id_once(
     records = served(np.array([0.5, 0.5, 0, 0, 0, 0.9, 0, 0]), np.array([4, 4, 0, 0, 0, 4, 0, 0]))  # the fleet's 0.75
     poor = poor_records(*records)
     np.testing.assert_array_equal(np.flatnonzero(poor), [0, 1])
-    assert sorted(map(tuple, poor_successions(xy, first, last, poor, 75.0, 10))) == [(0, 4), (1, 2)]
+    assert sorted(map(tuple, poor_successions(xy, first, last, poor, 75.0, 10))) == [(0, 2), (1, 3)]
+    away = xy.copy()
+    away[3] = [300.0, 0.0]
+    assert sorted(map(tuple, poor_successions(away, first, last, poor, 75.0, 10))) == [(0, 4), (1, 2)]
     assert not len(poor_successions(xy, first, last, poor, 20.0, 10))
     group = identity_groups(xy, first, last, colocation_m=0.1, succession_m=5.0, within_slots=10, records=records,
                             poor_succession_m=75.0)
-    assert group[0] == group[4] and group[1] == group[2] and len(set(group)) == 6
+    assert group[0] == group[2] and group[1] == group[3] and len(set(group)) == 6
     assert identity_groups(xy, first, last, colocation_m=0.1, succession_m=5.0, within_slots=10) is None
     alone = identity_groups(xy, first, last, colocation_m=None, succession_m=None, within_slots=10, records=records,
                             poor_succession_m=75.0)
