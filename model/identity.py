@@ -94,7 +94,7 @@ def poor_successions(xy: np.ndarray, first: np.ndarray, last: np.ndarray, poor: 
     """(k, 2) links (silent id, its successor) as :func:`successions` makes them, from ids whose record is ``poor``
     (n,) bool only, and one to one: the matching that links the most silent ids and, among those, the least in all,
     a link costing its distance as a share of ``radius_m`` plus its gap as a share of ``within_slots`` (so a
-    successor that waits is still found where a nearer id did not appear sooner)."""
+    successor that waits a few slots is not lost to a farther id that appeared sooner)."""
     links = successions(xy, first, last, radius_m, within_slots, among=poor)
     if not len(links):
         return links
