@@ -107,9 +107,9 @@ def poor_successions(xy: np.ndarray, first: np.ndarray, last: np.ndarray, poor: 
                         (np.r_[row, np.arange(len(silent))], np.r_[column, len(fresh) + np.arange(len(silent))])),
                        shape=(len(silent), len(fresh) + len(silent)))
     rows, columns = min_weight_full_bipartite_matching(graph)
-    linked = columns < len(fresh)
-    kept = {(int(a), int(b)) for a, b in zip(silent[rows[linked]], fresh[columns[linked]])}
-    return links[np.array([(int(a), int(b)) in kept for a, b in links], bool)]
+    matched = np.empty(len(silent), np.int64)  # each silent id's column: a fresh id's, or its own unlinked one
+    matched[rows] = columns
+    return links[matched[row] == column]
 
 
 def carried(collaborator: np.ndarray, links: np.ndarray, last: np.ndarray) -> np.ndarray:

@@ -640,9 +640,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="an id first heard of within M metres of where another fell silent (at most 10 slots "
                                "before) continues its record (default: EvidenceConfig's 5 m; none: never)")
     evaluate.add_argument("--poor-succession-m", default="default", metavar="M|none",
-                          help="of the ids first heard of within M metres of where an id with a record poorer "
-                               "than the fleet's fell silent (1-10 slots after), the soonest (then the nearest) "
-                               "continues that record (default: EvidenceConfig's 150 m; none: never)")
+                          help="an id first heard of within M metres of where an id with a record poorer than "
+                               "the fleet's fell silent (1-10 slots after) continues that record, one to one by the "
+                               "least costly matching (default: EvidenceConfig's 150 m; none: never)")
     evaluate.add_argument("--protocol", choices=["slots", "snapshots"], default="slots",
                           help="slots: next-slot T_col on the last --test-fraction of slots; snapshots: TrustGuard's "
                                "single-timeslot distrust prediction (AUC, MCC) over --snapshots equal-time snapshots "
