@@ -221,7 +221,8 @@ def whitewash_shares(world, slots: np.ndarray, share: np.ndarray) -> tuple[float
     if not len(slots):
         return float("nan"), float("nan")
     for old in np.flatnonzero((world.left >= slots[0]) & (world.left <= slots[-1]) & (world.next_id >= 0)):
-        new, leave, back = world.next_id[old], world.left[old], world.joined[world.next_id[old]]
+        new, leave = world.next_id[old], world.left[old]
+        back = world.joined[new]
         ahead = (slots >= leave - WHITEWASH_WINDOW) & (slots < leave)
         behind = (slots >= back) & (slots < back + WHITEWASH_WINDOW)
         if ahead.any() and behind.any():
