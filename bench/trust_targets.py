@@ -28,11 +28,10 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from statistics import fmean, stdev
 from typing import Any
 
 from bench.report import emit
-from bench.verdicts import best_rule, figure, load_report, ratio, seeds, verdict, voc_at
+from bench.verdicts import best_rule, figure, load_report, mean_of, ratio, seeds, standard_error, verdict, voc_at
 
 PAPER_VS_RULE = 0.97
 TELEMETRY_VS_RULE = 0.85
@@ -123,11 +122,9 @@ def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"setting": kind, "seeds": f"{len(group)} report" + "s" * (len(group) > 1),
                                "best rule": ""}
         for key in ("error", *RATIOS):
-            values = [r[key] for r in group if key in r and not math.isnan(r[key])]
             if any(key in r for r in group):
-                row[key] = fmean(values) if values else math.nan
-        ratios = [r["÷ rule"] for r in group if not math.isnan(r["÷ rule"])]
-        row["÷ rule s.e."] = stdev(ratios) / math.sqrt(len(ratios)) if len(ratios) > 1 else math.nan
+                row[key] = mean_of(r[key] for r in group if key in r)
+        row["÷ rule s.e."] = standard_error(r["÷ rule"] for r in group)
         out.append(row)
     return out
 

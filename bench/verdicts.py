@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from statistics import fmean, stdev
+from typing import Any, Iterable
 
 from model.baselines import RULES
 from model.voc import THETAS
@@ -34,6 +35,18 @@ def seeds(setup: dict[str, Any]) -> str:
 def ratio(a: float, b: float) -> float:
     """a / b, NaN where b is not positive."""
     return a / b if b > 0 else math.nan
+
+
+def mean_of(values: Iterable[float]) -> float:
+    """The mean of ``values``, NaNs left out (NaN where every one is, or none is given)."""
+    known = [v for v in values if not math.isnan(v)]
+    return fmean(known) if known else math.nan
+
+
+def standard_error(values: Iterable[float]) -> float:
+    """The standard error of the mean of ``values``, NaNs left out (NaN with fewer than two)."""
+    known = [v for v in values if not math.isnan(v)]
+    return stdev(known) / math.sqrt(len(known)) if len(known) > 1 else math.nan
 
 
 def verdict(value: float, ok: bool) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.attack_targets import best_rule, read_report, target_row
+from bench.attack_targets import best_rule, read_report, setting, target_row, target_rows
 from model.voc import THETAS
 
 
@@ -30,8 +30,8 @@ def _succeeding(method: dict, won: float) -> dict:
     return {**method, "attack_tasks_won_success": _figure(won)}
 
 
-def _report(attack: str | None, **methods: dict) -> dict:
-    return {"setup": {"attack": attack, "seed": 700, "runs_done": 2}, **methods}
+def _report(attack: str | None, seed: int = 700, options: dict | None = None, **methods: dict) -> dict:
+    return {"setup": {"attack": attack, "seed": seed, "runs_done": 2, **(options or {})}, **methods}
 
 
 def test_bm_is_judged_against_the_rule_with_the_lowest_error_and_the_oracle() -> None:
@@ -79,3 +79,39 @@ def test_reports_without_attackers_or_rules_are_refused_by_name(tmp_path: Path) 
         read_report(tmp_path)
     with pytest.raises(ValueError, match="no rule method"):
         best_rule(_report("sybil=0.2", bm=_method(0.0, 0.0, 0.07, 0.7)))
+
+
+def test_a_setting_names_the_world_options_its_runs_set_away_from_their_defaults() -> None:
+    assert setting({"attack": "whitewashing=0.2", "id_spread_m": 50.0, "rejoin_after": 8, "churn": 0.0,
+                    "owner_reports": 0.0, "task_size_spread": 1.0, "seed": 5}) == \
+        "whitewashing=0.2, id_spread_m=50.0, rejoin_after=8"
+    # a false-report attack has owners report by default, an opportunistic one tasks of differing sizes
+    assert setting({"attack": "ballot-stuffing=0.2", "owner_reports": 1.0}) == "ballot-stuffing=0.2"
+    assert setting({"attack": "ballot-stuffing=0.2", "owner_reports": 0.5}) == "ballot-stuffing=0.2, owner_reports=0.5"
+    assert setting({"attack": "opportunistic=0.2", "task_size_spread": 4.0}) == "opportunistic=0.2"
+
+
+def _whitewashed(won: float, rule: float, before: float, after: float) -> dict:
+    return {"bm": _method(won, 0.1, 0.07, 0.7, whitewash_share_before=before, whitewash_share_after=after),
+            "channel_beta": _method(rule, 0.1, 0.08, 0.7), "oracle": _method(0.0, 0.1, 0.0, 0.8)}
+
+
+def test_reports_of_one_setting_are_pooled_by_their_means_and_the_spread_between_them() -> None:
+    away = {"rejoin_after": 8}
+    reports = [_report("whitewashing=0.2", 700, away, **_whitewashed(0.02, 0.05, 0.0010, 0.0012)),
+               _report("whitewashing=0.2", 701, away, **_whitewashed(0.03, 0.02, 0.0020, 0.0016)),
+               _report("whitewashing=0.2", 702, **_whitewashed(0.01, 0.05, 0.0010, 0.0010))]  # another setting
+    rows = target_rows(reports)
+    # the setting of one report alone gets no pooled row
+    assert [row["seeds"] for row in rows] == ["700-701", "701-702", "702-703", "2 reports"]
+    pooled = rows[-1]
+    assert pooled["attack"] == "whitewashing=0.2, rejoin_after=8"
+    assert pooled["÷ rule"] == pytest.approx((0.4 + 1.5) / 2) and pooled["ev target"] == "not met"  # 0.95 > 0.5
+    assert pooled["÷ rule s.e."] == pytest.approx(0.55)  # ratios 0.4 and 1.5: stdev 0.778, / sqrt(2)
+    assert pooled["÷ rule, shares pooled"] == pytest.approx(0.025 / 0.035)
+    assert pooled["won − rule's (ev)"] == pytest.approx(-0.01)  # -0.03 and +0.01
+    assert pooled["won − rule's s.e."] == pytest.approx(0.02)
+    # under a new id 0.0014 on the mean against 0.0015 before: met, though one report alone is not
+    assert pooled["new id ÷ before"] == pytest.approx(0.0014 / 0.0015) and pooled["whitewash target"] == "met"
+    assert rows[0]["whitewash target"] == "not met" and rows[1]["whitewash target"] == "met"
+    assert pooled["voc ÷ oracle"] == pytest.approx(0.875) and pooled["voc target"] == "met"
