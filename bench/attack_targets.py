@@ -19,7 +19,8 @@ Reports of one setting (:func:`setting`: the attack and the world options its ru
 ``--rejoin-after``), two or more of them (one seed each, say), are pooled in a further row: each figure's and ratio's
 mean over them, the standard error of ``÷ rule`` between them, and the paired difference of BM's share and the best
 rule's (``won − rule's (ev)``, mean and standard error): a share of a few dozen tasks moves between worlds as much as
-the methods differ, so a claim over worlds is read from this row. Its verdicts are those of the mean ratios.
+the methods differ, so a claim over worlds is read from this row. Its verdicts are those of the mean ratios (and of
+whitewashers' mean share under a new id against their mean share before leaving).
 
 Run: ``python -m bench.attack_targets out/eval-onoff out/eval-sybil ...`` (instant: it reads the reports).
 """
