@@ -9,9 +9,10 @@ For each report (its ``report.json``), BM's figures against:
 Targets (per kind, 20 % attackers): under the expected-value rule BM hands attackers at most ``EV_VS_RULE`` × what
 the best rule does (``attack_tasks_won_expected``); under the paper's rule at most ``PAPER_VS_ORACLE`` × the
 oracle's share (``attack_tasks_won``); VoC at θ = 0.7 (paper's rule) at least ``VOC_VS_ORACLE`` × the oracle's;
-whitewashers' share in their first slots under a new id at most their share before leaving. The success rule
-(the highest P(success) · T_res × VoC among T ≥ θ, ``attack_tasks_won_success``) is held to the expected-value
-rule's mark against the best rule's share by the same rule. Each row also gives
+whitewashers' share in their first slots under a new id at most their share before leaving, by the paper's rule
+(which follows VoC: in some worlds the oracle's own whitewashers fail it) and by the expected-value rule (``(ev)``).
+The success rule (the highest P(success) · T_res × VoC among T ≥ θ, ``attack_tasks_won_success``) is held to the
+expected-value rule's mark against the best rule's share by the same rule. Each row also gives
 honest devices' T_beh − truth (``honest_trust_shift``; under bad-mouthing it should stay within 0.05 of a run
 without the attack). A target a report cannot judge (no oracle, no whitewashers) is left blank.
 
@@ -47,7 +48,9 @@ WORLD_OPTIONS = {"telemetry": False, "quick": False, "mix": None, "id_spread_m":
                  "fake_burn": False}  # the options of a report's setup that make another world, and their defaults
 POOLED = ("won (ev)", "rule's (ev)", "÷ rule", "won (paper)", "÷ oracle", "voc ÷ oracle", "won (success)",
           "÷ rule (success)", "bayes ÷ rule (ev)", "÷ bayes (ev)", "bayes ÷ rule (success)", "share before",
-          "share after", "honest shift")  # the figures a pooled row averages
+          "share after", "share before (ev)", "share after (ev)", "honest shift")  # the figures a pooled row averages
+WHITEWASH_RULES = (("", ""), ("_expected", " (ev)"))  # a whitewasher's shares by the paper's and the expected-value
+#                                                      rule: the report's suffix, the row's label
 
 
 def read_report(path: Path) -> dict[str, Any]:
@@ -90,9 +93,11 @@ def target_row(report: dict[str, Any], method: str = "bm") -> dict[str, Any]:
         bayes = figure(report, "bayes", "attack_tasks_won_expected")
         row["bayes ÷ rule (ev)"], row["÷ bayes (ev)"] = ratio(bayes, ev_rule), ratio(ev, bayes)
         row["bayes ÷ rule (success)"] = ratio(figure(report, "bayes", "attack_tasks_won_success"), success_rule)
-    before, after = (figure(report, method, f"whitewash_share_{when}") for when in ("before", "after"))
-    if not math.isnan(before):
-        row["share before"], row["share after"], row["new id ÷ before"] = before, after, ratio(after, before)
+    for suffix, label in WHITEWASH_RULES:
+        before, after = (figure(report, method, f"whitewash_share_{when}{suffix}") for when in ("before", "after"))
+        if not math.isnan(before):
+            row[f"share before{label}"], row[f"share after{label}"] = before, after
+            row[f"new id ÷ before{label}"] = ratio(after, before)
     row["honest shift"] = figure(report, method, "honest_trust_shift")
     return {**row, **target_verdicts(row)}
 
@@ -103,8 +108,10 @@ def target_verdicts(row: dict[str, Any]) -> dict[str, str]:
            "success target": verdict(row["÷ rule (success)"], row["÷ rule (success)"] <= EV_VS_RULE),
            "paper target": verdict(row["÷ oracle"], row["÷ oracle"] <= PAPER_VS_ORACLE),
            "voc target": verdict(row["voc ÷ oracle"], row["voc ÷ oracle"] >= VOC_VS_ORACLE)}
-    if not math.isnan(row.get("new id ÷ before", math.nan)):  # a whitewasher's share under a new id ÷ before
-        out["whitewash target"] = verdict(row["new id ÷ before"], row["new id ÷ before"] <= 1)
+    for _, label in WHITEWASH_RULES:  # a whitewasher's share under a new id at most its share before leaving
+        if f"share before{label}" in row:
+            after, before = row[f"share after{label}"], row[f"share before{label}"]
+            out[f"whitewash target{label}"] = verdict(after, after <= before)
     return out
 
 
@@ -123,8 +130,9 @@ def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row[key] = mean_of(r.get(key, math.nan) for r in group)
         row["÷ rule s.e."] = standard_error(r["÷ rule"] for r in group)
         row["÷ rule, shares pooled"] = ratio(row["won (ev)"], row["rule's (ev)"])  # no world's low share weighs more
-        if "share before" in row:  # whitewashers: their mean share under a new id ÷ their mean share before leaving
-            row["new id ÷ before"] = ratio(row["share after"], row["share before"])
+        for _, label in WHITEWASH_RULES:  # whitewashers: their mean share under a new id ÷ their mean share before
+            if f"share before{label}" in row:
+                row[f"new id ÷ before{label}"] = ratio(row[f"share after{label}"], row[f"share before{label}"])
         differences = [r["won (ev)"] - r["rule's (ev)"] for r in group]
         row["won − rule's (ev)"], row["won − rule's s.e."] = mean_of(differences), standard_error(differences)
         out.append({**row, **target_verdicts(row)})

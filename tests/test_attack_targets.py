@@ -91,15 +91,18 @@ def test_a_setting_names_the_world_options_its_runs_set_away_from_their_defaults
     assert setting({"attack": "opportunistic=0.2", "task_size_spread": 4.0}) == "opportunistic=0.2"
 
 
-def _whitewashed(won: float, rule: float, before: float, after: float) -> dict:
-    return {"bm": _method(won, 0.1, 0.07, 0.7, whitewash_share_before=before, whitewash_share_after=after),
+def _whitewashed(won: float, rule: float, before: float, after: float, before_ev: float = 0.0,
+                 after_ev: float = 0.0) -> dict:
+    shares = {"whitewash_share_before": before, "whitewash_share_after": after,
+              "whitewash_share_before_expected": before_ev, "whitewash_share_after_expected": after_ev}
+    return {"bm": _method(won, 0.1, 0.07, 0.7, **shares),
             "channel_beta": _method(rule, 0.1, 0.08, 0.7), "oracle": _method(0.0, 0.1, 0.0, 0.8)}
 
 
 def test_reports_of_one_setting_are_pooled_by_their_means_and_the_spread_between_them() -> None:
     away = {"rejoin_after": 8}
-    reports = [_report("whitewashing=0.2", 700, away, **_whitewashed(0.02, 0.05, 0.0010, 0.0012)),
-               _report("whitewashing=0.2", 701, away, **_whitewashed(0.03, 0.02, 0.0020, 0.0016)),
+    reports = [_report("whitewashing=0.2", 700, away, **_whitewashed(0.02, 0.05, 0.0010, 0.0012, 0.0, 0.0002)),
+               _report("whitewashing=0.2", 701, away, **_whitewashed(0.03, 0.02, 0.0020, 0.0016, 0.0004, 0.0)),
                _report("whitewashing=0.2", 702, **_whitewashed(0.01, 0.05, 0.0010, 0.0010))]  # another setting
     rows = target_rows(reports)
     # the setting of one report alone gets no pooled row
@@ -114,4 +117,8 @@ def test_reports_of_one_setting_are_pooled_by_their_means_and_the_spread_between
     # under a new id 0.0014 on the mean against 0.0015 before: met, though one report alone is not
     assert pooled["new id ÷ before"] == pytest.approx(0.0014 / 0.0015) and pooled["whitewash target"] == "met"
     assert rows[0]["whitewash target"] == "not met" and rows[1]["whitewash target"] == "met"
+    # by the expected-value rule: a share where there was none before is not met (no ratio to read), the pool is
+    assert rows[0]["whitewash target (ev)"] == "not met" and math.isnan(rows[0]["new id ÷ before (ev)"])
+    assert pooled["new id ÷ before (ev)"] == pytest.approx(0.5) and pooled["whitewash target (ev)"] == "met"
+    assert rows[2]["whitewash target (ev)"] == "met"  # none before, none after
     assert pooled["voc ÷ oracle"] == pytest.approx(0.875) and pooled["voc target"] == "met"
