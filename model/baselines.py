@@ -226,7 +226,8 @@ class ChannelBeta:
         return p_tr * (self.weights.a_tr + self.weights.a_com * np.clip(rate * factor, 0.0, 1.0))
 
 
-CHANNEL_BETA_GRID = tuple(ChannelBetaParams(lam, k) for lam in (0.9, 0.95, 0.98, 0.99) for k in (1.0, 2.0, 4.0, 8.0))
+STRENGTHS = (1.0, 2.0, 4.0, 8.0)  # the prior pseudo-tasks channel_beta's fit chooses among
+CHANNEL_BETA_GRID = tuple(ChannelBetaParams(lam, k) for lam in (0.9, 0.95, 0.98, 0.99) for k in STRENGTHS)
 
 
 @dataclass(frozen=True)
@@ -340,13 +341,27 @@ def size_matters(history: History, train_slots: list[int], z: float = 0.0,
 
 
 @dataclass(frozen=True)
-class SizeChoice:
-    """The size correction BM's head adopts (:class:`model.experts.SizeCorrection`): the sized rule's parameters."""
+class RuleChoice:
+    """The rule BM's head carries as an expert (:meth:`model.experts.RuleExperts.adopt_rule`): ``channel_beta``'s
+    parameters, its lambda among the evidence's memories."""
 
     lam: float
     strength: float
     prior_mean: float
+
+
+@dataclass(frozen=True)
+class SizeChoice(RuleChoice):
+    """The size correction BM's head adopts (:class:`model.experts.SizeCorrection`): the sized rule's parameters."""
+
     ridge: float
+
+
+def rule_choice(history: History, train_slots: list[int], lams: tuple[float, ...]) -> RuleChoice:
+    """:func:`channel_beta` fitted with lambda among the evidence's memories ``lams`` (what the head's sums are kept
+    at), as the head's rule expert reads it."""
+    fitted = channel_beta(history, train_slots, [ChannelBetaParams(lam, k) for lam in lams for k in STRENGTHS])
+    return RuleChoice(fitted.params.lam, fitted.params.strength, float(fitted.prior_mean))
 
 
 def size_choice(history: History, train_slots: list[int], lams: tuple[float, ...]) -> SizeChoice | None:

@@ -31,7 +31,7 @@ import torch
 from model.bm import BM, BMConfig
 from model.graphs import DeviceIndex
 
-FORMAT = "trustbeam-bm/9"  # 2: the head reads the load's drift (evidence.load_drift); 3: its memory (load_memory);
+FORMAT = "trustbeam-bm/10"  # 2: the head reads the load's drift (evidence.load_drift); 3: its memory (load_memory);
 #                           4: the task size's correction and its evidence (experts.SizeCorrection, evidence.SIZED);
 #                           5: what the credibility did not let in, of a collaborator and from it (discredited_block);
 #                           6: the size evidence by size class, split at the training period's typical size
@@ -39,7 +39,8 @@ FORMAT = "trustbeam-bm/9"  # 2: the head reads the load's drift (evidence.load_d
 #                           (evidence.verified_cpu, EvidenceConfig.speed_gap); 8: the physics' offload computed at the
 #                           share of the collaborator's CPU its reported load leaves free (context.pair_physics);
 #                           9: the head's physics reads that load raised by the part of its last fall that is
-#                           doubted (evidence.credited_load)
+#                           doubted (evidence.credited_load); 10: the rule as an expert of the stack
+#                           (experts.RuleExperts.adopt_rule)
 _DERIVED = ("features", "level_values")  # stored elsewhere or recomputed
 
 

@@ -265,9 +265,10 @@ def evaluate_run(history: History, config: BMConfig, train: TrainConfig, methods
                                          prepared=prepared, warm_ups=warm_ups)
             facts["kept_epoch"] = trained.fit.best_epoch  # -1: no end-to-end epoch beat the warmed-up head
             facts["end_to_end_gain"] = trained.fit.end_to_end_gain  # what the best epoch took off the head's loss
-            if head == "context":  # the stack's weight on the head's own forecast (1: no rule mixed in), and
-                facts["stack_own"] = float(model.head.stack[0])  # 1 where the head reads the task's size
-                facts["size_corrected"] = float(model.head.sizing.adopted)
+            if head == "context":  # the stack's weights on the head's own forecast and on the rule (0.5 each: the
+                facts["stack_own"] = float(model.head.stack[0])  # default average; 1 and 0: no rule mixed in)
+                facts["stack_rule"] = float(model.head.stack[-1])
+                facts["size_corrected"] = float(model.head.sizing.adopted)  # 1 where the head reads the task's size
                 facts["memories"] = float(len(model.config.evidence.lams))  # 5 where the evidence keeps the long one
                 facts["shifts"] = float(model.config.evidence.shifts)  # 1 where it reads the loads' shifts (model.shift)
             predicted[method] = predict(model, history, test_slots)[0]
@@ -466,11 +467,11 @@ def markdown(title: str, summary: dict[str, dict[str, dict]], notes: list[str], 
     coarse = ("seconds", "kept_epoch", "size_corrected", "memories", "shifts")  # one decimal
     metrics = [m for m in ("rmse", "mae", "rmse_truth", "rmse_truth_honest", "rmse_truth_candidates", "mae_truth",
                            "ece", "ece_truth", "seconds", "kept_epoch", "end_to_end_gain", "stack_own",
-                           "size_corrected", "memories", "shifts")
+                           "stack_rule", "size_corrected", "memories", "shifts")
                if any(m in row for row in summary.values())]
     lines = [f"# {title}", ""] + _table(["method", *metrics], [
         [method] + [("" if m not in row else f"{row[m]['mean']:.1f}" if m in coarse
-                     else f"{row[m]['mean']:.2f}" if m == "stack_own"
+                     else f"{row[m]['mean']:.2f}" if m in ("stack_own", "stack_rule")
                      else f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}") for m in metrics]
         for method, row in summary.items() if any(m in row for m in metrics)])
     lines += _behaviour_lines(summary) + (_paired_lines(paired) if paired else []) + _attack_lines(summary)

@@ -10,11 +10,17 @@ publish the same combination:
   channel rule ``P_tr(d) * (a1 + a2 * rate * on_time(ratio))`` on flagged logs and as the rate of T_col on
   graded ones;
 * the population's rate at each memory (the level a log drifts to, tracked online);
+* the rule: ``channel_beta`` itself (:func:`model.baselines.rule_choice`: the collaborator's forgetting-weighted
+  beta estimate at one memory, shrunk toward the training period's rate by a few pseudo-tasks), read as the
+  others are;
 * the head's own forecast.
 
 :func:`fit_stack` chooses the weights of a convex combination of them on validation slots the head did
-not fit (squared error against T_col, weighted by tasks): the head's forecast is published as it is
-only where the validation slots say it beats every mixture of the rules.
+not fit (squared error against T_col, weighted by tasks): unless those slots show a mixture clearly better, the
+head's forecast and the rule's averaged where the head reads nothing the rule does not (no loads, no owners'
+reports), else the head's alone. Two forecasts of the same evidence that err alike and about as much are best
+averaged, and weights fitted on slots that need not resemble the next ones rarely beat the average (README:
+*The head and the rule, averaged*).
 
 Glossary: ``K`` experts; ``w`` (``stack``) their weights, non-negative and summing to one.
 """
@@ -82,9 +88,10 @@ class EmpiricalBayes(nn.Module):
 
 
 class RuleExperts(nn.Module):
-    """Rule forecasts of T_col, (P, 2L): the collaborator's empirical-Bayes rate at each memory, then the
-    population's rate at each (:meth:`rates`), read through the physics' P_tr(d) and on-time factor of the time
-    ratio on flagged logs (:meth:`forecasts`)."""
+    """Rule forecasts of T_col, (P, 2L + 1): the collaborator's empirical-Bayes rate at each memory, then the
+    population's rate at each (:meth:`rates`, which the head's networks read too), then the rule's
+    (:meth:`rule_rate`), read through the physics' P_tr(d) and on-time factor of the time ratio on flagged logs
+    (:meth:`forecasts`)."""
 
     def __init__(self, lams: int, flags: bool, weights: TrustWeights, outage: OutageCurve,
                  log_prior: np.ndarray | None = None, on_time: OnTimeCurve | None = None, tr_rate: float = 1.0) -> None:
@@ -95,10 +102,23 @@ class RuleExperts(nn.Module):
         factor = np.ones(len(ON_TIME_BINS) + 1) if on_time is None else np.asarray(on_time.factor)
         self.register_buffer("on_time_edges", torch.as_tensor(ON_TIME_BINS, dtype=torch.float32))
         self.register_buffer("on_time_factor", torch.as_tensor(factor, dtype=torch.float32))
+        self.register_buffer("rule", torch.tensor([1.0, 0.5]))  # the rule's prior strength and mean, until adopted
+        self.register_buffer("rule_memory", torch.eye(lams)[-1])  # (L,) one-hot: the lambda the rule reads
 
     @property
     def count(self) -> int:
+        """The rates of :meth:`rates`."""
         return 2 * self.lams
+
+    @property
+    def forecast_count(self) -> int:
+        """The forecasts of :meth:`forecasts`: the rates', then the rule's."""
+        return self.count + 1
+
+    def adopt_rule(self, lam_index: int, strength: float, prior_mean: float) -> None:
+        """The rule's memory (an index among the evidence's), prior strength and mean, fitted on the training period."""
+        self.rule.copy_(torch.tensor([strength, prior_mean]))
+        self.rule_memory.copy_(torch.eye(len(self.rule_memory))[lam_index])
 
     def transmission(self) -> tuple[OutageCurve, float] | None:
         """The fitted P_tr(d) curve and P(tr) where the distance is unknown, as the rules read them; None on graded
@@ -113,6 +133,14 @@ class RuleExperts(nn.Module):
         hits, trials = stats[:, COLLABORATOR_RATE[self.flags][0]], stats[:, COLLABORATOR_RATE[self.flags][1]]
         pop_hits, pop_trials = stats[:, POPULATION_RATE[self.flags][0]], stats[:, POPULATION_RATE[self.flags][1]]
         return torch.cat([self.rate(hits, trials), (pop_hits.clamp(min=0) + 1) / (pop_trials.clamp(min=0) + 2)], dim=-1)
+
+    def rule_rate(self, stats: torch.Tensor) -> torch.Tensor:
+        """(P, STATS, L) raw sums -> (P, 1) the rule's rate: the collaborator's successes and trials at the rule's
+        memory, with ``strength`` pseudo-trials at the prior mean."""
+        hits, trials = stats[:, COLLABORATOR_RATE[self.flags][0]], stats[:, COLLABORATOR_RATE[self.flags][1]]
+        strength, mean = self.rule.unbind()
+        return ((hits.clamp(min=0) @ self.rule_memory + strength * mean)
+                / (trials.clamp(min=0) @ self.rule_memory + strength))[:, None]
 
     def forecasts(self, physics: torch.Tensor, rates: torch.Tensor) -> torch.Tensor:
         """The rules' forecasts of T_col from the pairs' raw physics (P, 5) and the rates of :meth:`rates`: the
@@ -182,19 +210,24 @@ class SizeCorrection(nn.Module):
         return (experts.forecasts(physics, (rate + term)[:, None]) - experts.forecasts(physics, rate[:, None]))[:, 0]
 
 
-def fit_stack(forecasts: np.ndarray, target: np.ndarray, weight: np.ndarray, z: float = 2.0) -> np.ndarray:
-    """(K,) convex weights of ``forecasts`` (N, K) for ``target`` (N,): the first column alone unless a mixture
-    beats it clearly, i.e. the weighted squared error over the simplex (a quadratic program from the best
-    single column) is lower than the first column's by more than ``z`` standard errors of the paired
-    per-row differences. A mixture fitted on slots that need not resemble the next ones (a device's change
-    may be over by then) is kept only when those slots leave no doubt."""
+def fit_stack(forecasts: np.ndarray, target: np.ndarray, weight: np.ndarray, average: bool, z: float = 2.0
+              ) -> np.ndarray:
+    """(K,) convex weights of ``forecasts`` (N, K) for ``target`` (N,): a base, unless a mixture beats it clearly,
+    i.e. the weighted squared error over the simplex (a quadratic program from the best single column) is lower than
+    the base's by more than ``z`` standard errors of the paired per-row differences. The base: the first column (the
+    head's own forecast) and the last (the rule's) averaged where ``average`` (the head reads nothing the rule does
+    not: two forecasts of the same evidence that err alike and about as much), else the first alone (it reads more).
+    A mixture fitted on slots that need not resemble the next ones (a device's change may be over by then) is kept
+    only when those slots leave no doubt."""
     w = mixture(forecasts, target, weight)
-    own = np.eye(forecasts.shape[1])[0]
-    difference = (forecasts @ w - target) ** 2 - (forecasts[:, 0] - target) ** 2
+    base = np.eye(forecasts.shape[1])[0]
+    if average:
+        base = (base + np.eye(forecasts.shape[1])[-1]) / 2
+    difference = (forecasts @ w - target) ** 2 - (forecasts @ base - target) ** 2
     p = weight / weight.sum()
     mean = float(p @ difference)
     se = float(np.sqrt(p @ (difference - mean) ** 2 / max(len(target) - 1, 1)))
-    return w if mean < -z * se else own
+    return w if mean < -z * se else base
 
 
 def mixture(forecasts: np.ndarray, target: np.ndarray, weight: np.ndarray) -> np.ndarray:

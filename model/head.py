@@ -16,8 +16,9 @@
     offload time against the owner's local time);
 
   trained by the binomial likelihood of the tasks' tr and com flags; the published T_beh is a convex
-  combination of that forecast and rule experts computed from the same inputs (:mod:`model.experts`),
-  weighted on validation slots (``readout="own"`` reads the head's forecast alone). Graded logs (no flags) read
+  combination of that forecast and rule experts computed from the same inputs (:mod:`model.experts`: by default
+  the head's and the rule's averaged), weighted on validation slots (``readout="own"`` reads the head's forecast
+  alone). Graded logs (no flags) read
   ``T_beh = sigmoid(b(...))`` trained by cross-entropy against T_col, and a second network of the same
   inputs gives the median forecast ``sigmoid(m(...))`` (pinball loss at 0.5), which absolute-error
   metrics read (``readout="median"``; on flagged logs the median readout is the mean). The weights that read Y start
@@ -329,7 +330,7 @@ class ContextHead(nn.Module):
         self.members = nn.ModuleList(PairNet(d, self.lams, inputs, hidden, outcomes, outage, dropout)
                                      for _ in range(members))
         self.y_width = 2 * d  # the members' first columns: Y_i, Y_j
-        stack = torch.zeros(1 + self.experts.count)
+        stack = torch.zeros(1 + self.experts.forecast_count)
         stack[0] = 1.0  # the head's own forecast until fit_stack weighs the rules in
         self.register_buffer("stack", stack)
         self.sizing = SizeCorrection(self.lams, evidence.size_split_bits)  # added to the published forecast where
@@ -338,22 +339,23 @@ class ContextHead(nn.Module):
     def forward(self, y_i: torch.Tensor, y_j: torch.Tensor, physics: torch.Tensor, evidence: torch.Tensor,
                 member: int | None = None) -> torch.Tensor:
         """-> (P, 2 + K + 1): the logits of the members' mean q_tr and q_com (graded logs: of the mean and median
-        forecasts of T_col), then the K rule experts' forecasts of T_col, then the task size's shift of the published
-        forecast (:class:`model.experts.SizeCorrection`). ``member``: one member's instead of the mean (the warm-up
-        fits them one by one)."""
+        forecasts of T_col), then the K rule experts' forecasts of T_col (the rule's last), then the task size's shift
+        of the published forecast (:class:`model.experts.SizeCorrection`). ``member``: one member's instead of the
+        mean (the warm-up fits them one by one)."""
         return self.read(PairSides.of_pairs(y_i, y_j, physics, evidence, self.lams), member)
 
     def read(self, sides: PairSides, member: int | None = None) -> torch.Tensor:
         """:meth:`forward` on inputs split by what they depend on (the scorer's: every device's part once)."""
         raw = self.stats(sides)
-        rates = self.experts.rates(raw)  # (n_c, K)
+        rates = self.experts.rates(raw)  # (n_c, 2L)
         own = self.own(self.member_inputs(sides, rates), member)
+        rates = torch.cat([rates, self.experts.rule_rate(raw)], dim=-1)  # (n_c, K)
         forecasts = self.experts.forecasts(sides.physics, gather(rates, sides.dst))
         shift = self.sizing(self.experts, raw, sides.dst, sides.physics)
         return torch.cat([own, forecasts, shift[:, None]], dim=-1)
 
     def member_inputs(self, sides: PairSides, rates: torch.Tensor | None = None) -> MemberInputs:
-        """What the members read of ``sides``; ``rates``: the rule experts' (n_c, K), if already computed."""
+        """What the members read of ``sides``; ``rates``: the rule experts' (n_c, 2L), if already computed."""
         rates = self.experts.rates(self.stats(sides)) if rates is None else rates
         logits = torch.logit(rates.clamp(1e-4, 1 - 1e-4))
         collaborator = torch.cat([sides.collaborator[:, :self.known], logits], dim=-1)
@@ -390,7 +392,8 @@ class ContextHead(nn.Module):
 
     def expert_forecasts(self, raw: torch.Tensor) -> torch.Tensor:
         """(P, 1 + K): the head's own forecast, then the rule experts' (what :attr:`stack` weighs)."""
-        return torch.cat([self.t_beh(raw, "own")[:, None], raw[:, self.OWN: self.OWN + self.experts.count]], dim=-1)
+        return torch.cat([self.t_beh(raw, "own")[:, None], raw[:, self.OWN: self.OWN + self.experts.forecast_count]],
+                         dim=-1)
 
     def t_beh(self, raw: torch.Tensor, readout: Readout | None = None) -> torch.Tensor:
         if readout not in ("own", "median"):  # the published forecast: the stack of the own one and the rules, moved

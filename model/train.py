@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from model.baselines import SizeChoice, size_choice, size_split
+from model.baselines import RuleChoice, SizeChoice, rule_choice, size_choice, size_split
 from model.bm import BM, BMConfig, Readout
 from model.channel import OnTimeCurve, OutageCurve
 from model.evidence import memories, typical_speed_gap
@@ -355,14 +355,17 @@ def fit_expert_stack(model: BM, history: History, slots: Sequence[int], judged_a
                      ) -> np.ndarray | None:
     """The published mixture's weights (:func:`model.experts.fit_stack`): the head's own forecast and its rule
     experts on the target slots' edges, against T_col weighted by tasks (reports weighed as of ``judged_at``, as
-    :func:`targets` weighs them). None without edges."""
+    :func:`targets` weighs them). None without edges. The head's forecast and the rule's are averaged unless the
+    head reads what the rule does not: devices' loads (``EvidenceConfig.shifts``) or what owners reported and were
+    not believed (``discredited``)."""
     batch = targets(history, slots, model.config.evidence, judged_at)
     if not len(batch):
         return None
     model.eval()
     with torch.no_grad():
         forecasts = model.head.expert_forecasts(model.pair_outputs(history, batch.query)).double().cpu().numpy()
-    return fit_stack(forecasts, batch.t_col, batch.tasks)
+    evidence = model.config.evidence
+    return fit_stack(forecasts, batch.t_col, batch.tasks, average=not (evidence.shifts or evidence.discredited))
 
 
 def _edges(history: History, slots: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -402,6 +405,7 @@ class Prepared:
     tr_rate: float  # the share of flagged tasks transmitted (P(tr) where a pair's distance is unknown)
     lams: tuple[float, ...]  # the evidence's memories: where devices report their loads, the config's and a long one
     #                          (model.evidence.memories)
+    rule: RuleChoice  # the rule the head carries as an expert (model.baselines.rule_choice)
     sizing: SizeChoice | None = None  # the head's size correction, where the training period says size matters
     discredited: bool = False  # whether owners reported tasks of the training period (the head then reads what
     #                            was reported and not believed: model.evidence.discredited_block)
@@ -429,6 +433,9 @@ def build(config: BMConfig, prepared: Prepared, train: TrainConfig) -> BM:
     config = prepared.configure(replace(config, dropout=train.dropout, gnn=replace(config.gnn, dropout=train.dropout)))
     model = BM(config, prepared.features, prepared.known, prepared.outage, prepared.rate_prior,
                prepared.physics_on_time, prepared.tr_rate)
+    if config.uses_context:
+        rule = prepared.rule
+        model.head.experts.adopt_rule(config.evidence.lams.index(rule.lam), rule.strength, rule.prior_mean)
     if prepared.sizing is not None and config.uses_context:
         choice = prepared.sizing
         model.head.sizing.adopt(config.evidence.lams.index(choice.lam), choice.strength, choice.prior_mean,
@@ -548,7 +555,8 @@ def prepare(history: History, config: BMConfig, train: TrainConfig) -> Prepared:
                     OnTimeCurve.fit(physics_ratio, batch.tr, batch.com),
                     rate_prior(batch, len(history.index), history.has_flags, on_time),
                     float((batch.tr.sum() + 1) / (batch.flagged.sum() + 2)), lams,
-                    size_choice(history, train_slots, lams), owners_report(history, train_slots),
+                    rule_choice(history, train_slots, lams), size_choice(history, train_slots, lams),
+                    owners_report(history, train_slots),
                     size_split(history, train_slots), gap, loads)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.baselines import RunningMean, predict_edges
+from model.baselines import STRENGTHS, ChannelBetaParams, RunningMean, channel_beta, predict_edges
 from model.bimamba import MambaConfig
 from model.bm import BM, BMConfig
 from model.checkpoint import CheckpointError, load, save
@@ -26,7 +26,7 @@ from model.node2vec import Node2VecConfig
 from model.scan import cpu_extension, fused_inference
 from model.targets import PairQuery, targets
 from model.train import (FitResult, TrainConfig, WarmUps, blocked_folds, build, fit, parallel_members, predict,
-                         prepare, time_split, train_bm, validation_loss)
+                         prepare, split_for_training, time_split, train_bm, validation_loss)
 from simulator.config import Attack, AttackKind, Behaviour, SimConfig
 
 SMALL = BMConfig(gnn=GNNConfig(node_dim=8, psi_dim=4, time_dim=4, widths=(8, 16, 8)),
@@ -81,7 +81,7 @@ def test_paper_head_readouts_and_loss() -> None:
 
 def test_context_head_composes_the_system_model_by_hand() -> None:
     model = BM(SMALL, np.zeros((3, 8), dtype=np.float32))
-    k = model.head.experts.count
+    k = model.head.experts.forecast_count
     experts = torch.linspace(0.1, 0.9, k)[None, :]
     # q_tr 0.5; q_com 0.75; the rules; no size shift
     raw = torch.cat([torch.tensor([[0.0, np.log(3.0)]]), experts, torch.zeros(1, 1)], dim=1)
@@ -294,7 +294,7 @@ def test_learned_baselines_share_the_pipeline_and_ignore_padding(kind, history: 
     model = BM(replace(SMALL, sequence=kind), np.zeros((len(history.index), 8), dtype=np.float32))
     graph = history.graphs[5]
     raw = model.pair_outputs(history, PairQuery(graph.src, graph.dst, 4, graph.profile))
-    assert raw.shape == (len(graph.src), 3 + model.head.experts.count)
+    assert raw.shape == (len(graph.src), 3 + model.head.experts.forecast_count)
 
 
 def test_cli_train_writes_a_loadable_checkpoint(tmp_path, capsys) -> None:
@@ -315,6 +315,24 @@ def test_cli_train_writes_a_loadable_checkpoint(tmp_path, capsys) -> None:
     assert "--head-epochs: expected at least 1 (got 0)" in capsys.readouterr().err
     assert main(["train", "--events", events, "--out", str(tmp_path / "none"), "--memories", "0.7", "1.5"]) == 2
     assert "--memories: distinct forgetting factors in (0, 1] (got 0.7 1.5)" in capsys.readouterr().err
+
+
+def test_the_head_carries_channel_beta_as_its_rule_expert(history: History) -> None:
+    """The stack's last expert is the rule itself: channel_beta fitted with lambda among the evidence's memories,
+    forecasting the test edges as the rule does; the stack publishes it averaged with the head's own forecast
+    unless the validation slots show a mixture clearly better."""
+    train = TrainConfig(epochs=1, patience=1, chunk_slots=4, head_epochs=20)
+    model, prepared, report = train_bm(history, SMALL, train)
+    train_slots, _ = split_for_training(history, train)
+    rule = channel_beta(history, train_slots, [ChannelBetaParams(lam, k) for lam in prepared.lams for k in STRENGTHS])
+    assert (prepared.rule.lam, prepared.rule.strength) == (rule.params.lam, rule.params.strength)
+    want = predict_edges(rule, history, report.test_slots)
+    with torch.no_grad():
+        raw = model.pair_outputs(history, targets(history, report.test_slots, model.config.evidence).query)
+        got = model.head.expert_forecasts(raw)[:, -1].numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    stack = model.head.stack.numpy()
+    assert stack.sum() == pytest.approx(1.0) and (stack >= 0).all()
 
 
 def test_training_is_deterministic_for_a_seed(history: History) -> None:

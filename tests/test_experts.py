@@ -65,6 +65,19 @@ def test_rule_forecasts_by_hand() -> None:
     assert torch.equal(graded.forecasts(physics, rates), rates)
 
 
+def test_the_rule_expert_by_hand() -> None:
+    """channel_beta's estimate at the adopted memory: (successes + k * prior mean) / (trials + k)."""
+    experts = RuleExperts(2, True, TrustWeights(), OutageCurve(log_c=np.log(0.5), alpha=2.0))
+    stats = torch.zeros(2, len(STATS), 2)
+    stats[:, 0] = torch.tensor([[3.0, 1.0], [0.0, 0.0]])  # j's COM per lambda
+    stats[:, 1] = torch.tensor([[4.0, 2.0], [0.0, 0.0]])  # j's TON
+    experts.adopt_rule(0, 2.0, 0.6)
+    np.testing.assert_allclose(experts.rule_rate(stats)[:, 0].numpy(), [(3 + 1.2) / (4 + 2), 0.6], rtol=1e-6)
+    experts.adopt_rule(1, 1.0, 0.5)
+    np.testing.assert_allclose(experts.rule_rate(stats)[:, 0].numpy(), [(1 + 0.5) / (2 + 1), 0.5], rtol=1e-6)
+    assert experts.forecast_count == experts.count + 1
+
+
 def test_mixture_by_hand() -> None:
     target = np.array([0.0, 1.0, 0.0, 1.0])
     # one forecast too high on the zeros, the other too low on the ones: a*f1 + (1-a)*f2 errs by 0.4a on the
@@ -75,11 +88,18 @@ def test_mixture_by_hand() -> None:
     np.testing.assert_allclose(mixture(forecasts, target, np.array([1.0, 3.0, 1.0, 3.0])), [0.75, 0.25], atol=1e-6)
 
 
-def test_the_stack_keeps_the_own_forecast_unless_a_mixture_wins_clearly() -> None:
+def test_the_stack_averages_the_own_forecast_and_the_rule_unless_a_mixture_wins_clearly() -> None:
     rng = np.random.default_rng(1)
     truth = rng.uniform(0.2, 0.9, 4000)
     target = (rng.random(4000) < truth).astype(float)
     good, noisy = truth, np.clip(truth + rng.normal(0, 0.3, 4000), 0, 1)
-    assert fit_stack(np.stack([noisy, good], 1), target, np.ones(4000)) @ np.array([0.0, 1.0]) > 0.8
+    # columns: the head's own forecast, another expert, the rule (last)
     near = np.clip(truth + rng.normal(0, 0.01, 4000), 0, 1)  # a rule barely different from the own forecast
-    assert fit_stack(np.stack([good, near], 1), target, np.ones(4000)).tolist() == [1.0, 0.0]
+    columns = np.stack([good, noisy, near], 1)
+    assert fit_stack(columns, target, np.ones(4000), average=True).tolist() == [0.5, 0.0, 0.5]
+    assert fit_stack(columns, target, np.ones(4000), average=False).tolist() == [1.0, 0.0, 0.0]  # the head reads more
+    # an expert that is the truth where the own forecast and the rule are noisy: the mixture leans on it either way
+    for average in (True, False):
+        assert fit_stack(np.stack([noisy, good, noisy[::-1]], 1), target, np.ones(4000), average)[1] > 0.8
+    # a head far better than a noisy rule is published (nearly) alone, not averaged with it
+    assert fit_stack(np.stack([good, noisy, noisy], 1), target, np.ones(4000), average=True)[0] > 0.8
