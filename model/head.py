@@ -16,10 +16,10 @@
     offload time against the owner's local time);
 
   trained by the binomial likelihood of the tasks' tr and com flags; the published T_beh is a convex
-  combination of that forecast and rule experts computed from the same inputs (:mod:`model.experts`: by default
-  the head's and the rule's averaged), weighted on validation slots (``readout="own"`` reads the head's forecast
-  alone). Graded logs (no flags) read
-  ``T_beh = sigmoid(b(...))`` trained by cross-entropy against T_col, and a second network of the same
+  combination of that forecast and rule experts computed from the same inputs (:mod:`model.experts`: the head's
+  and the rule's averaged where the head reads nothing more), weighted on validation slots (``readout="own"``
+  reads the head's forecast alone). Graded logs (no flags) read ``T_beh = sigmoid(b(...))`` trained by
+  cross-entropy against T_col, and a second network of the same
   inputs gives the median forecast ``sigmoid(m(...))`` (pinball loss at 0.5), which absolute-error
   metrics read (``readout="median"``; on flagged logs the median readout is the mean). The weights that read Y start
   at zero: training first fits the head on the evidence and physics alone (cheap: no encoder runs,
