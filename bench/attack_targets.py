@@ -35,7 +35,8 @@ from typing import Any
 
 from bench import verdicts
 from bench.report import emit
-from bench.verdicts import figure, load_report, mean_of, ratio, seeds, standard_error, verdict, voc_at
+from bench.verdicts import (figure, grouped, load_report, mean_of, means, ratio, seeds, standard_error, verdict,
+                             voc_at)
 from model.baselines import RULES
 from simulator.config import attack_setting, parse_attack
 
@@ -121,13 +122,11 @@ def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     handed to attackers by the method and by each report's best rule (mean and standard error), and the verdicts of
     the means (a whitewasher's share under a new id: the mean after ÷ the mean before)."""
     out = []
-    for attack in dict.fromkeys(row["attack"] for row in rows):
-        group = [row for row in rows if row["attack"] == attack]
+    for attack, group in grouped(rows, "attack").items():
         if len(group) < 2:
             continue
-        row: dict[str, Any] = {"attack": attack, "seeds": f"{len(group)} reports", "best rule": ""}
-        for key in (key for key in POOLED if any(key in r for r in group)):
-            row[key] = mean_of(r.get(key, math.nan) for r in group)
+        row: dict[str, Any] = {"attack": attack, "seeds": f"{len(group)} reports", "best rule": "",
+                               **means(group, POOLED)}
         row["÷ rule s.e."] = standard_error(r["÷ rule"] for r in group)
         row["÷ rule, shares pooled"] = ratio(row["won (ev)"], row["rule's (ev)"])  # no world's low share weighs more
         for _, label in WHITEWASH_RULES:  # whitewashers: their mean share under a new id ÷ their mean share before

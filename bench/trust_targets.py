@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import emit
-from bench.verdicts import best_rule, figure, load_report, mean_of, ratio, seeds, standard_error, verdict, voc_at
+from bench.verdicts import (best_rule, figure, grouped, load_report, means, ratio, seeds, standard_error, verdict,
+                             voc_at)
 
 PAPER_VS_RULE = 0.97
 TELEMETRY_VS_RULE = 0.85
@@ -117,13 +118,9 @@ def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per setting, a row of each ratio's mean over its reports (NaNs left out) and the standard error of
     ``÷ rule`` over them (reports of one seed each make it the spread between seeds)."""
     out = []
-    for kind in dict.fromkeys(row["setting"] for row in rows):
-        group = [row for row in rows if row["setting"] == kind]
+    for kind, group in grouped(rows, "setting").items():
         row: dict[str, Any] = {"setting": kind, "seeds": f"{len(group)} report" + "s" * (len(group) > 1),
-                               "best rule": ""}
-        for key in ("error", *RATIOS):
-            if any(key in r for r in group):
-                row[key] = mean_of(r[key] for r in group if key in r)
+                               "best rule": "", **means(group, ("error", *RATIOS))}
         row["÷ rule s.e."] = standard_error(r["÷ rule"] for r in group)
         out.append(row)
     return out

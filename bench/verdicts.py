@@ -43,6 +43,19 @@ def mean_of(values: Iterable[float]) -> float:
     return fmean(known) if known else math.nan
 
 
+def grouped(rows: list[dict[str, Any]], key: str) -> dict[Any, list[dict[str, Any]]]:
+    """``rows`` by their value of ``key``, the groups in order of first appearance."""
+    out: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(row[key], []).append(row)
+    return out
+
+
+def means(group: list[dict[str, Any]], keys: Iterable[str]) -> dict[str, float]:
+    """Each of ``keys`` that a row of ``group`` has: its mean over the rows that have it (NaNs left out)."""
+    return {key: mean_of(row[key] for row in group if key in row) for key in keys if any(key in row for row in group)}
+
+
 def standard_error(values: Iterable[float]) -> float:
     """The standard error of the mean of ``values``, NaNs left out (NaN with fewer than two)."""
     known = [v for v in values if not math.isnan(v)]
