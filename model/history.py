@@ -303,15 +303,6 @@ class History:
         sent = self.status.times < self.clock.end_ms(self.first_slot + slot)
         return bool(np.isfinite(self.status.values[sent, LOAD]).any())
 
-    def joined_late(self, slot: int) -> bool:
-        """Whether any id was first heard (its first status) after the history's first slot, by the end of relative
-        ``slot``: a device that joined, or an id taken afresh (False without statuses)."""
-        if self.status is None:
-            return False
-        keys, times = self.status.keys, self.status.times
-        at_start = np.unique(keys[times < self.clock.end_ms(self.first_slot)])
-        return len(np.unique(keys[times < self.clock.end_ms(self.first_slot + slot)])) > len(at_start)
-
     def claimed_cpu(self, devices: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """(P,) each device's latest claimed CPU by the end of its relative slot (NaN: none)."""
         if self.status is None:

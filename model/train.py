@@ -356,9 +356,8 @@ def fit_expert_stack(model: BM, history: History, slots: Sequence[int], judged_a
     """The published mixture's weights (:func:`model.experts.fit_stack`): the head's own forecast and its rule
     experts on the target slots' edges, against T_col weighted by tasks (reports weighed as of ``judged_at``, as
     :func:`targets` weighs them). None without edges. The head's forecast and the rule's are averaged unless the
-    head reads what the rule does not: devices' loads (``EvidenceConfig.shifts``), what owners reported and were
-    not believed (``discredited``), or ids that joined after the history began (:meth:`History.joined_late`), whose
-    thin records the head reads by how the training period's newcomers behaved, the rule by the population's rate."""
+    head reads what the rule does not: devices' loads (``EvidenceConfig.shifts``) or what owners reported and were
+    not believed (``discredited``)."""
     batch = targets(history, slots, model.config.evidence, judged_at)
     if not len(batch):
         return None
@@ -366,8 +365,7 @@ def fit_expert_stack(model: BM, history: History, slots: Sequence[int], judged_a
     with torch.no_grad():
         forecasts = model.head.expert_forecasts(model.pair_outputs(history, batch.query)).double().cpu().numpy()
     evidence = model.config.evidence
-    reads_more = evidence.shifts or evidence.discredited or history.joined_late(max(slots))
-    return fit_stack(forecasts, batch.t_col, batch.tasks, average=not reads_more)
+    return fit_stack(forecasts, batch.t_col, batch.tasks, average=not (evidence.shifts or evidence.discredited))
 
 
 def _edges(history: History, slots: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:

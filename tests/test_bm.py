@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from model import train as train_module
 from model.baselines import STRENGTHS, ChannelBetaParams, RunningMean, channel_beta, predict_edges
 from model.bimamba import MambaConfig
 from model.bm import BM, BMConfig
@@ -19,7 +18,6 @@ from model.checkpoint import CheckpointError, load, save
 from model.config import SlotClock
 from model.evaluate import truth_for
 from model.evidence import LONG_MEMORY, N
-from model.experts import fit_stack
 from simulator.experiment import simulated_run
 from model.gnn import GNNConfig
 from model.head import PairSides, mlp, pair_mlp, soft_labels
@@ -27,8 +25,8 @@ from model.history import History
 from model.node2vec import Node2VecConfig
 from model.scan import cpu_extension, fused_inference
 from model.targets import PairQuery, targets
-from model.train import (FitResult, TrainConfig, WarmUps, blocked_folds, build, fit, fit_expert_stack,
-                         parallel_members, predict, prepare, split_for_training, time_split, train_bm, validation_loss)
+from model.train import (FitResult, TrainConfig, WarmUps, blocked_folds, build, fit, parallel_members, predict,
+                         prepare, split_for_training, time_split, train_bm, validation_loss)
 from simulator.config import Attack, AttackKind, Behaviour, SimConfig
 
 SMALL = BMConfig(gnn=GNNConfig(node_dim=8, psi_dim=4, time_dim=4, widths=(8, 16, 8)),
@@ -335,27 +333,6 @@ def test_the_head_carries_channel_beta_as_its_rule_expert(history: History) -> N
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     stack = model.head.stack.numpy()
     assert stack.sum() == pytest.approx(1.0) and (stack >= 0).all()
-
-
-def test_the_stack_keeps_the_head_alone_where_ids_joined_after_the_history_began(history: History, monkeypatch) -> None:
-    """Where ids joined late (honest newcomers, whitewashers' fresh ids) the head reads their thin records by how the
-    training period's newcomers behaved, the rule by the population's rate: the stack's base is the head alone
-    there, the head and the rule averaged where every id was heard from the first slot."""
-    joined = simulated_history(SimConfig(devices=40, tasks=1200, slots=24, seed=4, churn=0.25))[0]
-    assert not any(history.joined_late(slot) for slot in range(history.slots))
-    assert not joined.joined_late(0) and joined.joined_late(joined.slots - 1)
-    averaged = []
-
-    def spy(*args, average: bool, **kwargs) -> np.ndarray:
-        averaged.append(average)
-        return fit_stack(*args, average=average, **kwargs)
-
-    monkeypatch.setattr(train_module, "fit_stack", spy)
-    train = TrainConfig(epochs=1, patience=1, chunk_slots=4, head_epochs=2)
-    for log in (history, joined):
-        model = build(SMALL, prepare(log, SMALL, train), train)
-        assert fit_expert_stack(model, log, split_for_training(log, train)[1]) is not None
-    assert averaged == [True, False]
 
 
 def test_training_is_deterministic_for_a_seed(history: History) -> None:
