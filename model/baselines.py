@@ -227,7 +227,14 @@ class ChannelBeta:
 
 
 STRENGTHS = (1.0, 2.0, 4.0, 8.0)  # the prior pseudo-tasks channel_beta's fit chooses among
-CHANNEL_BETA_GRID = tuple(ChannelBetaParams(lam, k) for lam in (0.9, 0.95, 0.98, 0.99) for k in STRENGTHS)
+
+
+def channel_beta_grid(lams: Iterable[float]) -> tuple[ChannelBetaParams, ...]:
+    """channel_beta's candidates: every forgetting factor of ``lams`` with every prior strength of STRENGTHS."""
+    return tuple(ChannelBetaParams(lam, k) for lam in lams for k in STRENGTHS)
+
+
+CHANNEL_BETA_GRID = channel_beta_grid((0.9, 0.95, 0.98, 0.99))
 
 
 @dataclass(frozen=True)
@@ -360,7 +367,7 @@ class SizeChoice(RuleChoice):
 def rule_choice(history: History, train_slots: list[int], lams: tuple[float, ...]) -> RuleChoice:
     """:func:`channel_beta` fitted with lambda among the evidence's memories ``lams`` (what the head's sums are kept
     at), as the head's rule expert reads it."""
-    fitted = channel_beta(history, train_slots, [ChannelBetaParams(lam, k) for lam in lams for k in STRENGTHS])
+    fitted = channel_beta(history, train_slots, channel_beta_grid(lams))
     return RuleChoice(fitted.params.lam, fitted.params.strength, float(fitted.prior_mean))
 
 

@@ -436,10 +436,10 @@ def build(config: BMConfig, prepared: Prepared, train: TrainConfig) -> BM:
     if config.uses_context:
         rule = prepared.rule
         model.head.experts.adopt_rule(config.evidence.lams.index(rule.lam), rule.strength, rule.prior_mean)
-    if prepared.sizing is not None and config.uses_context:
-        choice = prepared.sizing
-        model.head.sizing.adopt(config.evidence.lams.index(choice.lam), choice.strength, choice.prior_mean,
-                                choice.ridge)
+        if prepared.sizing is not None:
+            choice = prepared.sizing
+            model.head.sizing.adopt(config.evidence.lams.index(choice.lam), choice.strength, choice.prior_mean,
+                                    choice.ridge)
     return model.to(resolve_device(train.device))
 
 

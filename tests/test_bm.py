@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.baselines import STRENGTHS, ChannelBetaParams, RunningMean, channel_beta, predict_edges
+from model.baselines import RunningMean, channel_beta, channel_beta_grid, predict_edges
 from model.bimamba import MambaConfig
 from model.bm import BM, BMConfig
 from model.checkpoint import CheckpointError, load, save
@@ -324,7 +324,7 @@ def test_the_head_carries_channel_beta_as_its_rule_expert(history: History) -> N
     train = TrainConfig(epochs=1, patience=1, chunk_slots=4, head_epochs=20)
     model, prepared, report = train_bm(history, SMALL, train)
     train_slots, _ = split_for_training(history, train)
-    rule = channel_beta(history, train_slots, [ChannelBetaParams(lam, k) for lam in prepared.lams for k in STRENGTHS])
+    rule = channel_beta(history, train_slots, channel_beta_grid(prepared.lams))
     assert (prepared.rule.lam, prepared.rule.strength) == (rule.params.lam, rule.params.strength)
     want = predict_edges(rule, history, report.test_slots)
     with torch.no_grad():
